@@ -1,0 +1,172 @@
+package chdb
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"unsafe"
+
+	"github.com/ebitengine/purego"
+)
+
+// Version is the chDB release this package is written and tested against; it
+// is the version scripts/fetch-chdb.sh downloads.
+const Version = "26.7.3-stable.1"
+
+// systemLibPath is the last place Open looks for the library.
+const systemLibPath = "/usr/local/lib/libchdb.so"
+
+// DefaultLibPath returns where scripts/fetch-chdb.sh caches the library:
+// ${PEERTRAIL_CACHE:-$HOME/.cache/peertrail}/chdb/<Version>/libchdb.so.
+// It returns "" when neither PEERTRAIL_CACHE nor the home directory is known.
+func DefaultLibPath() string {
+	root := os.Getenv("PEERTRAIL_CACHE")
+	if root == "" {
+		home, err := os.UserHomeDir()
+		if err != nil || home == "" {
+			return ""
+		}
+		root = filepath.Join(home, ".cache", "peertrail")
+	}
+	return filepath.Join(root, "chdb", Version, "libchdb.so")
+}
+
+// resolveLibPath picks the library file: the explicit option, then
+// $CHDB_LIB_PATH, then the fetch-chdb.sh cache, then /usr/local/lib. An
+// explicit option or $CHDB_LIB_PATH that names a missing file is an error
+// rather than a silent fall-through, so a typo does not load some other
+// library. Every miss wraps ErrLibraryNotFound.
+func resolveLibPath(explicit string) (string, error) {
+	if explicit != "" {
+		return existing(explicit, "Options.LibPath")
+	}
+	if env := os.Getenv("CHDB_LIB_PATH"); env != "" {
+		return existing(env, "$CHDB_LIB_PATH")
+	}
+	var tried []string
+	for _, p := range []string{DefaultLibPath(), systemLibPath} {
+		if p == "" {
+			continue
+		}
+		if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() {
+			return p, nil
+		}
+		tried = append(tried, p)
+	}
+	return "", fmt.Errorf("%w (looked in Options.LibPath, $CHDB_LIB_PATH, %q)", ErrLibraryNotFound, tried)
+}
+
+func existing(p, source string) (string, error) {
+	st, err := os.Stat(p)
+	if err != nil {
+		return "", fmt.Errorf("%w: %s=%q: %v", ErrLibraryNotFound, source, p, err)
+	}
+	if !st.Mode().IsRegular() {
+		return "", fmt.Errorf("%w: %s=%q is not a regular file", ErrLibraryNotFound, source, p)
+	}
+	return p, nil
+}
+
+// api holds the C functions of libchdb this package calls, bound with purego.
+// Types follow chdb.h of chDB 26.7: chdb_connection and chdb_result and
+// chdb_insert_stream are opaque pointers (unsafe.Pointer here); size_t is
+// uintptr; strings are passed as *byte plus an explicit length so no copy or
+// NUL terminator is needed.
+type api struct {
+	setSignalHandlersEnabled func(enabled int32)
+	version                  func() string
+
+	connect   func(argc int32, argv **byte) unsafe.Pointer // chdb_connection *
+	closeConn func(conn unsafe.Pointer)                    // takes the chdb_connection *
+
+	queryN           func(conn unsafe.Pointer, q *byte, qlen uintptr, f *byte, flen uintptr) unsafe.Pointer
+	queryWithParamsN func(conn unsafe.Pointer, q *byte, qlen uintptr, f *byte, flen uintptr,
+		names **byte, nameLens *uintptr, values **byte, valueLens *uintptr, count uintptr) unsafe.Pointer
+
+	destroyResult      func(res unsafe.Pointer)
+	resultBuffer       func(res unsafe.Pointer) *byte
+	resultLength       func(res unsafe.Pointer) uintptr
+	resultElapsed      func(res unsafe.Pointer) float64
+	resultRowsRead     func(res unsafe.Pointer) uint64
+	resultBytesRead    func(res unsafe.Pointer) uint64
+	resultRowsWritten  func(res unsafe.Pointer) uint64
+	resultBytesWritten func(res unsafe.Pointer) uint64
+	resultStorageRows  func(res unsafe.Pointer) uint64
+	resultStorageBytes func(res unsafe.Pointer) uint64
+	resultError        func(res unsafe.Pointer) string
+
+	streamInsertN       func(conn unsafe.Pointer, q *byte, qlen uintptr, f *byte, flen uintptr) unsafe.Pointer
+	streamAppend        func(stream unsafe.Pointer, data *byte, n uintptr) int32
+	streamDone          func(stream unsafe.Pointer) unsafe.Pointer
+	streamCancelInsert  func(stream unsafe.Pointer)
+	streamInsertError   func(stream unsafe.Pointer) string
+	destroyInsertStream func(stream unsafe.Pointer)
+}
+
+// loadAPI dlopens the library and binds every symbol in api. A symbol that is
+// missing is an error (wrapping ErrIncompatibleLibrary), never a panic.
+//
+// The handle is never dlclosed: unloading a library that started threads and
+// registered atexit handlers is not safe, and dlopen of a path that is already
+// loaded just returns the same handle, so re-opening after Close is cheap.
+func loadAPI(path string) (*api, error) {
+	h, err := purego.Dlopen(path, purego.RTLD_NOW|purego.RTLD_GLOBAL)
+	if err != nil {
+		return nil, fmt.Errorf("chdb: dlopen %s: %w", path, err)
+	}
+	a := &api{}
+	bind := []struct {
+		fptr any
+		name string
+	}{
+		{&a.setSignalHandlersEnabled, "chdb_set_signal_handlers_enabled"},
+		{&a.version, "chdb_version"},
+		{&a.connect, "chdb_connect"},
+		{&a.closeConn, "chdb_close_conn"},
+		{&a.queryN, "chdb_query_n"},
+		{&a.queryWithParamsN, "chdb_query_with_params_n"},
+		{&a.destroyResult, "chdb_destroy_query_result"},
+		{&a.resultBuffer, "chdb_result_buffer"},
+		{&a.resultLength, "chdb_result_length"},
+		{&a.resultElapsed, "chdb_result_elapsed"},
+		{&a.resultRowsRead, "chdb_result_rows_read"},
+		{&a.resultBytesRead, "chdb_result_bytes_read"},
+		{&a.resultRowsWritten, "chdb_result_rows_written"},
+		{&a.resultBytesWritten, "chdb_result_bytes_written"},
+		{&a.resultStorageRows, "chdb_result_storage_rows_read"},
+		{&a.resultStorageBytes, "chdb_result_storage_bytes_read"},
+		{&a.resultError, "chdb_result_error"},
+		{&a.streamInsertN, "chdb_stream_insert_n"},
+		{&a.streamAppend, "chdb_stream_append"},
+		{&a.streamDone, "chdb_stream_done"},
+		{&a.streamCancelInsert, "chdb_stream_cancel_insert"},
+		{&a.streamInsertError, "chdb_stream_insert_error"},
+		{&a.destroyInsertStream, "chdb_destroy_insert_stream"},
+	}
+	var missing []string
+	for _, b := range bind {
+		sym, err := purego.Dlsym(h, b.name)
+		if err != nil || sym == 0 {
+			missing = append(missing, b.name)
+			continue
+		}
+		purego.RegisterFunc(b.fptr, sym)
+	}
+	if len(missing) > 0 {
+		return nil, fmt.Errorf("%w: %s does not export %v (want chDB %s)", ErrIncompatibleLibrary, path, missing, Version)
+	}
+	return a, nil
+}
+
+// errNilResult is what a C entry point returning NULL instead of a result maps to.
+var errNilResult = errors.New("libchdb returned no result")
+
+// strPtr returns a pointer to the bytes of s for a (pointer, length) C
+// argument, or nil for the empty string. The caller keeps s alive.
+func strPtr(s string) *byte {
+	if s == "" {
+		return nil
+	}
+	return unsafe.StringData(s)
+}
