@@ -147,11 +147,15 @@ func Open(ctx context.Context, opts Options) (*Engine, error) {
 		return nil, fmt.Errorf("chdb: this process already loaded %s; it cannot load a second library %s", process.libPath, libPath)
 	}
 
-	a, err := loadAPI(libPath)
+	h, err := dlopen(libPath)
 	if err != nil {
 		return nil, err
 	}
-	process.libPath = libPath
+	process.libPath = libPath // loaded now, whatever happens next
+	a, err := bindAPI(h, libPath)
+	if err != nil {
+		return nil, err
+	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}

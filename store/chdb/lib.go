@@ -104,17 +104,22 @@ type api struct {
 	destroyInsertStream func(stream unsafe.Pointer)
 }
 
-// loadAPI dlopens the library and binds every symbol in api. A symbol that is
-// missing is an error (wrapping ErrIncompatibleLibrary), never a panic.
-//
-// The handle is never dlclosed: unloading a library that started threads and
-// registered atexit handlers is not safe, and dlopen of a path that is already
-// loaded just returns the same handle, so re-opening after Close is cheap.
-func loadAPI(path string) (*api, error) {
+// dlopen loads the library. The handle is never dlclosed: unloading a library
+// that started threads and registered atexit handlers is not safe, and dlopen
+// of a path that is already loaded just returns the same handle, so re-opening
+// after Close is cheap.
+func dlopen(path string) (uintptr, error) {
 	h, err := purego.Dlopen(path, purego.RTLD_NOW|purego.RTLD_GLOBAL)
 	if err != nil {
-		return nil, fmt.Errorf("chdb: dlopen %s: %w", path, err)
+		return 0, fmt.Errorf("chdb: dlopen %s: %w", path, err)
 	}
+	return h, nil
+}
+
+// bindAPI binds every symbol in api from the library handle h (loaded from
+// path). A missing symbol is an error wrapping ErrIncompatibleLibrary, never a
+// panic.
+func bindAPI(h uintptr, path string) (*api, error) {
 	a := &api{}
 	bind := []struct {
 		fptr any

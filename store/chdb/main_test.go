@@ -201,6 +201,13 @@ func runHelper(mode string) int {
 		}
 		fmt.Printf("locked: %v\n", err)
 		return 0
+	case "not-a-library":
+		e, err := chdb.Open(ctx, chdb.Options{})
+		if err == nil || e != nil || errors.Is(err, chdb.ErrLibraryNotFound) {
+			return fail("Open of a file that is not a library: got %v, %v", e, err)
+		}
+		fmt.Printf("error: %v\n", err)
+		return 0
 	}
 	return fail("unknown helper mode %q", mode)
 }
@@ -276,5 +283,18 @@ func TestDefaultLibPath(t *testing.T) {
 	t.Setenv("PEERTRAIL_CACHE", "/x/cache")
 	if got, want := chdb.DefaultLibPath(), "/x/cache/chdb/"+chdb.Version+"/libchdb.so"; got != want {
 		t.Fatalf("DefaultLibPath() = %q, want %q", got, want)
+	}
+}
+
+// A file that is not a library is an error from dlopen, not a panic. In a
+// subprocess: here the shared engine already holds the process's one slot.
+func TestNotALibrary(t *testing.T) {
+	bogus := t.TempDir() + "/libchdb.so"
+	if err := os.WriteFile(bogus, []byte("not an ELF file"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := runSubprocess(t, "not-a-library", 60*time.Second, "CHDB_LIB_PATH="+bogus)
+	if !strings.Contains(out, "dlopen") {
+		t.Fatalf("output:\n%s", out)
 	}
 }
