@@ -1,0 +1,147 @@
+package record
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	auditv1 "k8s.io/apiserver/pkg/apis/audit/v1"
+)
+
+// ErrNotEventList is returned (wrapped, with the detail) when a body is not an
+// audit.k8s.io/v1 EventList at all. Nothing of such a body can be trusted to be an event.
+var ErrNotEventList = errors.New("body is not an audit.k8s.io/v1 EventList")
+
+// Invalid is one item of an EventList that could not be turned into a Record.
+type Invalid struct {
+	// Index is the item's position in the list.
+	Index int
+	// Raw is the item exactly as sent.
+	Raw []byte
+	// Reason says what is wrong with it.
+	Reason string
+}
+
+// envelope is the EventList with its items left undecoded, so each item's original bytes are
+// kept and one bad item does not spoil the others.
+type envelope struct {
+	Kind       string            `json:"kind"`
+	APIVersion string            `json:"apiVersion"`
+	Items      []json.RawMessage `json:"items"`
+}
+
+// Decode parses an EventList body sent by apiserver and received at receivedAt. It returns the
+// valid events as records and the invalid items with their reasons. The error is non-nil, and
+// wraps ErrNotEventList, only when the body as a whole is not an EventList; then both slices are
+// nil. The returned records own their memory; body may be reused after Decode returns.
+func Decode(body []byte, apiserver string, receivedAt time.Time) ([]Record, []Invalid, error) {
+	var env envelope
+	if err := json.Unmarshal(body, &env); err != nil {
+		return nil, nil, fmt.Errorf("%w: %v", ErrNotEventList, err)
+	}
+	if env.Kind != "EventList" || env.APIVersion != auditv1.SchemeGroupVersion.String() {
+		return nil, nil, fmt.Errorf("%w: kind %q apiVersion %q, want kind \"EventList\" apiVersion %q",
+			ErrNotEventList, env.Kind, env.APIVersion, auditv1.SchemeGroupVersion.String())
+	}
+	records := make([]Record, 0, len(env.Items))
+	var invalid []Invalid
+	for i, raw := range env.Items {
+		rec, err := decodeEvent(raw, apiserver, receivedAt)
+		if err != nil {
+			invalid = append(invalid, Invalid{Index: i, Raw: raw, Reason: err.Error()})
+			continue
+		}
+		records = append(records, rec)
+	}
+	return records, invalid, nil
+}
+
+func decodeEvent(raw json.RawMessage, apiserver string, receivedAt time.Time) (Record, error) {
+	if len(raw) == 0 || raw[0] != '{' {
+		return Record{}, errors.New("item is not a JSON object")
+	}
+	var ev auditv1.Event
+	if err := json.Unmarshal(raw, &ev); err != nil {
+		return Record{}, fmt.Errorf("decode event: %v", err)
+	}
+	switch {
+	case ev.AuditID == "":
+		return Record{}, errors.New("event has no auditID")
+	case ev.Stage == "":
+		return Record{}, errors.New("event has no stage")
+	case ev.StageTimestamp.IsZero():
+		return Record{}, errors.New("event has no stageTimestamp")
+	}
+	if k := ev.Kind; k != "" && k != "Event" {
+		return Record{}, fmt.Errorf("item kind %q, want \"Event\"", k)
+	}
+	// json.Unmarshal gave each item its own copy, so the record may keep raw.
+	return normalise(&ev, raw, apiserver, receivedAt), nil
+}
+
+// normalise flattens ev into a Record. raw must already belong to the record.
+func normalise(ev *auditv1.Event, raw []byte, apiserver string, receivedAt time.Time) Record {
+	r := Record{
+		APIServer:                apiserver,
+		AuditID:                  string(ev.AuditID),
+		Stage:                    string(ev.Stage),
+		Level:                    string(ev.Level),
+		Verb:                     ev.Verb,
+		RequestURI:               ev.RequestURI,
+		UserName:                 ev.User.Username,
+		UserUID:                  ev.User.UID,
+		UserGroups:               ev.User.Groups,
+		UserExtra:                extra(ev.User.Extra),
+		SourceIPs:                ev.SourceIPs,
+		UserAgent:                ev.UserAgent,
+		RequestReceivedTimestamp: ev.RequestReceivedTimestamp.UTC(),
+		StageTimestamp:           ev.StageTimestamp.UTC(),
+		Annotations:              ev.Annotations,
+		ReceivedAt:               receivedAt.UTC(),
+		Raw:                      raw,
+	}
+	if o := ev.ObjectRef; o != nil {
+		r.Group = o.APIGroup
+		r.Version = o.APIVersion
+		r.Resource = o.Resource
+		r.Subresource = o.Subresource
+		r.Namespace = o.Namespace
+		r.Name = o.Name
+	}
+	if u := ev.ImpersonatedUser; u != nil {
+		r.ImpersonatedUser = u.Username
+		r.ImpersonatedUID = u.UID
+		r.ImpersonatedGroups = u.Groups
+		r.ImpersonatedExtra = extra(u.Extra)
+	}
+	if m := ev.AuthenticationMetadata; m != nil {
+		r.ImpersonationConstraint = m.ImpersonationConstraint
+	}
+	if s := ev.ResponseStatus; s != nil {
+		r.Code = s.Code
+		r.Status = s.Status
+		r.Reason = string(s.Reason)
+		r.Message = s.Message
+	}
+	if o := ev.RequestObject; o != nil {
+		r.HasRequestObject = true
+		r.RequestObjectBytes = int64(len(o.Raw))
+	}
+	if o := ev.ResponseObject; o != nil {
+		r.HasResponseObject = true
+		r.ResponseObjectBytes = int64(len(o.Raw))
+	}
+	return r
+}
+
+func extra[V ~[]string](m map[string]V) map[string][]string {
+	if len(m) == 0 {
+		return nil
+	}
+	out := make(map[string][]string, len(m))
+	for k, v := range m {
+		out[k] = []string(v)
+	}
+	return out
+}

@@ -1,0 +1,91 @@
+package record
+
+import (
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+func seedBodies(f *testing.F) {
+	f.Helper()
+	paths, _ := filepath.Glob("testdata/*.json")
+	real, _ := filepath.Glob("../../test/testdata/real/*/*.json")
+	for _, p := range append(paths, real...) {
+		if b, err := os.ReadFile(p); err == nil {
+			f.Add(b)
+		}
+	}
+	f.Add([]byte(`{"kind":"EventList","apiVersion":"audit.k8s.io/v1","items":[{"auditID":"a","stage":"ResponseComplete","stageTimestamp":"2026-11-29T10:00:00.000001Z"}]}`))
+	f.Add([]byte(`{"kind":"EventList","apiVersion":"audit.k8s.io/v1","items":[null,1,"x",{}]}`))
+	f.Add([]byte(`{}`))
+}
+
+// FuzzDecode checks that no body makes Decode panic, and that every item of an accepted list is
+// accounted for exactly once: as a record with the fields its key needs, or as an invalid item.
+func FuzzDecode(f *testing.F) {
+	seedBodies(f)
+	f.Fuzz(func(t *testing.T, body []byte) {
+		recs, inv, err := Decode(body, "kas-a", received)
+		if err != nil {
+			if !errors.Is(err, ErrNotEventList) || recs != nil || inv != nil {
+				t.Fatalf("error %v with %d records, %d invalid", err, len(recs), len(inv))
+			}
+			return
+		}
+		var env struct {
+			Items []json.RawMessage `json:"items"`
+		}
+		if err := json.Unmarshal(body, &env); err != nil {
+			t.Fatalf("Decode accepted a body encoding/json rejects: %v", err)
+		}
+		if len(recs)+len(inv) != len(env.Items) {
+			t.Fatalf("%d items became %d records and %d invalid", len(env.Items), len(recs), len(inv))
+		}
+		for _, r := range recs {
+			if r.AuditID == "" || r.Stage == "" || r.StageTimestamp.IsZero() || r.APIServer != "kas-a" || len(r.Raw) == 0 {
+				t.Fatalf("record without its identifying fields: %+v", r)
+			}
+		}
+	})
+}
+
+// FuzzDecodeFrame checks that a damaged frame is an error, never a panic or a runaway
+// allocation, and that a frame of real records survives a round trip.
+func FuzzDecodeFrame(f *testing.F) {
+	c, err := NewCodec()
+	if err != nil {
+		f.Fatal(err)
+	}
+	defer c.Close()
+	body, err := os.ReadFile("testdata/entry-impersonated.json")
+	if err != nil {
+		f.Fatal(err)
+	}
+	recs, _, err := Decode(body, "kas-a", received)
+	if err != nil {
+		f.Fatal(err)
+	}
+	keys := []Key{recs[0].Key(), recs[1].Key()}
+	frame, err := c.AppendFrame(nil, "kas-a", received, recs, keys)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(frame)
+	f.Add(frame[:20])
+	f.Add([]byte{1, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0x0f})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		batch, err := c.DecodeFrame(b)
+		if err != nil {
+			if !errors.Is(err, ErrBadFrame) {
+				t.Fatalf("error not wrapping ErrBadFrame: %v", err)
+			}
+			return
+		}
+		h, err := ParseHeader(b)
+		if err != nil || len(h.Keys) != len(batch.Records) {
+			t.Fatalf("decoded frame with inconsistent header: %v", err)
+		}
+	})
+}

@@ -1,0 +1,101 @@
+// Package record turns the audit.k8s.io/v1 EventLists that kube-apiservers post into flat
+// records, one per audit event, and encodes batches of them as spool frames.
+//
+// A Record is the unit every later stage works on: correlate joins records into chains, store
+// writes them as rows. It carries every field a forwarding chain is judged by, plus the raw
+// event exactly as the apiserver sent it, so nothing is lost for later investigation.
+package record
+
+import (
+	"encoding/binary"
+	"time"
+
+	"github.com/zeebo/xxh3"
+)
+
+// Record is one audit event as received from one apiserver, normalised. Records are values:
+// once decoded they are never modified, and slices and maps inside are not shared with others.
+type Record struct {
+	// APIServer is the name of the apiserver that sent the event (from the webhook path or
+	// the client certificate), not anything the event says about itself.
+	APIServer string `cbor:"1,keyasint" json:"apiserver"`
+	AuditID   string `cbor:"2,keyasint" json:"audit_id"`
+	Stage     string `cbor:"3,keyasint" json:"stage"`
+	Level     string `cbor:"4,keyasint" json:"level"`
+	Verb      string `cbor:"5,keyasint" json:"verb"`
+
+	RequestURI  string `cbor:"6,keyasint" json:"request_uri"`
+	Group       string `cbor:"7,keyasint" json:"group"`
+	Version     string `cbor:"8,keyasint" json:"version"`
+	Resource    string `cbor:"9,keyasint" json:"resource"`
+	Subresource string `cbor:"10,keyasint" json:"subresource,omitempty"`
+	Namespace   string `cbor:"11,keyasint" json:"namespace,omitempty"`
+	Name        string `cbor:"12,keyasint" json:"name,omitempty"`
+
+	UserName   string              `cbor:"13,keyasint" json:"user"`
+	UserUID    string              `cbor:"14,keyasint" json:"user_uid,omitempty"`
+	UserGroups []string            `cbor:"15,keyasint" json:"user_groups,omitempty"`
+	UserExtra  map[string][]string `cbor:"16,keyasint" json:"user_extra,omitempty"`
+
+	ImpersonatedUser   string              `cbor:"17,keyasint" json:"impersonated_user,omitempty"`
+	ImpersonatedUID    string              `cbor:"18,keyasint" json:"impersonated_uid,omitempty"`
+	ImpersonatedGroups []string            `cbor:"19,keyasint" json:"impersonated_groups,omitempty"`
+	ImpersonatedExtra  map[string][]string `cbor:"20,keyasint" json:"impersonated_extra,omitempty"`
+	// ImpersonationConstraint is authenticationMetadata.impersonationConstraint (constrained
+	// impersonation, 1.35+).
+	ImpersonationConstraint string `cbor:"21,keyasint" json:"impersonation_constraint,omitempty"`
+
+	SourceIPs []string `cbor:"22,keyasint" json:"source_ips"`
+	UserAgent string   `cbor:"23,keyasint" json:"user_agent"`
+
+	// Code is responseStatus.code; 0 when the stage has no response yet (RequestReceived).
+	Code    int32  `cbor:"24,keyasint" json:"code"`
+	Status  string `cbor:"25,keyasint" json:"status,omitempty"`
+	Reason  string `cbor:"26,keyasint" json:"reason,omitempty"`
+	Message string `cbor:"27,keyasint" json:"message,omitempty"`
+
+	RequestReceivedTimestamp time.Time `cbor:"28,keyasint" json:"request_received_timestamp"`
+	StageTimestamp           time.Time `cbor:"29,keyasint" json:"stage_timestamp"`
+
+	Annotations map[string]string `cbor:"30,keyasint" json:"annotations,omitempty"`
+
+	HasRequestObject    bool  `cbor:"31,keyasint" json:"has_request_object"`
+	RequestObjectBytes  int64 `cbor:"32,keyasint" json:"request_object_bytes"`
+	HasResponseObject   bool  `cbor:"33,keyasint" json:"has_response_object"`
+	ResponseObjectBytes int64 `cbor:"34,keyasint" json:"response_object_bytes"`
+
+	// ReceivedAt is when peertrail received the batch that carried this event.
+	ReceivedAt time.Time `cbor:"35,keyasint" json:"received_at"`
+
+	// Raw is the event's JSON exactly as it appeared in the EventList, unknown fields included.
+	Raw []byte `cbor:"36,keyasint" json:"-"`
+}
+
+// Key identifies one audit event for duplicate detection. The apiserver retries whole batches,
+// and a client may reuse an Audit-ID across requests, so the auditID alone is not enough: an
+// event is the same only if the same apiserver reported the same stage of it at the same instant.
+type Key [16]byte
+
+// KeyOf returns the key of (apiserver, auditID, stage, stageTimestamp). The timestamp counts
+// in microseconds, the precision apiservers write (metav1.MicroTime).
+func KeyOf(apiserver, auditID, stage string, stageTimestamp time.Time) Key {
+	b := make([]byte, 0, len(apiserver)+len(auditID)+len(stage)+3*binary.MaxVarintLen64+8)
+	// Length prefixes keep ("ab","c") and ("a","bc") apart.
+	b = binary.AppendUvarint(b, uint64(len(apiserver)))
+	b = append(b, apiserver...)
+	b = binary.AppendUvarint(b, uint64(len(auditID)))
+	b = append(b, auditID...)
+	b = binary.AppendUvarint(b, uint64(len(stage)))
+	b = append(b, stage...)
+	b = binary.BigEndian.AppendUint64(b, uint64(stageTimestamp.UnixMicro()))
+	return Key(xxh3.Hash128(b).Bytes())
+}
+
+// Key returns the record's duplicate-detection key.
+func (r *Record) Key() Key {
+	return KeyOf(r.APIServer, r.AuditID, r.Stage, r.StageTimestamp)
+}
+
+// ResourceRequest reports whether the request named an API resource (as opposed to a
+// non-resource URL such as /api, /apis or /healthz).
+func (r *Record) ResourceRequest() bool { return r.Resource != "" }

@@ -1,0 +1,186 @@
+package record
+
+import (
+	"encoding/json"
+	"errors"
+	"os"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+var received = time.Date(2026, 11, 29, 10, 0, 5, 123456789, time.UTC)
+
+func mustDecode(t *testing.T, body []byte) ([]Record, []Invalid) {
+	t.Helper()
+	recs, inv, err := Decode(body, "kas-a", received)
+	if err != nil {
+		t.Fatalf("Decode: %v", err)
+	}
+	return recs, inv
+}
+
+func TestDecodeNormalisesEveryField(t *testing.T) {
+	body, err := os.ReadFile("testdata/entry-impersonated.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs, inv := mustDecode(t, body)
+	if len(recs) != 2 || len(inv) != 0 {
+		t.Fatalf("got %d records, %d invalid", len(recs), len(inv))
+	}
+	r := recs[0]
+	want := Record{
+		APIServer: "kas-a", AuditID: "4a1b2c3d-0000-4000-8000-00000000abcd", Stage: "ResponseComplete",
+		Level: "RequestResponse", Verb: "list",
+		RequestURI: "/apis/scheduling.k8s.io/v1alpha2/namespaces/training/podgroups?limit=10&labelSelector=a%3Db",
+		Group:      "scheduling.k8s.io", Version: "v1alpha2", Resource: "podgroups", Namespace: "training",
+		UserName: "admin", UserUID: "u-123", UserGroups: []string{"system:masters", "system:authenticated"},
+		UserExtra:        map[string][]string{"authentication.kubernetes.io/credential-id": {"X509SHA256=abcd"}},
+		ImpersonatedUser: "alice", ImpersonatedGroups: []string{"dev", "system:authenticated"},
+		ImpersonatedExtra:       map[string][]string{"team": {"ml"}},
+		ImpersonationConstraint: "impersonate:user-info",
+		SourceIPs:               []string{"127.0.0.1"}, UserAgent: "kubectl/v1.36.3 (linux/amd64) kubernetes/8b1a2c7",
+		Code:                     200,
+		RequestReceivedTimestamp: time.Date(2026, 11, 29, 10, 0, 0, 100000000, time.UTC),
+		StageTimestamp:           time.Date(2026, 11, 29, 10, 0, 0, 180123000, time.UTC),
+		Annotations: map[string]string{
+			"authorization.k8s.io/decision": "allow",
+			"authorization.k8s.io/reason":   `RBAC: allowed by ClusterRoleBinding "admin"`,
+		},
+		ReceivedAt: received,
+	}
+	r.Raw = nil
+	if !reflect.DeepEqual(r, want) {
+		t.Errorf("record 0:\n got %+v\nwant %+v", r, want)
+	}
+
+	p := recs[1]
+	if p.Name != "pg-1" || p.Code != 409 || p.Status != "Failure" || p.Reason != "AlreadyExists" ||
+		p.Message != `podgroups.scheduling.k8s.io "pg-1" already exists` {
+		t.Errorf("record 1 response fields: %+v", p)
+	}
+	if !p.HasRequestObject || p.RequestObjectBytes != int64(len(`{"kind":"PodGroup","apiVersion":"scheduling.k8s.io/v1alpha2","metadata":{"name":"pg-1"}}`)) {
+		t.Errorf("request object: has=%v bytes=%d", p.HasRequestObject, p.RequestObjectBytes)
+	}
+	if !p.HasResponseObject || p.ResponseObjectBytes == 0 {
+		t.Errorf("response object: has=%v bytes=%d", p.HasResponseObject, p.ResponseObjectBytes)
+	}
+	if !reflect.DeepEqual(p.SourceIPs, []string{"127.0.0.1", "10.0.0.11"}) {
+		t.Errorf("source IPs %v", p.SourceIPs)
+	}
+	// The raw event is kept byte for byte, fields peertrail does not know included.
+	if !strings.Contains(string(p.Raw), `"futureField":{"kept":true}`) || !json.Valid(p.Raw) {
+		t.Errorf("raw event not kept verbatim: %s", p.Raw)
+	}
+}
+
+func TestDecodeRejectsBodiesThatAreNotEventLists(t *testing.T) {
+	for name, body := range map[string]string{
+		"not json":          `{"kind":"EventList",`,
+		"empty":             ``,
+		"array":             `[{"auditID":"x"}]`,
+		"wrong kind":        `{"kind":"PodList","apiVersion":"audit.k8s.io/v1","items":[]}`,
+		"wrong apiVersion":  `{"kind":"EventList","apiVersion":"audit.k8s.io/v1beta1","items":[]}`,
+		"no type":           `{"items":[]}`,
+		"items not a list":  `{"kind":"EventList","apiVersion":"audit.k8s.io/v1","items":{"a":1}}`,
+		"binary":            "\x1f\x8b\x08\x00",
+		"trailing garbage":  `{"kind":"EventList","apiVersion":"audit.k8s.io/v1","items":[]} xx`,
+		"wrong type fields": `{"kind":1,"apiVersion":"audit.k8s.io/v1","items":[]}`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			recs, inv, err := Decode([]byte(body), "kas-a", received)
+			if !errors.Is(err, ErrNotEventList) {
+				t.Fatalf("err = %v, want ErrNotEventList", err)
+			}
+			if recs != nil || inv != nil {
+				t.Fatalf("got records or invalid items with an error")
+			}
+		})
+	}
+}
+
+func TestDecodeKeepsGoodItemsBesideBadOnes(t *testing.T) {
+	good := `{"level":"Metadata","auditID":"a1","stage":"ResponseComplete","requestURI":"/api","verb":"get","user":{"username":"u"},"stageTimestamp":"2026-11-29T10:00:00.000001Z","requestReceivedTimestamp":"2026-11-29T10:00:00.000000Z"}`
+	bad := map[string]string{
+		"no auditID":        `{"level":"Metadata","stage":"ResponseComplete","stageTimestamp":"2026-11-29T10:00:00.000001Z"}`,
+		"no stage":          `{"level":"Metadata","auditID":"a2","stageTimestamp":"2026-11-29T10:00:00.000001Z"}`,
+		"no stageTimestamp": `{"level":"Metadata","auditID":"a3","stage":"ResponseComplete"}`,
+		"not an object":     `"just a string"`,
+		"null":              `null`,
+		"wrong field type":  `{"auditID":"a4","stage":"ResponseComplete","stageTimestamp":"2026-11-29T10:00:00Z","responseStatus":{"code":"two hundred"}}`,
+		"bad timestamp":     `{"auditID":"a5","stage":"ResponseComplete","stageTimestamp":"yesterday"}`,
+		"wrong item kind":   `{"kind":"Pod","auditID":"a6","stage":"ResponseComplete","stageTimestamp":"2026-11-29T10:00:00Z"}`,
+	}
+	for name, item := range bad {
+		t.Run(name, func(t *testing.T) {
+			body := `{"kind":"EventList","apiVersion":"audit.k8s.io/v1","items":[` + good + `,` + item + `,` + good + `]}`
+			recs, inv := mustDecode(t, []byte(body))
+			if len(recs) != 2 || recs[0].AuditID != "a1" {
+				t.Fatalf("good items: %d records", len(recs))
+			}
+			if len(inv) != 1 || inv[0].Index != 1 || inv[0].Reason == "" || string(inv[0].Raw) != item {
+				t.Fatalf("invalid items: %+v", inv)
+			}
+		})
+	}
+}
+
+func TestKeySeparatesEveryComponent(t *testing.T) {
+	ts := time.Date(2026, 1, 1, 0, 0, 0, 1000, time.UTC)
+	base := KeyOf("kas-a", "id", "ResponseComplete", ts)
+	for name, k := range map[string]Key{
+		"apiserver":       KeyOf("kas-b", "id", "ResponseComplete", ts),
+		"auditID":         KeyOf("kas-a", "id2", "ResponseComplete", ts),
+		"stage":           KeyOf("kas-a", "id", "RequestReceived", ts),
+		"timestamp":       KeyOf("kas-a", "id", "ResponseComplete", ts.Add(time.Microsecond)),
+		"field boundary":  KeyOf("kas-ai", "d", "ResponseComplete", ts),
+		"field boundary2": KeyOf("kas-a", "idR", "esponseComplete", ts),
+	} {
+		if k == base {
+			t.Errorf("changing %s did not change the key", name)
+		}
+	}
+	if KeyOf("kas-a", "id", "ResponseComplete", ts.Add(100)) != base {
+		t.Errorf("sub-microsecond difference changed the key; apiservers write microseconds")
+	}
+}
+
+func TestFrameRoundTrip(t *testing.T) {
+	body, err := os.ReadFile("testdata/entry-impersonated.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs, _ := mustDecode(t, body)
+	c, err := NewCodec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	keys := []Key{recs[0].Key(), recs[1].Key()}
+	frame, err := c.AppendFrame(nil, "kas-a", received, recs, keys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := ParseHeader(frame)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.APIServer != "kas-a" || !h.ReceivedAt.Equal(received) || !reflect.DeepEqual(h.Keys, keys) {
+		t.Fatalf("header %+v", h)
+	}
+	b, err := c.DecodeFrame(frame)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(b.Records, recs) {
+		t.Fatalf("records changed in a frame round trip:\n got %+v\nwant %+v", b.Records, recs)
+	}
+	if _, err := c.DecodeFrame(frame[:len(frame)-3]); !errors.Is(err, ErrBadFrame) {
+		t.Fatalf("truncated frame: %v", err)
+	}
+	if _, err := c.AppendFrame(nil, "kas-a", received, recs, keys[:1]); err == nil {
+		t.Fatalf("AppendFrame accepted keys that do not match the records")
+	}
+}

@@ -1,0 +1,62 @@
+// Package metrics is the one place where peertrail's metric names, label names and label values
+// are spelled. The code that exports a metric, the dashboards that chart it and the alert rules
+// that page on it all use these constants, so a rename is a compile error rather than a silent
+// gap in a dashboard.
+package metrics
+
+// Ingest: the audit webhook receiver.
+const (
+	// IngestEventsTotal counts audit events per sending apiserver and outcome (LabelResult).
+	IngestEventsTotal = "peertrail_ingest_events_total"
+	// IngestRequestsTotal counts webhook POSTs by sending apiserver and HTTP status code.
+	IngestRequestsTotal = "peertrail_ingest_requests_total"
+	// IngestBytesTotal counts request body bytes as received on the wire (before gzip decoding).
+	IngestBytesTotal = "peertrail_ingest_bytes_total"
+	// IngestAckDurationSeconds is the time from request start to the answer, durability included.
+	IngestAckDurationSeconds = "peertrail_ingest_ack_duration_seconds"
+	// IngestInflightRequests is the number of webhook requests being read or processed.
+	IngestInflightRequests = "peertrail_ingest_inflight_requests"
+	// IngestLastEventTimestampSeconds is the Unix time of the last accepted batch per apiserver;
+	// a stale value is an audit ingest gap.
+	IngestLastEventTimestampSeconds = "peertrail_ingest_last_batch_timestamp_seconds"
+	// IngestDeadLettersTotal counts items or bodies kept in the dead-letter file, by LabelReason.
+	IngestDeadLettersTotal = "peertrail_ingest_dead_letters_total"
+	// IngestDeadLettersDroppedTotal counts dead letters that could not be kept (file limit or I/O error).
+	IngestDeadLettersDroppedTotal = "peertrail_ingest_dead_letters_dropped_total"
+	// DedupKeys is the number of event keys remembered for duplicate detection.
+	DedupKeys = "peertrail_dedup_keys"
+)
+
+// Spool: the on-disk write-ahead log between the receiver and its consumers.
+const (
+	SpoolBytes                = "peertrail_spool_bytes"
+	SpoolCapacityBytes        = "peertrail_spool_capacity_bytes"
+	SpoolSegments             = "peertrail_spool_segments"
+	SpoolWrittenBytesTotal    = "peertrail_spool_written_bytes_total"
+	SpoolSyncDurationSeconds  = "peertrail_spool_sync_duration_seconds"
+	SpoolRecoveredBytesTotal  = "peertrail_spool_truncated_bytes_total"
+	SpoolCorruptFramesTotal   = "peertrail_spool_corrupt_frames_total"
+	SpoolConsumerLagBytes     = "peertrail_spool_consumer_lag_bytes"
+	SpoolConsumerErrorsTotal  = "peertrail_spool_consumer_errors_total"
+	SpoolConsumerLastCommitTS = "peertrail_spool_consumer_last_commit_timestamp_seconds"
+)
+
+// Label names.
+const (
+	LabelAPIServer = "apiserver"
+	LabelResult    = "result"
+	LabelCode      = "code"
+	LabelReason    = "reason"
+	LabelConsumer  = "consumer"
+)
+
+// Values of LabelResult on IngestEventsTotal.
+const (
+	ResultAccepted  = "accepted"
+	ResultDuplicate = "duplicate"
+	ResultInvalid   = "invalid"
+)
+
+// UnknownAPIServer is the LabelAPIServer value of requests whose sender was not established
+// (unauthenticated, forbidden, malformed path), so untrusted input cannot create label values.
+const UnknownAPIServer = "unknown"
