@@ -1,0 +1,159 @@
+package spool
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Consumer is a stage that reads everything the receiver spooled: the duplicate index's
+// persister, the correlator, the store writer.
+//
+// Run calls Consume from a single goroutine, with the entries that follow the previous call's
+// in spool order; with none when the spool has been idle for RunOptions.Idle, so that a consumer
+// can act on time passing (closing chains, flushing buffers). The entries belong to the consumer.
+//
+// Consume returns the position before which the consumer needs nothing more, even after a
+// crash: a consumer that writes each entry durably returns the last entry's End; one that keeps
+// state in memory returns the Pos of the oldest entry that state still depends on. After a
+// restart delivery resumes at the last committed such position, so a consumer sees some entries
+// again and must tolerate that. When Consume returns an error, Run waits and passes the same
+// entries again: a consumer that cannot process an entry at all (it is malformed) must count it,
+// report it, and move past it rather than fail forever.
+type Consumer interface {
+	Consume(ctx context.Context, entries []Entry) (Position, error)
+}
+
+// RunOptions tune Run; zero values take defaults.
+type RunOptions struct {
+	// MaxEntries and MaxBytes bound one Consume call.
+	MaxEntries int
+	MaxBytes   int
+	// Idle is how long Run waits for new entries before calling Consume with none.
+	Idle time.Duration
+	// CommitEvery bounds how often the position is persisted (each commit is an fsync).
+	CommitEvery time.Duration
+	// RetryMin and RetryMax bound the exponential backoff after a failed Consume.
+	RetryMin, RetryMax time.Duration
+	// OnError is told about each failed Consume (for metrics); may be nil.
+	OnError func(error)
+}
+
+func (o *RunOptions) defaults() {
+	if o.MaxEntries <= 0 {
+		o.MaxEntries = 256
+	}
+	if o.MaxBytes <= 0 {
+		o.MaxBytes = 64 << 20
+	}
+	if o.Idle <= 0 {
+		o.Idle = time.Second
+	}
+	if o.CommitEvery <= 0 {
+		o.CommitEvery = time.Second
+	}
+	if o.RetryMin <= 0 {
+		o.RetryMin = 100 * time.Millisecond
+	}
+	if o.RetryMax <= 0 {
+		o.RetryMax = 30 * time.Second
+	}
+}
+
+// Run feeds consumer name's entries to c until ctx ends, committing the positions c returns.
+// It returns nil when ctx ends (after a last commit) and an error only when the spool itself
+// fails or closes.
+func (s *Spool) Run(ctx context.Context, name string, c Consumer, opts RunOptions) error {
+	opts.defaults()
+	log := s.log.With("consumer", name)
+	from, err := s.Committed(name)
+	if err != nil {
+		return err
+	}
+	r := s.NewReader(from)
+	defer r.Close()
+
+	committed, safe := from, from
+	lastCommit := time.Now()
+	commit := func(force bool) {
+		if safe <= committed || (!force && time.Since(lastCommit) < opts.CommitEvery) {
+			return
+		}
+		if err := s.Commit(name, safe); err != nil {
+			log.Error("spool: commit consumer position", "err", err)
+			return
+		}
+		committed, lastCommit = safe, time.Now()
+	}
+	defer commit(true)
+
+	var batch []Entry
+	for {
+		batch, err = s.collect(ctx, r, batch[:0], opts)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			if errors.Is(err, ErrCorrupt) {
+				continue // counted and logged by the reader, which has moved past it
+			}
+			return err
+		}
+		backoff := opts.RetryMin
+		for {
+			pos, err := c.Consume(ctx, batch)
+			if err == nil {
+				if pos > safe {
+					safe = pos
+				}
+				break
+			}
+			if ctx.Err() != nil {
+				return nil
+			}
+			if opts.OnError != nil {
+				opts.OnError(err)
+			}
+			log.Warn("spool consumer failed; retrying the same entries", "err", err, "retry_in", backoff, "entries", len(batch))
+			select {
+			case <-time.After(backoff):
+			case <-ctx.Done():
+				return nil
+			}
+			backoff = min(2*backoff, opts.RetryMax)
+		}
+		commit(false)
+	}
+}
+
+// collect waits up to opts.Idle for a first entry, then takes what is immediately available
+// within the limits.
+func (s *Spool) collect(ctx context.Context, r *Reader, batch []Entry, opts RunOptions) ([]Entry, error) {
+	idle, cancel := context.WithTimeout(ctx, opts.Idle)
+	e, err := r.Next(idle)
+	cancel()
+	switch {
+	case err == nil:
+		batch = append(batch, e)
+	case errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil:
+		return batch, nil
+	default:
+		return batch, err
+	}
+	size := len(e.Payload)
+	for len(batch) < opts.MaxEntries && size < opts.MaxBytes {
+		e, ok, err := r.TryNext()
+		if err != nil {
+			if errors.Is(err, ErrCorrupt) {
+				break
+			}
+			return batch, err
+		}
+		if !ok {
+			break
+		}
+		batch = append(batch, e)
+		size += len(e.Payload)
+	}
+	return batch, nil
+}

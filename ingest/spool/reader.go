@@ -1,0 +1,167 @@
+package spool
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io/fs"
+	"os"
+)
+
+// Entry is one frame read from the spool.
+type Entry struct {
+	// Pos is where the frame starts and End where the next one starts; committing End means
+	// the frame is done with.
+	Pos, End Position
+	// Payload is the frame's content. It belongs to the receiver of the Entry.
+	Payload []byte
+}
+
+// Reader reads frames in order from a position. A Reader is used by one goroutine at a time.
+type Reader struct {
+	s   *Spool
+	pos Position
+	f   *os.File
+	seg segment // the segment f is open on
+}
+
+// NewReader returns a reader starting at from, which must be a position handed out by the
+// spool (an Entry's Pos or End, a committed position) or 0 for the oldest data.
+func (s *Spool) NewReader(from Position) *Reader {
+	return &Reader{s: s, pos: from}
+}
+
+// Position is where the next Next starts.
+func (r *Reader) Position() Position { return r.pos }
+
+// Close releases the reader's file.
+func (r *Reader) Close() error {
+	if r.f == nil {
+		return nil
+	}
+	err := r.f.Close()
+	r.f = nil
+	return err
+}
+
+// Next returns the next durable frame, waiting for one until ctx ends or the spool closes. A
+// corrupt frame yields an error wrapping ErrCorrupt, after which the reader has moved on to the
+// next segment.
+func (r *Reader) Next(ctx context.Context) (Entry, error) {
+	for {
+		e, ok, wait, err := r.tryNext()
+		if err != nil || ok {
+			return e, err
+		}
+		select {
+		case <-wait:
+		case <-ctx.Done():
+			return Entry{}, ctx.Err()
+		}
+	}
+}
+
+// TryNext returns the next durable frame if there is one, without waiting.
+func (r *Reader) TryNext() (Entry, bool, error) {
+	e, ok, _, err := r.tryNext()
+	return e, ok, err
+}
+
+func (r *Reader) tryNext() (Entry, bool, <-chan struct{}, error) {
+	s := r.s
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return Entry{}, false, nil, ErrClosed
+	}
+	durable := s.durable
+	wait := s.advanced
+	seg, ok := s.locateLocked(r.pos)
+	s.mu.Unlock()
+	if !ok || seg.base+Position(headerLen) > durable {
+		return Entry{}, false, wait, nil
+	}
+	if r.pos < seg.base+Position(headerLen) {
+		r.pos = seg.base + Position(headerLen)
+	}
+	if r.pos >= durable {
+		return Entry{}, false, wait, nil
+	}
+	if err := r.open(seg); err != nil {
+		return Entry{}, false, nil, err
+	}
+	off := int64(r.pos - seg.base)
+	var fh [frameOverhead]byte
+	if _, err := r.f.ReadAt(fh[:], off); err != nil {
+		return Entry{}, false, nil, r.corrupt(seg, fmt.Errorf("read frame header: %w", err))
+	}
+	n := binary.BigEndian.Uint32(fh[0:4])
+	sum := binary.BigEndian.Uint32(fh[4:8])
+	end := r.pos + frameOverhead + Position(n)
+	if n == 0 || n > MaxFrameBytes || end > durable {
+		return Entry{}, false, nil, r.corrupt(seg, fmt.Errorf("frame length %d", n))
+	}
+	payload := make([]byte, n)
+	if _, err := r.f.ReadAt(payload, off+frameOverhead); err != nil {
+		return Entry{}, false, nil, r.corrupt(seg, fmt.Errorf("read frame: %w", err))
+	}
+	if crc32.Checksum(payload, castagnoli) != sum {
+		return Entry{}, false, nil, r.corrupt(seg, errors.New("checksum mismatch"))
+	}
+	e := Entry{Pos: r.pos, End: end, Payload: payload}
+	r.pos = end
+	return e, true, nil, nil
+}
+
+// locateLocked finds the segment holding p, moving on to the next segment when p is at a
+// segment's end or in a hole left by deleted segments.
+func (s *Spool) locateLocked(p Position) (segment, bool) {
+	for i, sg := range s.segs {
+		last := i == len(s.segs)-1
+		if p < sg.base {
+			return sg, true // before the oldest retained segment, or in a hole
+		}
+		if p < sg.end() || last {
+			return sg, true
+		}
+	}
+	return segment{}, false
+}
+
+func (r *Reader) open(seg segment) error {
+	if r.f != nil && r.seg.base == seg.base {
+		r.seg = seg
+		return nil
+	}
+	r.Close()
+	f, err := os.Open(r.s.segPath(seg.base))
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("spool: segment %d was deleted under a reader at %d: %w", seg.base, r.pos, err)
+		}
+		return fmt.Errorf("spool: open segment: %w", err)
+	}
+	r.f, r.seg = f, seg
+	return nil
+}
+
+// corrupt counts a bad frame and moves the reader past the segment that holds it, so that one
+// damaged frame cannot stall every consumer.
+func (r *Reader) corrupt(seg segment, cause error) error {
+	s := r.s
+	s.mu.Lock()
+	s.stats.corruptFrames++
+	next := seg.end()
+	if len(s.segs) > 0 && s.segs[len(s.segs)-1].base == seg.base {
+		// The active segment: only what is durable is known to be whole; skip to its end.
+		next = s.durable
+	}
+	s.mu.Unlock()
+	at := r.pos
+	r.pos = next
+	r.Close()
+	s.log.Error("spool: corrupt frame; skipping the rest of its segment", "position", at, "skipped_to", next, "err", cause)
+	return fmt.Errorf("%w at %d: %v", ErrCorrupt, at, cause)
+}

@@ -1,0 +1,399 @@
+package spool
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+)
+
+func open(t *testing.T, dir string, mod func(*Options)) *Spool {
+	t.Helper()
+	o := Options{Dir: dir, SegmentBytes: 4 << 10, MaxBytes: 1 << 20, Consumers: []string{"a", "b"}}
+	if mod != nil {
+		mod(&o)
+	}
+	s, err := Open(o)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	return s
+}
+
+func payload(i int) []byte {
+	// Varying sizes so frames straddle segment boundaries in different ways.
+	return fmt.Appendf(nil, "frame-%06d-%s", i, make([]byte, (i*37)%700))
+}
+
+func appendWait(t *testing.T, s *Spool, p []byte) Position {
+	t.Helper()
+	end, err := s.Append(p)
+	if err != nil {
+		t.Fatalf("Append: %v", err)
+	}
+	if err := s.Wait(context.Background(), end); err != nil {
+		t.Fatalf("Wait: %v", err)
+	}
+	return end
+}
+
+func readAll(t *testing.T, s *Spool, from Position) []Entry {
+	t.Helper()
+	r := s.NewReader(from)
+	defer r.Close()
+	var out []Entry
+	for {
+		e, ok, err := r.TryNext()
+		if err != nil {
+			t.Fatalf("TryNext: %v", err)
+		}
+		if !ok {
+			return out
+		}
+		out = append(out, e)
+	}
+}
+
+func TestAppendReadAcrossSegments(t *testing.T) {
+	s := open(t, t.TempDir(), nil)
+	defer s.Close()
+	var ends []Position
+	for i := range 200 {
+		ends = append(ends, appendWait(t, s, payload(i)))
+	}
+	if st := s.Stats(); st.Segments < 5 {
+		t.Fatalf("expected rotation into several segments, got %d", st.Segments)
+	}
+	got := readAll(t, s, 0)
+	if len(got) != 200 {
+		t.Fatalf("read %d frames, want 200", len(got))
+	}
+	for i, e := range got {
+		if string(e.Payload) != string(payload(i)) {
+			t.Fatalf("frame %d: payload mismatch", i)
+		}
+		if e.End != ends[i] {
+			t.Fatalf("frame %d: End %d, Append said %d", i, e.End, ends[i])
+		}
+		if i > 0 && e.Pos < got[i-1].End {
+			t.Fatalf("frame %d starts at %d before previous end %d", i, e.Pos, got[i-1].End)
+		}
+	}
+	// A reader started at any End continues with the next frame.
+	rest := readAll(t, s, got[99].End)
+	if len(rest) != 100 || string(rest[0].Payload) != string(payload(100)) {
+		t.Fatalf("reader from End of frame 99: got %d frames", len(rest))
+	}
+}
+
+func TestTornTailIsCutOnOpen(t *testing.T) {
+	dir := t.TempDir()
+	s := open(t, dir, func(o *Options) { o.SegmentBytes = 1 << 20 })
+	for i := range 10 {
+		appendWait(t, s, payload(i))
+	}
+	end := s.Written()
+	s.Close()
+
+	// A crash in the middle of a write leaves a header promising more than was written.
+	seg := filepath.Join(dir, fmt.Sprintf("%020d.seg", 0))
+	f, err := os.OpenFile(seg, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var hdr [8]byte
+	binary.BigEndian.PutUint32(hdr[:4], 1000)
+	f.Write(hdr[:])
+	f.Write([]byte("partial"))
+	f.Close()
+
+	s = open(t, dir, func(o *Options) { o.SegmentBytes = 1 << 20 })
+	defer s.Close()
+	if s.Written() != end {
+		t.Fatalf("after recovery written=%d, want %d", s.Written(), end)
+	}
+	if st := s.Stats(); st.TruncatedBytes != 15 {
+		t.Fatalf("truncated %d bytes, want 15", st.TruncatedBytes)
+	}
+	kept, _ := filepath.Glob(seg + ".*.corrupt")
+	if len(kept) != 1 {
+		t.Fatalf("the cut tail was not kept: %v", kept)
+	}
+	if b, _ := os.ReadFile(kept[0]); len(b) != 15 || string(b[8:]) != "partial" {
+		t.Fatalf("kept tail %q", b)
+	}
+	appendWait(t, s, payload(10))
+	got := readAll(t, s, 0)
+	if len(got) != 11 || string(got[10].Payload) != string(payload(10)) {
+		t.Fatalf("read %d frames after recovery and one more append, want 11", len(got))
+	}
+}
+
+func TestSegmentsDeletedOnlyWhenEveryConsumerPassed(t *testing.T) {
+	dir := t.TempDir()
+	s := open(t, dir, nil)
+	for i := range 100 {
+		appendWait(t, s, payload(i))
+	}
+	all := readAll(t, s, 0)
+	segs := s.Stats().Segments
+	if err := s.Commit("a", all[len(all)-1].End); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.Stats().Segments; got != segs {
+		t.Fatalf("segments %d -> %d although consumer b has not moved", segs, got)
+	}
+	if err := s.Commit("b", all[50].End); err != nil {
+		t.Fatal(err)
+	}
+	st := s.Stats()
+	if st.Segments >= segs {
+		t.Fatalf("no segment deleted after both consumers passed frame 50 (%d segments)", st.Segments)
+	}
+	if st.Oldest > all[51].Pos {
+		t.Fatalf("deleted a segment b still needs: oldest %d > frame 51 at %d", st.Oldest, all[51].Pos)
+	}
+	if err := s.Commit("c", 1); !errors.Is(err, ErrUnknownConsumer) {
+		t.Fatalf("commit of unregistered consumer: %v", err)
+	}
+	s.Close()
+
+	// Positions survive a restart and b resumes at frame 51.
+	s = open(t, dir, nil)
+	defer s.Close()
+	from, err := s.Committed("b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rest := readAll(t, s, from)
+	if len(rest) != 49 || string(rest[0].Payload) != string(payload(51)) {
+		t.Fatalf("b resumed with %d frames, first %q", len(rest), rest[0].Payload[:12])
+	}
+}
+
+func TestFullUntilConsumersCatchUp(t *testing.T) {
+	s := open(t, t.TempDir(), func(o *Options) { o.MaxBytes = 16 << 10; o.SegmentBytes = 4 << 10 })
+	defer s.Close()
+	var err error
+	n := 0
+	for ; n < 1000; n++ {
+		var end Position
+		if end, err = s.Append(payload(n)); err != nil {
+			break
+		}
+		s.Wait(context.Background(), end)
+	}
+	if !errors.Is(err, ErrFull) {
+		t.Fatalf("appending until full: err=%v after %d frames", err, n)
+	}
+	if st := s.Stats(); st.Bytes > st.MaxBytes {
+		t.Fatalf("spool holds %d bytes over its %d limit", st.Bytes, st.MaxBytes)
+	}
+	all := readAll(t, s, 0)
+	if len(all) != n {
+		t.Fatalf("%d frames readable, %d appended", len(all), n)
+	}
+	for _, c := range []string{"a", "b"} {
+		if err := s.Commit(c, all[len(all)-1].End); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.Append(payload(n)); err != nil {
+		t.Fatalf("append after consumers caught up: %v", err)
+	}
+}
+
+func TestConcurrentAppendsGroupCommit(t *testing.T) {
+	s := open(t, t.TempDir(), func(o *Options) { o.SegmentBytes = 64 << 10; o.MaxBytes = 64 << 20 })
+	defer s.Close()
+	const writers, each = 8, 100
+	var wg sync.WaitGroup
+	errs := make(chan error, writers)
+	for w := range writers {
+		wg.Go(func() {
+			for i := range each {
+				end, err := s.Append(fmt.Appendf(nil, "w%d-%d", w, i))
+				if err == nil {
+					err = s.Wait(context.Background(), end)
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, e := range readAll(t, s, 0) {
+		if seen[string(e.Payload)] {
+			t.Fatalf("frame %q read twice", e.Payload)
+		}
+		seen[string(e.Payload)] = true
+	}
+	if len(seen) != writers*each {
+		t.Fatalf("read %d distinct frames, want %d", len(seen), writers*each)
+	}
+}
+
+func TestCorruptFrameSkipsSegmentAndCounts(t *testing.T) {
+	dir := t.TempDir()
+	s := open(t, dir, nil)
+	for i := range 60 {
+		appendWait(t, s, payload(i))
+	}
+	s.Close()
+	// Flip a byte in the payload of the first frame of the first segment.
+	seg := filepath.Join(dir, fmt.Sprintf("%020d.seg", 0))
+	b, err := os.ReadFile(seg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[headerLen+frameOverhead+2] ^= 0xff
+	if err := os.WriteFile(seg, b, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	s = open(t, dir, nil)
+	defer s.Close()
+	r := s.NewReader(0)
+	defer r.Close()
+	_, _, err = r.TryNext()
+	if !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("first read: %v, want ErrCorrupt", err)
+	}
+	n := 0
+	for {
+		e, ok, err := r.TryNext()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ok {
+			break
+		}
+		if n == 0 && e.Pos != Position(len(b)+headerLen) {
+			t.Fatalf("after corruption the reader resumed at %d, want the next segment's first frame at %d", e.Pos, len(b)+headerLen)
+		}
+		n++
+	}
+	if n == 0 || n >= 60 {
+		t.Fatalf("read %d frames after the corrupt segment", n)
+	}
+	if s.Stats().CorruptFrames != 1 {
+		t.Fatalf("corrupt frames counted: %d", s.Stats().CorruptFrames)
+	}
+}
+
+// recorder is a Consumer that keeps every payload and acknowledges as it goes, failing a
+// configurable number of times first.
+type recorder struct {
+	mu       sync.Mutex
+	got      []string
+	failures int
+	calls    int
+}
+
+func (r *recorder) Consume(_ context.Context, es []Entry) (Position, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.calls++
+	if len(es) > 0 && r.failures > 0 {
+		r.failures--
+		return 0, errors.New("store unavailable")
+	}
+	var end Position
+	for _, e := range es {
+		r.got = append(r.got, string(e.Payload))
+		end = e.End
+	}
+	return end, nil
+}
+
+func (r *recorder) count() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.got)
+}
+
+func TestRunDeliversInOrderRetriesAndResumes(t *testing.T) {
+	dir := t.TempDir()
+	s := open(t, dir, func(o *Options) { o.Consumers = []string{"a"} })
+	for i := range 30 {
+		appendWait(t, s, payload(i))
+	}
+	rec := &recorder{failures: 3}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	var errCount int
+	go func() {
+		done <- s.Run(ctx, "a", rec, RunOptions{Idle: 10 * time.Millisecond, RetryMin: time.Millisecond, OnError: func(error) { errCount++ }})
+	}()
+	waitFor(t, func() bool { return rec.count() >= 30 })
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if errCount != 3 {
+		t.Fatalf("OnError called %d times, want 3", errCount)
+	}
+	for i, p := range rec.got[:30] {
+		if p != string(payload(i)) {
+			t.Fatalf("delivery %d out of order", i)
+		}
+	}
+	if pos, _ := s.Committed("a"); pos != s.Written() {
+		t.Fatalf("committed %d after consuming everything, written %d", pos, s.Written())
+	}
+	s.Close()
+
+	s = open(t, dir, func(o *Options) { o.Consumers = []string{"a"} })
+	defer s.Close()
+	for i := 30; i < 40; i++ {
+		appendWait(t, s, payload(i))
+	}
+	rec2 := &recorder{}
+	ctx, cancel = context.WithCancel(context.Background())
+	go func() { done <- s.Run(ctx, "a", rec2, RunOptions{Idle: 10 * time.Millisecond}) }()
+	waitFor(t, func() bool { return rec2.count() >= 10 })
+	cancel()
+	<-done
+	if len(rec2.got) != 10 || rec2.got[0] != string(payload(30)) {
+		t.Fatalf("after restart got %d entries starting %q, want the 10 new ones", len(rec2.got), rec2.got[0][:12])
+	}
+}
+
+func TestBlockedReaderReturnsOnClose(t *testing.T) {
+	s := open(t, t.TempDir(), nil)
+	r := s.NewReader(0)
+	done := make(chan error, 1)
+	go func() { _, err := r.Next(context.Background()); done <- err }()
+	time.Sleep(10 * time.Millisecond)
+	s.Close()
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrClosed) {
+			t.Fatalf("Next after Close: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a blocked reader did not return when the spool closed")
+	}
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not reached")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
