@@ -1,15 +1,64 @@
+// Command peertrail is the audit and observability pipeline for a Kubernetes control plane in
+// a mixed-version window: it receives every kube-apiserver's audit webhook, joins the entry and
+// peer records of each request forwarded by the Mixed Version Proxy, and stores and exports
+// what it finds.
 package main
 
 import (
-	_ "github.com/fxamacker/cbor/v2"
-	_ "github.com/klauspost/compress/zstd"
-	_ "github.com/prometheus/client_golang/prometheus"
-	_ "github.com/spf13/cobra"
-	_ "github.com/zeebo/xxh3"
-	_ "k8s.io/apiserver/pkg/apis/audit/v1"
-	_ "k8s.io/apiserver/plugin/pkg/audit/buffered"
-	_ "k8s.io/apiserver/plugin/pkg/audit/webhook"
-	_ "sigs.k8s.io/yaml"
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/spf13/cobra"
 )
 
-func main() {}
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := newRootCommand().ExecuteContext(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "peertrail:", err)
+		os.Exit(1)
+	}
+}
+
+type globalFlags struct {
+	logLevel  string
+	logFormat string
+}
+
+func (g *globalFlags) logger() (*slog.Logger, error) {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(g.logLevel)); err != nil {
+		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", g.logLevel)
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	switch strings.ToLower(g.logFormat) {
+	case "text":
+		return slog.New(slog.NewTextHandler(os.Stderr, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(os.Stderr, opts)), nil
+	}
+	return nil, fmt.Errorf("--log-format %q: want text or json", g.logFormat)
+}
+
+func newRootCommand() *cobra.Command {
+	g := &globalFlags{}
+	root := &cobra.Command{
+		Use:   "peertrail",
+		Short: "Audit and observability pipeline for Kubernetes Mixed Version Proxy upgrades",
+		Long: `peertrail receives the audit webhook of every kube-apiserver in a control plane that is
+being rolled from one minor version to the next. It joins the entry server's and the peer's
+records of each request the Mixed Version Proxy forwarded, classifies what happened (local,
+proxied, proxy failed, misleading 404, broken, loop), and stores and exports the result.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	root.PersistentFlags().StringVar(&g.logFormat, "log-format", "text", "log format: text or json")
+	root.AddCommand(newServeCommand(g), newLoadgenCommand(g))
+	return root
+}

@@ -1,0 +1,252 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/peertrail/peertrail/simulate"
+)
+
+type loadgenFlags struct {
+	url         string
+	apiservers  string
+	rate        int
+	batch       int
+	duration    time.Duration
+	caFile      string
+	insecureTLS bool
+	tokenFile   string
+	certFile    string
+	keyFile     string
+	jsonOut     bool
+}
+
+func newLoadgenCommand(_ *globalFlags) *cobra.Command {
+	f := &loadgenFlags{}
+	cmd := &cobra.Command{
+		Use:   "loadgen",
+		Short: "Post synthetic audit EventLists to a receiver at a fixed rate and report throughput and acknowledge latency",
+		Long: `loadgen posts audit.k8s.io/v1 EventLists shaped like a kube-apiserver's (Metadata level,
+ResponseComplete, realistic users, resources and annotations, every auditID unique) to
+<url>/audit/<apiserver>, one sender per apiserver, on a fixed schedule (open loop: a slow
+receiver does not slow the schedule, its latency shows). It reports accepted events per second
+and the acknowledge latency distribution. Use it to size a deployment or to check a change.`,
+		Example: `  peertrail loadgen --url https://peertrail:8443 --ca-file ca.crt --rate 10000 --duration 60s`,
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runLoadgen(cmd.Context(), f, cmd.OutOrStdout())
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.url, "url", "http://127.0.0.1:8443", "receiver base URL")
+	fl.StringVar(&f.apiservers, "apiservers", "kas-a,kas-b,kas-c", "comma-separated apiserver names to send as")
+	fl.IntVar(&f.rate, "rate", 10000, "events per second, over all apiservers")
+	fl.IntVar(&f.batch, "batch", 400, "events per EventList (the apiserver's default batch size is 400)")
+	fl.DurationVar(&f.duration, "duration", 30*time.Second, "how long to send")
+	fl.StringVar(&f.caFile, "ca-file", "", "CA bundle to verify the receiver's certificate")
+	fl.BoolVar(&f.insecureTLS, "insecure-skip-tls-verify", false, "do not verify the receiver's certificate")
+	fl.StringVar(&f.tokenFile, "token-file", "", "bearer token file")
+	fl.StringVar(&f.certFile, "client-cert-file", "", "client certificate (PEM)")
+	fl.StringVar(&f.keyFile, "client-key-file", "", "client certificate key (PEM)")
+	fl.BoolVar(&f.jsonOut, "json", false, "print the result as JSON")
+	return cmd
+}
+
+// LoadResult is what loadgen measured.
+type LoadResult struct {
+	Batches      int            `json:"batches"`
+	EventsSent   int            `json:"events_sent"`
+	EventsAcked  int            `json:"events_acked"`
+	Codes        map[string]int `json:"codes"`
+	Seconds      float64        `json:"seconds"`
+	AckedPerSec  float64        `json:"acked_events_per_second"`
+	LatencyP50ms float64        `json:"ack_latency_p50_ms"`
+	LatencyP90ms float64        `json:"ack_latency_p90_ms"`
+	LatencyP99ms float64        `json:"ack_latency_p99_ms"`
+	LatencyMaxms float64        `json:"ack_latency_max_ms"`
+	Late         int            `json:"batches_sent_late"`
+}
+
+// template is an EventList body whose auditIDs can be rewritten in place, so that sending
+// costs a copy instead of a JSON encoding.
+type template struct {
+	body    []byte
+	offsets []int // start of each auditID's last 12 hex digits
+}
+
+func newTemplate(gen *simulate.Events, n int) (template, error) {
+	body, items, err := gen.EventList(n)
+	if err != nil {
+		return template{}, err
+	}
+	t := template{body: body}
+	from := 0
+	for _, it := range items {
+		id := []byte(`"auditID":"` + string(it.AuditID) + `"`)
+		i := bytes.Index(body[from:], id)
+		if i < 0 {
+			return template{}, fmt.Errorf("auditID %s not found in template", it.AuditID)
+		}
+		start := from + i + len(id) - 1 - 12
+		t.offsets = append(t.offsets, start)
+		from = start
+	}
+	return t, nil
+}
+
+// render writes a copy with auditIDs unique to (sender, seq).
+func (t template) render(sender, seq int) []byte {
+	b := bytes.Clone(t.body)
+	for i, off := range t.offsets {
+		_ = fmt.Appendf(b[:off], "%03x%05x%04x", sender&0xfff, seq&0xfffff, i&0xffff) // overwrites in place
+	}
+	return b
+}
+
+func runLoadgen(ctx context.Context, f *loadgenFlags, out io.Writer) error {
+	names := strings.Split(f.apiservers, ",")
+	if f.rate <= 0 || f.batch <= 0 || len(names) == 0 {
+		return fmt.Errorf("--rate, --batch and --apiservers must be positive")
+	}
+	client, token, err := loadgenClient(f)
+	if err != nil {
+		return err
+	}
+	interval := time.Duration(float64(time.Second) * float64(f.batch*len(names)) / float64(f.rate))
+	var (
+		mu        sync.Mutex
+		latencies []time.Duration
+		res       = LoadResult{Codes: map[string]int{}}
+	)
+	start := time.Now()
+	deadline := start.Add(f.duration)
+	var wg sync.WaitGroup
+	for si, name := range names {
+		tmpl, err := newTemplate(simulate.NewEvents(uint64(si+1), nil), f.batch)
+		if err != nil {
+			return err
+		}
+		wg.Go(func() {
+			var inflight sync.WaitGroup
+			defer inflight.Wait()
+			// Stagger senders so their batches do not all arrive at once.
+			next := start.Add(interval * time.Duration(si) / time.Duration(len(names)))
+			for seq := 0; next.Before(deadline); seq++ {
+				if d := time.Until(next); d > 0 {
+					select {
+					case <-time.After(d):
+					case <-ctx.Done():
+						return
+					}
+				}
+				late := time.Since(next) > interval
+				body := tmpl.render(si, seq)
+				inflight.Go(func() {
+					t0 := time.Now()
+					code := post(ctx, client, f.url+"/audit/"+name, token, body)
+					lat := time.Since(t0)
+					mu.Lock()
+					defer mu.Unlock()
+					res.Batches++
+					res.EventsSent += f.batch
+					res.Codes[code]++
+					if code == "200" {
+						res.EventsAcked += f.batch
+						latencies = append(latencies, lat)
+					}
+					if late {
+						res.Late++
+					}
+				})
+				next = next.Add(interval)
+			}
+		})
+	}
+	wg.Wait()
+	res.Seconds = time.Since(start).Seconds()
+	res.AckedPerSec = float64(res.EventsAcked) / res.Seconds
+	slices.Sort(latencies)
+	q := func(p float64) float64 {
+		if len(latencies) == 0 {
+			return 0
+		}
+		return float64(latencies[min(len(latencies)-1, int(p*float64(len(latencies))))].Microseconds()) / 1000
+	}
+	res.LatencyP50ms, res.LatencyP90ms, res.LatencyP99ms, res.LatencyMaxms = q(.5), q(.9), q(.99), q(1)
+	if f.jsonOut {
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		return enc.Encode(res)
+	}
+	fmt.Fprintf(out, "sent %d events in %d batches over %.1fs; acknowledged %d (%.0f events/s)\n",
+		res.EventsSent, res.Batches, res.Seconds, res.EventsAcked, res.AckedPerSec)
+	fmt.Fprintf(out, "answers: %v; batches sent late: %d\n", res.Codes, res.Late)
+	fmt.Fprintf(out, "ack latency ms: p50 %.2f  p90 %.2f  p99 %.2f  max %.2f\n",
+		res.LatencyP50ms, res.LatencyP90ms, res.LatencyP99ms, res.LatencyMaxms)
+	if res.EventsAcked < res.EventsSent {
+		return fmt.Errorf("%d of %d events were not acknowledged", res.EventsSent-res.EventsAcked, res.EventsSent)
+	}
+	return nil
+}
+
+func post(ctx context.Context, c *http.Client, url, token string, body []byte) string {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return "error"
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return "error"
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return fmt.Sprint(resp.StatusCode)
+}
+
+func loadgenClient(f *loadgenFlags) (*http.Client, string, error) {
+	tc := &tls.Config{InsecureSkipVerify: f.insecureTLS} //nolint:gosec // opt-in flag for test receivers
+	if f.caFile != "" {
+		pem, err := os.ReadFile(f.caFile)
+		if err != nil {
+			return nil, "", err
+		}
+		tc.RootCAs = x509.NewCertPool()
+		if !tc.RootCAs.AppendCertsFromPEM(pem) {
+			return nil, "", fmt.Errorf("%s holds no PEM certificate", f.caFile)
+		}
+	}
+	if f.certFile != "" {
+		kp, err := tls.LoadX509KeyPair(f.certFile, f.keyFile)
+		if err != nil {
+			return nil, "", err
+		}
+		tc.Certificates = []tls.Certificate{kp}
+	}
+	var token string
+	if f.tokenFile != "" {
+		b, err := os.ReadFile(f.tokenFile)
+		if err != nil {
+			return nil, "", err
+		}
+		token = strings.TrimSpace(string(b))
+	}
+	tr := &http.Transport{TLSClientConfig: tc, ForceAttemptHTTP2: true, MaxIdleConnsPerHost: 64}
+	return &http.Client{Transport: tr, Timeout: 30 * time.Second}, token, nil
+}

@@ -1,0 +1,102 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/peertrail/peertrail/config"
+	"github.com/peertrail/peertrail/server"
+)
+
+func newServeCommand(g *globalFlags) *cobra.Command {
+	cfg := config.Defaults()
+	var configFile string
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Run the audit webhook receiver",
+		Long: `serve runs the receiver that every kube-apiserver's audit webhook posts to.
+
+Each apiserver posts its audit.k8s.io/v1 EventLists to POST /audit/<apiserver> (or to POST
+/audit with a client certificate mapped to its name). Each accepted batch is appended to an
+on-disk spool under --data-dir, and fsynced, before it is answered 200; a batch the apiserver
+resends is recognised and counted, never stored twice. Invalid items are kept in
+<data-dir>/deadletter and the rest of their batch is accepted.
+
+Endpoints on the same port: GET /metrics (Prometheus), GET /healthz, GET /readyz (ready while
+the spool is writable and has room).
+
+Settings come from flags and from an optional YAML file (--config); a flag given on the command
+line wins over the file. The file also lists the apiservers:
+
+  apiservers:
+  - name: kas-a                 # the <apiserver> of its webhook URL
+    address: 10.0.0.11          # optional: the IP it forwards peer requests from
+    version: v1.35.4            # optional
+    certSubject: kas-a-audit    # optional: client certificate CN (or full subject) naming it
+  tls: {certFile: ..., keyFile: ..., clientCAFile: ..., tokenFile: ...}
+  limits: {maxBodyBytes: 32Mi, maxInflight: 64, readTimeout: 60s, maxDeadLetterBytes: 1Gi}
+  spool: {maxBytes: 10Gi, segmentBytes: 64Mi, fsync: always, fsyncInterval: 1s, dedupHorizon: 10m}`,
+		Example: `  # TLS, apiservers authenticated by client certificates, names from a config file
+  peertrail serve --config /etc/peertrail/config.yaml \
+    --tls-cert-file tls.crt --tls-key-file tls.key --client-ca-file apiserver-audit-ca.crt
+
+  # Local trial: plain HTTP on loopback, any apiserver name accepted
+  peertrail serve --insecure-http --listen 127.0.0.1:8443 --accept-unknown-apiservers`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := applyConfigFile(cmd.Flags(), configFile, &cfg); err != nil {
+				return err
+			}
+			log, err := g.logger()
+			if err != nil {
+				return err
+			}
+			srv, err := server.New(cmd.Context(), cfg, log)
+			if err != nil {
+				return err
+			}
+			return srv.Run(cmd.Context())
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&configFile, "config", "", "YAML configuration file (apiserver list, TLS, limits); flags given on the command line win over it")
+	f.StringVar(&cfg.Listen, "listen", cfg.Listen, "address to listen on for the webhook, metrics, health and APIs")
+	f.StringVar(&cfg.DataDir, "data-dir", cfg.DataDir, "directory for the spool, the duplicate index and the dead letters")
+	f.BoolVar(&cfg.AcceptUnknownAPIServers, "accept-unknown-apiservers", false, "accept batches from apiserver names not in the config file (otherwise 403)")
+	f.BoolVar(&cfg.InsecureHTTP, "insecure-http", false, "serve plain HTTP instead of TLS; only allowed on a loopback address (tests, demos)")
+	f.StringVar(&cfg.TLS.CertFile, "tls-cert-file", "", "serving certificate (PEM); re-read when the file changes")
+	f.StringVar(&cfg.TLS.KeyFile, "tls-key-file", "", "serving certificate's private key (PEM)")
+	f.StringVar(&cfg.TLS.ClientCAFile, "client-ca-file", "", "CA bundle that verifies the apiservers' client certificates; setting it requires authentication")
+	f.StringVar(&cfg.TLS.TokenFile, "token-file", "", "file holding a bearer token the apiservers present (their webhook kubeconfig's token); setting it requires authentication")
+	f.Var(&cfg.Limits.MaxBodyBytes, "max-body-bytes", "largest accepted body, before and after gzip decoding (413 beyond)")
+	f.IntVar(&cfg.Limits.MaxInflight, "max-inflight", cfg.Limits.MaxInflight, "webhook requests processed at once; more are answered 503 with Retry-After")
+	f.Var(&cfg.Limits.ReadTimeout, "read-timeout", "time allowed to read one request body (408 beyond)")
+	f.Var(&cfg.Limits.MaxDeadLetterBytes, "max-dead-letter-bytes", "size limit of the dead-letter files; beyond it invalid items are counted but not kept")
+	f.Var(&cfg.Spool.MaxBytes, "spool-max-bytes", "size limit of the spool; when full, batches are answered 503 with Retry-After")
+	f.Var(&cfg.Spool.SegmentBytes, "spool-segment-bytes", "size of one spool segment file")
+	f.StringVar(&cfg.Spool.Fsync, "spool-fsync", cfg.Spool.Fsync, "when to fsync the spool: always (before answering, the default), interval, or never")
+	f.Var(&cfg.Spool.FsyncPeriod, "spool-fsync-interval", "fsync period with --spool-fsync=interval")
+	f.Var(&cfg.Spool.DedupHorizon, "dedup-horizon", "how long accepted events are remembered to recognise resent batches (the apiserver retries for about 4 minutes)")
+	return cmd
+}
+
+// applyConfigFile loads the file over cfg, then re-applies the flags given on the command line,
+// which are bound to cfg's fields, so that they win.
+func applyConfigFile(fs *pflag.FlagSet, path string, cfg *config.File) error {
+	if path == "" {
+		return cfg.Validate()
+	}
+	set := map[string]string{}
+	fs.Visit(func(f *pflag.Flag) { set[f.Name] = f.Value.String() })
+	if err := config.LoadInto(path, cfg); err != nil {
+		return err
+	}
+	for name, v := range set {
+		if err := fs.Set(name, v); err != nil {
+			return fmt.Errorf("--%s: %w", name, err)
+		}
+	}
+	return cfg.Validate()
+}

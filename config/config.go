@@ -1,0 +1,206 @@
+// Package config is peertrail's configuration: the YAML file given with --config, with every
+// setting also available as a flag of the same meaning (a flag given on the command line wins
+// over the file).
+package config
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"sigs.k8s.io/yaml"
+)
+
+// APIServer describes one kube-apiserver of the control plane.
+type APIServer struct {
+	// Name is how the apiserver is known: its webhook URL path (/audit/<name>) and the
+	// apiserver label of every metric and record.
+	Name string `json:"name"`
+	// Address is the IP the apiserver connects from when it forwards a request to a peer
+	// (usually its --peer-advertise-ip or --advertise-address). Optional: it makes telling the
+	// entry of a forwarded request from its peer certain instead of inferred.
+	Address string `json:"address,omitempty"`
+	// Version is the apiserver's version (e.g. v1.35.4). Optional: peertrail learns it from
+	// the apiserver's own requests too.
+	Version string `json:"version,omitempty"`
+	// CertSubject is the subject of the client certificate this apiserver's webhook presents:
+	// its common name, or the whole subject as "CN=...,O=...". Optional.
+	CertSubject string `json:"certSubject,omitempty"`
+}
+
+// File is the YAML configuration file.
+type File struct {
+	Listen                  string      `json:"listen,omitempty"`
+	DataDir                 string      `json:"dataDir,omitempty"`
+	APIServers              []APIServer `json:"apiservers,omitempty"`
+	AcceptUnknownAPIServers bool        `json:"acceptUnknownAPIServers,omitempty"`
+	InsecureHTTP            bool        `json:"insecureHTTP,omitempty"`
+	TLS                     TLS         `json:"tls,omitempty"`
+	Limits                  Limits      `json:"limits,omitempty"`
+	Spool                   Spool       `json:"spool,omitempty"`
+}
+
+// TLS is the receiver's transport security.
+type TLS struct {
+	CertFile     string `json:"certFile,omitempty"`
+	KeyFile      string `json:"keyFile,omitempty"`
+	ClientCAFile string `json:"clientCAFile,omitempty"`
+	// TokenFile holds a bearer token that authenticates senders (alternative to client certs).
+	TokenFile string `json:"tokenFile,omitempty"`
+}
+
+// Limits protect the receiver.
+type Limits struct {
+	MaxBodyBytes       ByteSize `json:"maxBodyBytes,omitempty"`
+	MaxInflight        int      `json:"maxInflight,omitempty"`
+	ReadTimeout        Duration `json:"readTimeout,omitempty"`
+	MaxDeadLetterBytes ByteSize `json:"maxDeadLetterBytes,omitempty"`
+}
+
+// Spool is the write-ahead log's configuration.
+type Spool struct {
+	MaxBytes     ByteSize `json:"maxBytes,omitempty"`
+	SegmentBytes ByteSize `json:"segmentBytes,omitempty"`
+	Fsync        string   `json:"fsync,omitempty"`
+	FsyncPeriod  Duration `json:"fsyncInterval,omitempty"`
+	DedupHorizon Duration `json:"dedupHorizon,omitempty"`
+}
+
+// LoadInto reads a configuration file strictly (an unknown key is an error, not a silent
+// default) over f: what the file does not mention keeps its value in f.
+func LoadInto(path string, f *File) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("read config: %w", err)
+	}
+	if err := yaml.UnmarshalStrict(b, f); err != nil {
+		return fmt.Errorf("config %s: %w", path, err)
+	}
+	return nil
+}
+
+// Validate checks what a file can get wrong on its own.
+func (f File) Validate() error {
+	seen := map[string]bool{}
+	subjects := map[string]string{}
+	var errs []error
+	for i, a := range f.APIServers {
+		switch {
+		case a.Name == "":
+			errs = append(errs, fmt.Errorf("apiservers[%d]: name is required", i))
+		case seen[a.Name]:
+			errs = append(errs, fmt.Errorf("apiservers[%d]: duplicate name %q", i, a.Name))
+		}
+		seen[a.Name] = true
+		if a.CertSubject != "" {
+			if other, ok := subjects[a.CertSubject]; ok {
+				errs = append(errs, fmt.Errorf("apiservers[%d]: certSubject %q already names %q", i, a.CertSubject, other))
+			}
+			subjects[a.CertSubject] = a.Name
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Duration is a time.Duration written as "30s" in YAML and flags.
+type Duration time.Duration
+
+func (d Duration) String() string { return time.Duration(d).String() }
+
+// Set implements pflag.Value.
+func (d *Duration) Set(s string) error {
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return err
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// Type implements pflag.Value.
+func (d *Duration) Type() string { return "duration" }
+
+// UnmarshalJSON accepts "30s" (and, for convenience, a number of seconds).
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	if s, err := strconv.Unquote(string(b)); err == nil {
+		return d.Set(s)
+	}
+	secs, err := strconv.ParseFloat(string(b), 64)
+	if err != nil {
+		return fmt.Errorf("duration %s: want a string like \"30s\"", b)
+	}
+	*d = Duration(secs * float64(time.Second))
+	return nil
+}
+
+// MarshalJSON writes the duration as a string.
+func (d Duration) MarshalJSON() ([]byte, error) { return []byte(strconv.Quote(d.String())), nil }
+
+// ByteSize is a size in bytes, written as 33554432, "32Mi", "32MiB" or "1G".
+type ByteSize int64
+
+var sizeUnits = []struct {
+	suffix string
+	mult   int64
+}{
+	{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"TiB", 1 << 40},
+	{"Ki", 1 << 10}, {"Mi", 1 << 20}, {"Gi", 1 << 30}, {"Ti", 1 << 40},
+	{"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12},
+	{"K", 1e3}, {"M", 1e6}, {"G", 1e9}, {"T", 1e12}, {"B", 1},
+}
+
+// ParseByteSize parses a size.
+func ParseByteSize(s string) (ByteSize, error) {
+	t := strings.TrimSpace(s)
+	mult := int64(1)
+	for _, u := range sizeUnits {
+		if rest, ok := strings.CutSuffix(t, u.suffix); ok {
+			t, mult = strings.TrimSpace(rest), u.mult
+			break
+		}
+	}
+	n, err := strconv.ParseInt(t, 10, 64)
+	if err != nil || n < 0 || n > (1<<62)/mult {
+		return 0, fmt.Errorf("invalid size %q (want e.g. 33554432, 32Mi or 1Gi)", s)
+	}
+	return ByteSize(n * mult), nil
+}
+
+func (b ByteSize) String() string {
+	for _, u := range []struct {
+		s string
+		m int64
+	}{{"Ti", 1 << 40}, {"Gi", 1 << 30}, {"Mi", 1 << 20}, {"Ki", 1 << 10}} {
+		if int64(b) >= u.m && int64(b)%u.m == 0 {
+			return strconv.FormatInt(int64(b)/u.m, 10) + u.s
+		}
+	}
+	return strconv.FormatInt(int64(b), 10)
+}
+
+// Set implements pflag.Value.
+func (b *ByteSize) Set(s string) error {
+	v, err := ParseByteSize(s)
+	if err != nil {
+		return err
+	}
+	*b = v
+	return nil
+}
+
+// Type implements pflag.Value.
+func (b *ByteSize) Type() string { return "size" }
+
+// UnmarshalJSON accepts a number or a string with a unit.
+func (b *ByteSize) UnmarshalJSON(data []byte) error {
+	if s, err := strconv.Unquote(string(data)); err == nil {
+		return b.Set(s)
+	}
+	return b.Set(string(data))
+}
+
+// MarshalJSON writes the size as a string with a unit.
+func (b ByteSize) MarshalJSON() ([]byte, error) { return []byte(strconv.Quote(b.String())), nil }

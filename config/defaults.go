@@ -1,0 +1,26 @@
+package config
+
+import "time"
+
+// Defaults returns the configuration used where neither the file nor a flag says otherwise.
+func Defaults() File {
+	return File{
+		Listen:  ":8443",
+		DataDir: "data",
+		Limits: Limits{
+			MaxBodyBytes:       32 << 20,
+			MaxInflight:        64,
+			ReadTimeout:        Duration(60 * time.Second),
+			MaxDeadLetterBytes: 1 << 30,
+		},
+		Spool: Spool{
+			MaxBytes:     10 << 30,
+			SegmentBytes: 64 << 20,
+			Fsync:        "always",
+			FsyncPeriod:  Duration(time.Second),
+			// The apiserver's webhook retries a batch for about four minutes (5 attempts of up
+			// to 30 s, backing off from 10 s by 1.5x); twice that, with room to spare.
+			DedupHorizon: Duration(10 * time.Minute),
+		},
+	}
+}

@@ -1,0 +1,368 @@
+// Package ingest is the audit webhook receiver that every kube-apiserver posts its
+// audit.k8s.io/v1 EventLists to. It establishes which apiserver sent a batch, decodes and
+// normalises its events, drops the ones it already has, and appends the rest to the spool
+// before it answers 200, so an acknowledged event is never lost and never stored twice.
+//
+// Answers follow what the apiserver's webhook client does with them: it retries a whole batch
+// on any error, so a batch with some bad items is still acknowledged (the bad items go to the
+// dead-letter files), and only faults the sender can fix or outlast get an error.
+package ingest
+
+import (
+	"compress/gzip"
+	"context"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/peertrail/peertrail/ingest/dedup"
+	"github.com/peertrail/peertrail/ingest/record"
+	"github.com/peertrail/peertrail/ingest/spool"
+	"github.com/peertrail/peertrail/metrics"
+)
+
+// Options configure a Receiver.
+type Options struct {
+	// APIServers are the names of the apiservers allowed to send; others are refused with 403
+	// unless AcceptUnknown.
+	APIServers    []string
+	AcceptUnknown bool
+	// CertSubjects maps a client certificate's subject (its common name, or the whole subject
+	// as "CN=...,O=...") to the apiserver it identifies.
+	CertSubjects map[string]string
+	// Token, when set, is a bearer token that authenticates a sender.
+	Token string
+	// RequireAuth refuses (401) requests with neither a verified client certificate nor the
+	// token. It is on whenever a client CA or a token is configured.
+	RequireAuth bool
+	// MaxBodyBytes bounds a body, both as received and after gzip decoding.
+	MaxBodyBytes int64
+	// MaxInflight bounds the requests read and processed at once; beyond it, 503.
+	MaxInflight int
+	// ReadTimeout bounds reading one request body.
+	ReadTimeout time.Duration
+	// RetryAfter is the delay suggested with a 503.
+	RetryAfter time.Duration
+}
+
+// Receiver is the webhook endpoint. Create it with NewReceiver; it is an http.Handler for
+// POST /audit/{apiserver} and POST /audit (sender named by its certificate alone).
+type Receiver struct {
+	opts   Options
+	known  map[string]bool
+	spool  *spool.Spool
+	index  *dedup.Index
+	codec  *record.Codec
+	dead   *DeadLetters
+	log    *slog.Logger
+	m      *receiverMetrics
+	slots  chan struct{}
+	now    func() time.Time
+	commit sync.Mutex // makes duplicate check and spool append one step
+}
+
+// NewReceiver returns a receiver writing to sp, remembering keys in ix and dead letters in dl.
+// It does not own them: the caller closes them after the receiver's server has stopped.
+func NewReceiver(opts Options, sp *spool.Spool, ix *dedup.Index, codec *record.Codec, dl *DeadLetters, log *slog.Logger) *Receiver {
+	if opts.MaxInflight <= 0 {
+		opts.MaxInflight = 64
+	}
+	if opts.RetryAfter <= 0 {
+		opts.RetryAfter = time.Second
+	}
+	known := make(map[string]bool, len(opts.APIServers))
+	for _, n := range opts.APIServers {
+		known[n] = true
+	}
+	return &Receiver{
+		opts: opts, known: known, spool: sp, index: ix, codec: codec, dead: dl, log: log,
+		m: newReceiverMetrics(), slots: make(chan struct{}, opts.MaxInflight), now: time.Now,
+	}
+}
+
+// Collectors returns the receiver's metrics, for registration.
+func (rc *Receiver) Collectors() []prometheus.Collector { return rc.m.collectors() }
+
+// Register adds the receiver's routes to mux.
+func (rc *Receiver) Register(mux *http.ServeMux) {
+	mux.Handle("POST /audit/{apiserver}", rc)
+	mux.Handle("POST /audit", rc)
+}
+
+// answer is the outcome of one request.
+type answer struct {
+	code      int
+	apiserver string // established sender, or metrics.UnknownAPIServer
+	msg       string
+	retry     bool // add Retry-After
+}
+
+func (rc *Receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := rc.now()
+	a := rc.serve(w, r, start)
+	if a.retry {
+		w.Header().Set("Retry-After", strconv.Itoa(int((rc.opts.RetryAfter+time.Second-1)/time.Second)))
+	}
+	if a.code == http.StatusUnauthorized {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="peertrail"`)
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(a.code)
+	io.WriteString(w, a.msg+"\n")
+
+	rc.m.requests.WithLabelValues(a.apiserver, strconv.Itoa(a.code)).Inc()
+	rc.m.ack.Observe(rc.now().Sub(start).Seconds())
+	if a.code != http.StatusOK {
+		rc.log.Info("audit batch refused", "apiserver", a.apiserver, "code", a.code, "reason", a.msg, "remote", r.RemoteAddr)
+	}
+}
+
+var apiserverName = regexp.MustCompile(`^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$`)
+
+func (rc *Receiver) serve(w http.ResponseWriter, r *http.Request, start time.Time) answer {
+	unknown := metrics.UnknownAPIServer
+	select {
+	case rc.slots <- struct{}{}:
+		defer func() { <-rc.slots }()
+	default:
+		return answer{code: http.StatusServiceUnavailable, apiserver: unknown, retry: true,
+			msg: fmt.Sprintf("overloaded: %d requests in flight", rc.opts.MaxInflight)}
+	}
+	rc.m.inflight.Inc()
+	defer rc.m.inflight.Dec()
+
+	certName, certOK, certSubject := rc.certIdentity(r)
+	if rc.opts.RequireAuth && !certOK && !rc.tokenOK(r) {
+		return answer{code: http.StatusUnauthorized, apiserver: unknown,
+			msg: "unauthenticated: present a client certificate signed by the configured client CA, or the bearer token"}
+	}
+	name := r.PathValue("apiserver")
+	if name != "" && !apiserverName.MatchString(name) {
+		return answer{code: http.StatusForbidden, apiserver: unknown, msg: fmt.Sprintf("%q is not a valid apiserver name", name)}
+	}
+	switch {
+	case certSubject != "" && certName == "" && len(rc.opts.CertSubjects) > 0:
+		return answer{code: http.StatusForbidden, apiserver: unknown,
+			msg: fmt.Sprintf("client certificate %q does not map to any apiserver", certSubject)}
+	case certName != "" && name != "" && certName != name:
+		return answer{code: http.StatusForbidden, apiserver: unknown,
+			msg: fmt.Sprintf("path names apiserver %q but the client certificate is %q's", name, certName)}
+	case name == "":
+		name = certName
+	}
+	if name == "" {
+		return answer{code: http.StatusForbidden, apiserver: unknown,
+			msg: "cannot tell which apiserver sent this batch: post to /audit/<apiserver> or use a mapped client certificate"}
+	}
+	if !rc.known[name] && !rc.opts.AcceptUnknown {
+		return answer{code: http.StatusForbidden, apiserver: unknown,
+			msg: fmt.Sprintf("unknown apiserver %q (configure it, or run with --accept-unknown-apiservers)", name)}
+	}
+
+	body, a := rc.readBody(w, r, name)
+	if body == nil {
+		return a
+	}
+	return rc.accept(r.Context(), body, name, r.RemoteAddr, start)
+}
+
+// certIdentity returns the apiserver named by a verified client certificate, whether a verified
+// certificate was presented at all, and its subject.
+func (rc *Receiver) certIdentity(r *http.Request) (name string, verified bool, subject string) {
+	if r.TLS == nil || len(r.TLS.VerifiedChains) == 0 || len(r.TLS.VerifiedChains[0]) == 0 {
+		return "", false, ""
+	}
+	cert := r.TLS.VerifiedChains[0][0]
+	subject = cert.Subject.String()
+	if n, ok := rc.opts.CertSubjects[subject]; ok {
+		return n, true, subject
+	}
+	if n, ok := rc.opts.CertSubjects[cert.Subject.CommonName]; ok {
+		return n, true, subject
+	}
+	return "", true, subject
+}
+
+func (rc *Receiver) tokenOK(r *http.Request) bool {
+	if rc.opts.Token == "" {
+		return false
+	}
+	h := r.Header.Get("Authorization")
+	tok, ok := strings.CutPrefix(h, "Bearer ")
+	return ok && subtle.ConstantTimeCompare([]byte(strings.TrimSpace(tok)), []byte(rc.opts.Token)) == 1
+}
+
+// readBody reads the (possibly gzip-encoded) body within the size and time limits. On failure
+// it returns nil and the answer to give.
+func (rc *Receiver) readBody(w http.ResponseWriter, r *http.Request, name string) ([]byte, answer) {
+	if rc.opts.ReadTimeout > 0 {
+		// Per request, so it also holds on HTTP/2 where connection deadlines do not apply.
+		_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(rc.opts.ReadTimeout))
+	}
+	limit := rc.opts.MaxBodyBytes
+	if r.ContentLength > limit {
+		return nil, answer{code: http.StatusRequestEntityTooLarge, apiserver: name,
+			msg: fmt.Sprintf("body of %d bytes exceeds the limit of %d", r.ContentLength, limit)}
+	}
+	counted := &countingReader{r: http.MaxBytesReader(w, r.Body, limit)}
+	var src io.Reader = counted
+	switch enc := strings.ToLower(strings.TrimSpace(r.Header.Get("Content-Encoding"))); enc {
+	case "", "identity":
+	case "gzip", "x-gzip":
+		zr, err := gzip.NewReader(counted)
+		if err != nil {
+			rc.m.bytes.WithLabelValues(name).Add(float64(counted.n))
+			return nil, rc.readError(name, err, "gzip header")
+		}
+		defer zr.Close()
+		src = zr
+	default:
+		return nil, answer{code: http.StatusUnsupportedMediaType, apiserver: name,
+			msg: fmt.Sprintf("unsupported Content-Encoding %q (want gzip or none)", enc)}
+	}
+	// Read one byte past the limit so that a decoded body over it is recognised (a gzip bomb).
+	body, err := io.ReadAll(io.LimitReader(src, limit+1))
+	rc.m.bytes.WithLabelValues(name).Add(float64(counted.n))
+	if err != nil {
+		return nil, rc.readError(name, err, "body")
+	}
+	if int64(len(body)) > limit {
+		return nil, answer{code: http.StatusRequestEntityTooLarge, apiserver: name,
+			msg: fmt.Sprintf("decoded body exceeds the limit of %d bytes", limit)}
+	}
+	return body, answer{}
+}
+
+func (rc *Receiver) readError(name string, err error, what string) answer {
+	var tooBig *http.MaxBytesError
+	var ne net.Error
+	switch {
+	case errors.As(err, &tooBig):
+		return answer{code: http.StatusRequestEntityTooLarge, apiserver: name,
+			msg: fmt.Sprintf("body exceeds the limit of %d bytes", tooBig.Limit)}
+	case errors.Is(err, os.ErrDeadlineExceeded) || errors.As(err, &ne) && ne.Timeout():
+		return answer{code: http.StatusRequestTimeout, apiserver: name,
+			msg: fmt.Sprintf("reading the %s took longer than %s", what, rc.opts.ReadTimeout)}
+	case errors.Is(err, gzip.ErrHeader) || errors.Is(err, gzip.ErrChecksum) || errors.Is(err, io.ErrUnexpectedEOF) && what == "gzip header":
+		return answer{code: http.StatusBadRequest, apiserver: name, msg: fmt.Sprintf("invalid gzip %s: %v", what, err)}
+	}
+	return answer{code: http.StatusBadRequest, apiserver: name, msg: fmt.Sprintf("reading the %s: %v", what, err)}
+}
+
+type countingReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
+}
+
+// accept decodes body, keeps its invalid items, spools its new events and waits until they are
+// durable. The answer is 200 whenever every valid event is stored (now or before).
+func (rc *Receiver) accept(ctx context.Context, body []byte, name, remote string, start time.Time) answer {
+	recs, invalid, err := record.Decode(body, name, start)
+	if err != nil {
+		rc.keepDead(reasonNotEventList, NewDeadLetter(start, name, remote, err.Error(), -1, body))
+		return answer{code: http.StatusBadRequest, apiserver: name, msg: err.Error()}
+	}
+	if len(invalid) > 0 {
+		// Kept or not, invalid items must not hold back the valid ones: a refused batch is
+		// resent, refused again, and finally dropped by the apiserver, valid events included.
+		letters := make([]DeadLetter, len(invalid))
+		for i, inv := range invalid {
+			letters[i] = NewDeadLetter(start, name, remote, inv.Reason, inv.Index, inv.Raw)
+		}
+		rc.keepDead(reasonInvalidItem, letters...)
+	}
+
+	keys := make([]record.Key, len(recs))
+	for i := range recs {
+		keys[i] = recs[i].Key()
+	}
+	// Encode outside the lock on the bet that nothing is a duplicate, which is the common case.
+	frame, err := rc.codec.AppendFrame(nil, name, start, recs, keys)
+	if err != nil {
+		return answer{code: http.StatusInternalServerError, apiserver: name, msg: err.Error()}
+	}
+
+	rc.commit.Lock()
+	dup, ndup := rc.index.Filter(start, keys)
+	if ndup > 0 && ndup < len(recs) {
+		fresh, freshKeys := make([]record.Record, 0, len(recs)-ndup), make([]record.Key, 0, len(recs)-ndup)
+		for i := range recs {
+			if !dup[i] {
+				fresh, freshKeys = append(fresh, recs[i]), append(freshKeys, keys[i])
+			}
+		}
+		frame, err = rc.codec.AppendFrame(frame[:0], name, start, fresh, freshKeys)
+		if err != nil {
+			rc.index.Forget(keys, dup)
+			rc.commit.Unlock()
+			return answer{code: http.StatusInternalServerError, apiserver: name, msg: err.Error()}
+		}
+	}
+	var end spool.Position
+	if ndup < len(recs) {
+		end, err = rc.spool.Append(frame)
+		if err != nil {
+			rc.index.Forget(keys, dup)
+			rc.commit.Unlock()
+			return answer{code: http.StatusServiceUnavailable, apiserver: name, retry: true, msg: err.Error()}
+		}
+	} else {
+		// All duplicates: their first copies may still be on their way to disk.
+		end = rc.spool.Written()
+	}
+	rc.commit.Unlock()
+
+	if err := rc.spool.Wait(ctx, end); err != nil {
+		return answer{code: http.StatusServiceUnavailable, apiserver: name, retry: true, msg: fmt.Sprintf("spool: %v", err)}
+	}
+	accepted := len(recs) - ndup
+	rc.m.events.WithLabelValues(name, metrics.ResultAccepted).Add(float64(accepted))
+	rc.m.events.WithLabelValues(name, metrics.ResultDuplicate).Add(float64(ndup))
+	rc.m.events.WithLabelValues(name, metrics.ResultInvalid).Add(float64(len(invalid)))
+	rc.m.lastBatch.WithLabelValues(name).Set(float64(start.UnixNano()) / 1e9)
+	return answer{code: http.StatusOK, apiserver: name,
+		msg: fmt.Sprintf("accepted %d, duplicate %d, invalid %d", accepted, ndup, len(invalid))}
+}
+
+// keepDead writes dead letters; a failure is counted and logged, never turned into a refusal.
+func (rc *Receiver) keepDead(reason string, letters ...DeadLetter) {
+	if err := rc.dead.Write(letters...); err != nil {
+		rc.m.dlDropped.Add(float64(len(letters)))
+		rc.log.Error("dead letters could not be kept", "count", len(letters), "err", err)
+		return
+	}
+	rc.m.deadLetters.WithLabelValues(reason).Add(float64(len(letters)))
+}
+
+// Ready reports whether the receiver can accept batches: the spool is open, healthy and has room.
+func (rc *Receiver) Ready() error {
+	st := rc.spool.Stats()
+	switch {
+	case st.Closed:
+		return spool.ErrClosed
+	case st.Failed != nil:
+		return st.Failed
+	case st.Bytes >= st.MaxBytes:
+		return fmt.Errorf("%w: %d of %d bytes used", spool.ErrFull, st.Bytes, st.MaxBytes)
+	}
+	return nil
+}

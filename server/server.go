@@ -1,0 +1,271 @@
+// Package server assembles peertrail's long-running process: the spool and its consumers, the
+// audit webhook receiver, and the HTTP(S) endpoint that serves the webhook, health, metrics
+// and APIs. It owns their lifecycle: open in data-flow order, close in reverse.
+package server
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/peertrail/peertrail/config"
+	"github.com/peertrail/peertrail/ingest"
+	"github.com/peertrail/peertrail/ingest/dedup"
+	"github.com/peertrail/peertrail/ingest/record"
+	"github.com/peertrail/peertrail/ingest/spool"
+	"github.com/peertrail/peertrail/metrics"
+)
+
+// Server is a running peertrail.
+type Server struct {
+	cfg      config.File
+	log      *slog.Logger
+	registry *prometheus.Registry
+
+	spool    *spool.Spool
+	codec    *record.Codec
+	receiver *ingest.Receiver
+	http     *http.Server
+	listener net.Listener
+	scheme   string
+
+	cancel    context.CancelFunc
+	consumers sync.WaitGroup
+	errc      chan error
+}
+
+// New opens the data directory and prepares everything; Start begins serving.
+func New(ctx context.Context, cfg config.File, log *slog.Logger) (_ *Server, err error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg, log: log, registry: prometheus.NewRegistry(), errc: make(chan error, 4)}
+	defer func() {
+		if err != nil {
+			s.closeStores()
+		}
+	}()
+	s.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	policy, err := spool.ParseSyncPolicy(cfg.Spool.Fsync)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o750); err != nil {
+		return nil, fmt.Errorf("data directory: %w", err)
+	}
+	s.spool, err = spool.Open(spool.Options{
+		Dir:          filepath.Join(cfg.DataDir, "spool"),
+		SegmentBytes: int64(cfg.Spool.SegmentBytes),
+		MaxBytes:     int64(cfg.Spool.MaxBytes),
+		Sync:         policy,
+		SyncInterval: time.Duration(cfg.Spool.FsyncPeriod),
+		Consumers:    []string{dedup.ConsumerName},
+		Logger:       log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	s.registry.MustRegister(s.spool.Collector())
+
+	started := time.Now()
+	horizon := time.Duration(cfg.Spool.DedupHorizon)
+	keysDir := filepath.Join(cfg.DataDir, "dedup")
+	index, fromFiles, fromSpool, err := dedup.Load(ctx, log, keysDir, horizon, s.spool, time.Now())
+	if err != nil {
+		return nil, err
+	}
+	log.Info("duplicate index rebuilt", "keys", index.Len(), "from_files", fromFiles, "from_spool", fromSpool, "took", time.Since(started).Round(time.Millisecond))
+	s.registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: metrics.DedupKeys, Help: "Event keys remembered for duplicate detection.",
+	}, func() float64 { return float64(index.Len()) }))
+
+	dead, err := ingest.OpenDeadLetters(filepath.Join(cfg.DataDir, "deadletter"), int64(cfg.Limits.MaxDeadLetterBytes), policy == spool.SyncAlways)
+	if err != nil {
+		return nil, err
+	}
+	if s.codec, err = record.NewCodec(); err != nil {
+		return nil, err
+	}
+
+	opts, err := receiverOptions(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if !opts.RequireAuth {
+		log.Warn("no client CA and no token configured: any client that reaches the listener can post audit events")
+	}
+	s.receiver = ingest.NewReceiver(opts, s.spool, index, s.codec, dead, log)
+	s.registry.MustRegister(s.receiver.Collectors()...)
+
+	bg, cancel := context.WithCancel(context.Background())
+	s.cancel = cancel
+	persister := &dedup.Persister{Dir: keysDir, Horizon: horizon, Log: log}
+	s.runConsumer(bg, dedup.ConsumerName, persister)
+	s.consumers.Go(func() {
+		t := time.NewTicker(time.Minute)
+		defer t.Stop()
+		for {
+			select {
+			case <-bg.Done():
+				return
+			case now := <-t.C:
+				index.Expire(now)
+			}
+		}
+	})
+
+	if err := s.listen(); err != nil {
+		cancel()
+		s.consumers.Wait()
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *Server) runConsumer(ctx context.Context, name string, c spool.Consumer) {
+	failures := prometheus.NewCounter(prometheus.CounterOpts{
+		Name:        metrics.SpoolConsumerErrorsTotal,
+		Help:        "Failed deliveries to a spool consumer (each is retried with backoff).",
+		ConstLabels: prometheus.Labels{metrics.LabelConsumer: name},
+	})
+	s.registry.MustRegister(failures)
+	s.consumers.Go(func() {
+		if err := s.spool.Run(ctx, name, c, spool.RunOptions{OnError: func(error) { failures.Inc() }}); err != nil {
+			s.errc <- fmt.Errorf("consumer %s: %w", name, err)
+		}
+	})
+}
+
+func receiverOptions(cfg config.File) (ingest.Options, error) {
+	o := ingest.Options{
+		AcceptUnknown: cfg.AcceptUnknownAPIServers,
+		CertSubjects:  map[string]string{},
+		MaxBodyBytes:  int64(cfg.Limits.MaxBodyBytes),
+		MaxInflight:   cfg.Limits.MaxInflight,
+		ReadTimeout:   time.Duration(cfg.Limits.ReadTimeout),
+		RequireAuth:   cfg.TLS.ClientCAFile != "" || cfg.TLS.TokenFile != "",
+	}
+	for _, a := range cfg.APIServers {
+		o.APIServers = append(o.APIServers, a.Name)
+		if a.CertSubject != "" {
+			o.CertSubjects[a.CertSubject] = a.Name
+		}
+	}
+	if cfg.TLS.TokenFile != "" {
+		b, err := os.ReadFile(cfg.TLS.TokenFile)
+		if err != nil {
+			return o, fmt.Errorf("token file: %w", err)
+		}
+		if o.Token = strings.TrimSpace(string(b)); o.Token == "" {
+			return o, fmt.Errorf("token file %s is empty", cfg.TLS.TokenFile)
+		}
+	}
+	return o, nil
+}
+
+func (s *Server) listen() error {
+	mux := http.NewServeMux()
+	s.receiver.Register(mux)
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{Registry: s.registry}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if err := s.receiver.Ready(); err != nil {
+			http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		io.WriteString(w, "ok\n")
+	})
+	s.http = &http.Server{
+		Handler:           mux,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+	}
+	ln, err := net.Listen("tcp", s.cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", s.cfg.Listen, err)
+	}
+	if s.cfg.InsecureHTTP {
+		if !isLoopback(ln.Addr()) {
+			ln.Close()
+			return fmt.Errorf("--insecure-http serves plain HTTP on loopback only, and %s is not loopback (use e.g. 127.0.0.1:8443, or configure TLS)", s.cfg.Listen)
+		}
+		s.listener, s.scheme = ln, "http"
+		return nil
+	}
+	tc, err := ingest.ServerTLS(s.cfg.TLS.CertFile, s.cfg.TLS.KeyFile, s.cfg.TLS.ClientCAFile)
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	s.http.TLSConfig = tc
+	s.listener, s.scheme = tls.NewListener(ln, tc), "https"
+	return nil
+}
+
+func isLoopback(a net.Addr) bool {
+	ta, ok := a.(*net.TCPAddr)
+	return ok && ta.IP.IsLoopback()
+}
+
+// URL is the base URL the server listens on.
+func (s *Server) URL() string {
+	return s.scheme + "://" + s.listener.Addr().String()
+}
+
+// Registry is the server's metrics registry, for the components added by later stages.
+func (s *Server) Registry() *prometheus.Registry { return s.registry }
+
+// Run serves until ctx ends or a component fails, then shuts down gracefully: in-flight
+// webhook requests finish (and are acknowledged) before the spool closes.
+func (s *Server) Run(ctx context.Context) error {
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- s.http.Serve(s.listener) }()
+	s.log.Info("peertrail serving", "url", s.URL(), "data_dir", s.cfg.DataDir)
+	var err error
+	select {
+	case <-ctx.Done():
+	case err = <-serveErr:
+	case err = <-s.errc:
+	}
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if serr := s.http.Shutdown(shutdownCtx); serr != nil && err == nil {
+		err = fmt.Errorf("shutdown: %w", serr)
+	}
+	s.cancel()
+	s.consumers.Wait()
+	if cerr := s.closeStores(); cerr != nil && err == nil {
+		err = cerr
+	}
+	if errors.Is(err, http.ErrServerClosed) {
+		err = nil
+	}
+	return err
+}
+
+func (s *Server) closeStores() error {
+	var err error
+	if s.spool != nil {
+		err = s.spool.Close()
+	}
+	if s.codec != nil {
+		s.codec.Close()
+	}
+	return err
+}

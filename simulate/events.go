@@ -1,0 +1,129 @@
+// Package simulate produces audit traffic shaped like what real kube-apiservers send, for load
+// tests, benchmarks and demos.
+package simulate
+
+import (
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	authnv1 "k8s.io/api/authentication/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	auditv1 "k8s.io/apiserver/pkg/apis/audit/v1"
+)
+
+type actor struct {
+	user   string
+	groups []string
+	agent  string
+}
+
+var actors = []actor{
+	{"system:serviceaccount:kube-system:replicaset-controller", []string{"system:serviceaccounts", "system:serviceaccounts:kube-system", "system:authenticated"}, "kube-controller-manager/v1.35.4 (linux/amd64) kubernetes/6d6e9c5/system:serviceaccount:kube-system:replicaset-controller"},
+	{"system:kube-scheduler", []string{"system:authenticated"}, "kube-scheduler/v1.35.4 (linux/amd64) kubernetes/6d6e9c5/leader-election"},
+	{"system:node:worker-3", []string{"system:nodes", "system:authenticated"}, "kubelet/v1.35.4 (linux/amd64) kubernetes/6d6e9c5"},
+	{"alice@example.com", []string{"platform-admins", "system:authenticated"}, "kubectl/v1.36.3 (linux/amd64) kubernetes/8b1a2c7"},
+	{"system:serviceaccount:monitoring:prometheus", []string{"system:serviceaccounts", "system:serviceaccounts:monitoring", "system:authenticated"}, "Prometheus/3.4.0"},
+}
+
+type target struct {
+	group, version, resource, namespace string
+}
+
+var targets = []target{
+	{"", "v1", "pods", "default"},
+	{"", "v1", "configmaps", "kube-system"},
+	{"apps", "v1", "deployments", "payments"},
+	{"coordination.k8s.io", "v1", "leases", "kube-system"},
+	{"batch", "v1", "jobs", "nightly"},
+	{"scheduling.k8s.io", "v1alpha2", "podgroups", "training"},
+	{"", "v1", "nodes", ""},
+}
+
+var verbs = []string{"get", "list", "watch", "create", "update", "patch", "delete"}
+
+// Events generates audit events; it is not safe for concurrent use.
+type Events struct {
+	rng *rand.Rand
+	seq uint64
+	now func() time.Time
+}
+
+// NewEvents returns a generator seeded with seed; now stamps the events (nil: time.Now).
+func NewEvents(seed uint64, now func() time.Time) *Events {
+	if now == nil {
+		now = time.Now
+	}
+	return &Events{rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), now: now}
+}
+
+// Next returns one ResponseComplete event at Metadata level with a fresh auditID.
+func (g *Events) Next() auditv1.Event {
+	g.seq++
+	a := actors[g.rng.IntN(len(actors))]
+	t := targets[g.rng.IntN(len(targets))]
+	verb := verbs[g.rng.IntN(len(verbs))]
+	name := ""
+	if verb != "list" && verb != "watch" && verb != "create" {
+		name = fmt.Sprintf("%s-%05d", t.resource, g.rng.IntN(50000))
+	}
+	uri := "/api/" + t.version
+	if t.group != "" {
+		uri = "/apis/" + t.group + "/" + t.version
+	}
+	if t.namespace != "" {
+		uri += "/namespaces/" + t.namespace
+	}
+	uri += "/" + t.resource
+	if name != "" {
+		uri += "/" + name
+	}
+	if verb == "list" {
+		uri += "?limit=500&resourceVersion=0"
+	}
+	end := g.now().UTC()
+	start := end.Add(-time.Duration(200+g.rng.IntN(30000)) * time.Microsecond)
+	code := int32(200)
+	if verb == "create" {
+		code = 201
+	}
+	if g.rng.IntN(50) == 0 {
+		code = 404
+	}
+	return auditv1.Event{
+		Level:      auditv1.LevelMetadata,
+		AuditID:    types.UID(fmt.Sprintf("%08x-%04x-4%03x-8%03x-%012x", uint32(g.rng.Uint64()), g.seq&0xffff, g.rng.IntN(0xfff), g.rng.IntN(0xfff), g.seq)),
+		Stage:      auditv1.StageResponseComplete,
+		RequestURI: uri,
+		Verb:       verb,
+		User: authnv1.UserInfo{
+			Username: a.user,
+			UID:      fmt.Sprintf("%x", g.rng.Uint64()),
+			Groups:   a.groups,
+			Extra:    map[string]authnv1.ExtraValue{"authentication.kubernetes.io/credential-id": {fmt.Sprintf("JTI=%x", g.rng.Uint64())}},
+		},
+		SourceIPs:                []string{fmt.Sprintf("10.0.%d.%d", g.rng.IntN(4), 1+g.rng.IntN(250))},
+		UserAgent:                a.agent,
+		ObjectRef:                &auditv1.ObjectReference{Resource: t.resource, Namespace: t.namespace, Name: name, APIGroup: t.group, APIVersion: t.version},
+		ResponseStatus:           &metav1.Status{Code: code},
+		RequestReceivedTimestamp: metav1.NewMicroTime(start),
+		StageTimestamp:           metav1.NewMicroTime(end),
+		Annotations: map[string]string{
+			"authorization.k8s.io/decision": "allow",
+			"authorization.k8s.io/reason":   fmt.Sprintf("RBAC: allowed by ClusterRoleBinding %q of ClusterRole %q to User %q", "binding-"+t.resource, "role-"+t.resource, a.user),
+		},
+	}
+}
+
+// EventList returns the JSON body of an EventList of n new events, as the webhook sends it.
+func (g *Events) EventList(n int) ([]byte, []auditv1.Event, error) {
+	list := auditv1.EventList{TypeMeta: metav1.TypeMeta{Kind: "EventList", APIVersion: auditv1.SchemeGroupVersion.String()}}
+	list.Items = make([]auditv1.Event, n)
+	for i := range list.Items {
+		list.Items[i] = g.Next()
+	}
+	b, err := json.Marshal(&list)
+	return b, list.Items, err
+}
