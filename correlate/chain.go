@@ -1,0 +1,149 @@
+package correlate
+
+import (
+	"time"
+)
+
+// Class is what happened to one request, exactly one per chain.
+type Class string
+
+// The classes.
+const (
+	// ClassLocal: the entry apiserver served the request itself.
+	ClassLocal Class = "local"
+	// ClassProxied: the entry forwarded it to one peer, which served it; both records exist.
+	ClassProxied Class = "proxied"
+	// ClassProxyFailed: the entry tried to forward and answered an error (the 503s); no peer record.
+	ClassProxyFailed Class = "proxy_failed"
+	// ClassMisleading404: the entry answered "the server could not find the requested
+	// resource" for a group/version/resource another apiserver serves.
+	ClassMisleading404 Class = "misleading_404"
+	// ClassBroken: one side of a forwarding is missing (a peer record without its entry
+	// record, or an entry-only success for a resource its apiserver does not serve).
+	ClassBroken Class = "broken"
+	// ClassLoop: records from three or more apiservers, or proof of a second hop.
+	ClassLoop Class = "loop"
+	// ClassInternal: the apiservers' own peer-discovery fetches (/api, /apis as system:apiserver).
+	ClassInternal Class = "internal"
+)
+
+// Classes lists every class, in a stable order (for metrics, dashboards and reports).
+var Classes = []Class{ClassLocal, ClassProxied, ClassProxyFailed, ClassMisleading404, ClassBroken, ClassLoop, ClassInternal}
+
+// Finding is something notable about a chain; a chain has zero or more.
+type Finding string
+
+// The findings.
+const (
+	FindingPeerAuditMissing       Finding = "peer_audit_missing"
+	FindingEntryAuditMissing      Finding = "entry_audit_missing"
+	FindingIdentityMismatch       Finding = "identity_mismatch"
+	FindingImpersonationFlattened Finding = "impersonation_flattened"
+	FindingStatusMismatch         Finding = "status_mismatch"
+)
+
+// Findings lists every finding, in a stable order.
+var Findings = []Finding{FindingPeerAuditMissing, FindingEntryAuditMissing, FindingIdentityMismatch, FindingImpersonationFlattened, FindingStatusMismatch}
+
+// State says whether a chain may still change.
+type State string
+
+const (
+	// StateOpen: records may still arrive.
+	StateOpen State = "open"
+	// StateFinal: no record arrived for the chain window; the chain is decided.
+	StateFinal State = "final"
+)
+
+// Side is one apiserver's view of a request: what its audit records say.
+type Side struct {
+	APIServer string `json:"apiserver"`
+	// Code is the response code it recorded (0 if no ResponseComplete/ResponseStarted arrived).
+	Code   int32    `json:"code"`
+	User   string   `json:"user"`
+	UID    string   `json:"uid,omitempty"`
+	Groups []string `json:"groups,omitempty"`
+	// Extra is the user's extra attributes.
+	Extra map[string][]string `json:"extra,omitempty"`
+	// ImpersonatedUser is set when this side recorded impersonation.
+	ImpersonatedUser   string   `json:"impersonated_user,omitempty"`
+	ImpersonatedGroups []string `json:"impersonated_groups,omitempty"`
+	SourceIPs          []string `json:"source_ips,omitempty"`
+	UserAgent          string   `json:"user_agent,omitempty"`
+	// Message and Reason come from responseStatus (only the peer records them on a forward).
+	Message string `json:"message,omitempty"`
+	Reason  string `json:"reason,omitempty"`
+	// RequestReceived is requestReceivedTimestamp; Completed the stageTimestamp of the last
+	// stage seen (ResponseComplete when it arrived).
+	RequestReceived time.Time `json:"request_received"`
+	Completed       time.Time `json:"completed"`
+	// Stages are the audit stages seen from this apiserver, in arrival order.
+	Stages []string `json:"stages"`
+	// HasObjects says whether any record carried a request or response object (only the peer's
+	// do on a forward).
+	HasObjects bool `json:"has_objects"`
+}
+
+// Duration is Completed minus RequestReceived, or 0 when either is unknown.
+func (s *Side) Duration() time.Duration {
+	if s == nil || s.RequestReceived.IsZero() || s.Completed.IsZero() {
+		return 0
+	}
+	return s.Completed.Sub(s.RequestReceived)
+}
+
+// Chain is one request as seen by every apiserver that recorded it.
+type Chain struct {
+	// ID is unique per chain even when a client reuses an Audit-ID: the auditID plus the
+	// first record's apiserver and request time.
+	ID       string    `json:"id"`
+	AuditID  string    `json:"audit_id"`
+	State    State     `json:"state"`
+	Class    Class     `json:"class"`
+	Findings []Finding `json:"findings"`
+	// Explanation says in words why the chain got its class.
+	Explanation string `json:"explanation"`
+
+	Entry *Side `json:"entry"`
+	Peer  *Side `json:"peer"`
+	// Others are further apiservers' records (only in loops).
+	Others []*Side `json:"others,omitempty"`
+
+	Verb        string `json:"verb"`
+	RequestURI  string `json:"request_uri"`
+	Group       string `json:"group"`
+	Version     string `json:"version"`
+	Resource    string `json:"resource"`
+	Subresource string `json:"subresource,omitempty"`
+	Namespace   string `json:"namespace,omitempty"`
+	Name        string `json:"name,omitempty"`
+
+	// User is the effective user: the impersonated user when the entry shows impersonation.
+	User string `json:"user"`
+	// RealUser is who authenticated, when different from User (impersonation).
+	RealUser string `json:"real_user,omitempty"`
+	// Code is what the client got: the entry's code (the peer's when only it was recorded).
+	Code int32 `json:"code"`
+
+	// EntryDuration, PeerDuration and ForwardingOverhead (entry minus peer) in seconds;
+	// 0 where a side is missing.
+	EntryDurationSeconds      float64 `json:"entry_duration_seconds"`
+	PeerDurationSeconds       float64 `json:"peer_duration_seconds"`
+	ForwardingOverheadSeconds float64 `json:"forwarding_overhead_seconds"`
+
+	// FirstReceived and LastReceived are when peertrail received the chain's first and last records.
+	FirstReceived time.Time `json:"first_received"`
+	LastReceived  time.Time `json:"last_received"`
+	// Records is how many audit records the chain holds.
+	Records int `json:"records"`
+}
+
+// HasFinding reports whether the chain has finding f.
+func (c *Chain) HasFinding(f Finding) bool {
+	for _, x := range c.Findings {
+		if x == f {
+			return true
+		}
+	}
+	return false
+}
