@@ -1,0 +1,171 @@
+package store
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+
+	"github.com/peertrail/peertrail/store/chdb"
+)
+
+// EmbeddedOptions configure OpenEmbedded.
+type EmbeddedOptions struct {
+	// DataDir holds the engine's databases (peertrail uses <data-dir>/clickhouse). Empty
+	// means in memory, lost on Close (tests).
+	DataDir string
+	// LibPath is the libchdb.so to load; empty: $CHDB_LIB_PATH, then the cache that
+	// scripts/fetch-chdb.sh fills (see chdb.Options).
+	LibPath string
+}
+
+// Embedded is the Store backed by the ClickHouse engine inside this process (chDB). A process
+// holds at most one: OpenEmbedded fails with an error wrapping chdb.ErrAlreadyOpen otherwise.
+type Embedded struct {
+	engine *chdb.Engine
+
+	mu       sync.Mutex
+	encoders map[string]*rowEncoder // by table and column list; compiled once
+}
+
+// OpenEmbedded starts the embedded engine on opts.DataDir. A missing library is an error
+// wrapping chdb.ErrLibraryNotFound whose text says how to get it.
+func OpenEmbedded(ctx context.Context, opts EmbeddedOptions) (*Embedded, error) {
+	e, err := chdb.Open(ctx, chdb.Options{DataDir: opts.DataDir, LibPath: opts.LibPath})
+	if err != nil {
+		return nil, fmt.Errorf("store: open the embedded ClickHouse engine: %w", err)
+	}
+	return &Embedded{engine: e, encoders: map[string]*rowEncoder{}}, nil
+}
+
+// Engine is the underlying engine, for the HTTP interface and benchmarks.
+func (s *Embedded) Engine() *chdb.Engine { return s.engine }
+
+// Exec implements Store.
+func (s *Embedded) Exec(ctx context.Context, stmt string) error {
+	_, err := s.engine.Exec(ctx, stmt, "", nil)
+	return embeddedError("exec", err)
+}
+
+// Query implements Store.
+func (s *Embedded) Query(ctx context.Context, query string, params map[string]string) (*Result, error) {
+	// nil params would select the engine's plain query call, which does not bind {x:T}.
+	if params == nil {
+		params = map[string]string{}
+	}
+	out, err := s.engine.QueryWithParams(ctx, query, "TabSeparatedWithNamesAndTypes", params)
+	if err != nil {
+		return nil, embeddedError("query", err)
+	}
+	r, err := parseTSV(out)
+	if err != nil {
+		return nil, fmt.Errorf("store: query %q: %w", shorten(query), err)
+	}
+	return r, nil
+}
+
+// Insert implements Store: the rows are encoded as RowBinary and streamed into the engine in
+// one INSERT, so they form one insert block for the materialized views.
+func (s *Embedded) Insert(ctx context.Context, table string, columns []Column, rows [][]any) error {
+	enc, err := s.encoder(table, columns)
+	if err != nil {
+		return err
+	}
+	var buf []byte
+	for i, row := range rows {
+		if buf, err = enc.appendRow(buf, row); err != nil {
+			return fmt.Errorf("store: insert into %s: row %d: %w", table, i, err)
+		}
+	}
+	_, err = s.engine.Insert(ctx, insertStatement(table, columns), "RowBinary", bytes.NewReader(buf))
+	return embeddedError("insert", err)
+}
+
+// InsertRowBinary streams data, already in RowBinary for columns, into table. Benchmarks use
+// it to measure the engine's own bulk insert against the writer's.
+func (s *Embedded) InsertRowBinary(ctx context.Context, table string, columns []Column, data []byte) error {
+	_, err := s.engine.Insert(ctx, insertStatement(table, columns), "RowBinary", bytes.NewReader(data))
+	return embeddedError("insert", err)
+}
+
+// EncodeRowBinary encodes rows for columns as RowBinary.
+func EncodeRowBinary(columns []Column, rows [][]any) ([]byte, error) {
+	enc, err := newRowEncoder(columns)
+	if err != nil {
+		return nil, err
+	}
+	var buf []byte
+	for i, row := range rows {
+		if buf, err = enc.appendRow(buf, row); err != nil {
+			return nil, fmt.Errorf("row %d: %w", i, err)
+		}
+	}
+	return buf, nil
+}
+
+func (s *Embedded) encoder(table string, columns []Column) (*rowEncoder, error) {
+	var key strings.Builder
+	key.WriteString(table)
+	for _, c := range columns {
+		key.WriteString("\x00" + c.Name + "\x00" + c.Type)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if enc, ok := s.encoders[key.String()]; ok {
+		return enc, nil
+	}
+	enc, err := newRowEncoder(columns)
+	if err != nil {
+		return nil, fmt.Errorf("store: insert into %s: %w", table, err)
+	}
+	s.encoders[key.String()] = enc
+	return enc, nil
+}
+
+// Close implements Store.
+func (s *Embedded) Close() error { return s.engine.Close() }
+
+func insertStatement(table string, columns []Column) string {
+	var b strings.Builder
+	b.WriteString("INSERT INTO ")
+	b.WriteString(table)
+	b.WriteString(" (")
+	for i, c := range columns {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(quoteIdent(c.Name))
+	}
+	b.WriteString(")")
+	return b.String()
+}
+
+// quoteIdent quotes a ClickHouse identifier with backquotes.
+func quoteIdent(s string) string {
+	return "`" + strings.NewReplacer("\\", "\\\\", "`", "\\`").Replace(s) + "`"
+}
+
+// embeddedError turns the engine's errors into this package's.
+func embeddedError(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, chdb.ErrClosed) {
+		return fmt.Errorf("%w: %w", ErrClosed, err)
+	}
+	var ee *chdb.EngineError
+	if errors.As(err, &ee) {
+		return newError(op, ee.Message)
+	}
+	return fmt.Errorf("store: %s: %w", op, err)
+}
+
+func shorten(s string) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if len(s) > 120 {
+		return s[:120] + "..."
+	}
+	return s
+}
