@@ -60,3 +60,38 @@ const (
 // UnknownAPIServer is the LabelAPIServer value of requests whose sender was not established
 // (unauthenticated, forbidden, malformed path), so untrusted input cannot create label values.
 const UnknownAPIServer = "unknown"
+
+// Store: the ClickHouse writer, the chain sink and the ClickHouse HTTP interface.
+const (
+	// StoreRowsWrittenTotal counts rows inserted, by LabelTable.
+	StoreRowsWrittenTotal = "peertrail_store_rows_written_total"
+	// StoreRowsSkippedTotal counts rows not inserted because the store already held them
+	// (redelivered by the spool after a restart or a failed insert, or a chain version
+	// already written), by LabelTable.
+	StoreRowsSkippedTotal = "peertrail_store_rows_skipped_total"
+	// StoreInsertErrorsTotal counts failed inserts (each is retried), by LabelTable.
+	StoreInsertErrorsTotal = "peertrail_store_insert_errors_total"
+	// StoreInsertDurationSeconds is the time of one insert, by LabelTable.
+	StoreInsertDurationSeconds = "peertrail_store_insert_duration_seconds"
+	// StoreBadFramesTotal counts spool frames the writer could not decode and skipped.
+	StoreBadFramesTotal = "peertrail_store_bad_frames_total"
+	// StoreNewestRowTimestampSeconds is, by LabelTable, the receive time of the newest row
+	// written: time() minus it is how far the store lags behind the receiver (it grows while
+	// ClickHouse is down; the spool's consumer lag says how much is waiting).
+	StoreNewestRowTimestampSeconds = "peertrail_store_newest_row_timestamp_seconds"
+	// StoreHTTPQueriesTotal counts queries to the ClickHouse HTTP interface, by LabelResult
+	// (ResultOK, ResultError, ResultRefused).
+	StoreHTTPQueriesTotal = "peertrail_store_http_queries_total"
+	// StoreHTTPQueryDurationSeconds is the time to answer one query of the HTTP interface.
+	StoreHTTPQueryDurationSeconds = "peertrail_store_http_query_duration_seconds"
+)
+
+// Store label names and values.
+const (
+	LabelTable = "table"
+
+	// Values of LabelResult on StoreHTTPQueriesTotal.
+	ResultOK      = "ok"
+	ResultError   = "error"
+	ResultRefused = "refused"
+)

@@ -1,0 +1,53 @@
+package store
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/peertrail/peertrail/metrics"
+)
+
+type writerMetrics struct {
+	rowsWritten    *prometheus.CounterVec
+	rowsSkipped    *prometheus.CounterVec
+	insertErrors   *prometheus.CounterVec
+	insertDuration *prometheus.HistogramVec
+	newest         *prometheus.GaugeVec
+	badFrames      prometheus.Counter
+}
+
+func newWriterMetrics() *writerMetrics {
+	table := []string{metrics.LabelTable}
+	return &writerMetrics{
+		rowsWritten: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: metrics.StoreRowsWrittenTotal,
+			Help: "Rows inserted into ClickHouse, by table.",
+		}, table),
+		rowsSkipped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: metrics.StoreRowsSkippedTotal,
+			Help: "Rows not inserted because ClickHouse already held them (redelivered after a restart or a failed insert; chain versions already written), by table.",
+		}, table),
+		insertErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: metrics.StoreInsertErrorsTotal,
+			Help: "Failed inserts into ClickHouse, by table; each is retried, nothing is dropped.",
+		}, table),
+		insertDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    metrics.StoreInsertDurationSeconds,
+			Help:    "Time of one insert into ClickHouse, by table.",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+		}, table),
+		newest: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: metrics.StoreNewestRowTimestampSeconds,
+			Help: "Unix time peertrail received the newest row written, by table; time() minus it is how far the store is behind.",
+		}, table),
+		badFrames: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: metrics.StoreBadFramesTotal,
+			Help: "Spool frames the store writer could not decode and skipped.",
+		}),
+	}
+}
+
+// Collectors returns the writer's metrics, to register with the process's registry.
+func (w *Writer) Collectors() []prometheus.Collector {
+	m := w.metrics
+	return []prometheus.Collector{m.rowsWritten, m.rowsSkipped, m.insertErrors, m.insertDuration, m.newest, m.badFrames}
+}

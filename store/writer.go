@@ -1,0 +1,351 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/peertrail/peertrail/correlate"
+	"github.com/peertrail/peertrail/ingest/record"
+	"github.com/peertrail/peertrail/ingest/spool"
+)
+
+// ConsumerName is the writer's spool consumer name; register it in spool.Options.Consumers.
+const ConsumerName = "store"
+
+// WriterOptions tune a Writer; zero values take defaults.
+type WriterOptions struct {
+	// FlushRows is how many records the writer gathers before it inserts them (default
+	// 50,000): ClickHouse wants few large inserts, not many small ones.
+	FlushRows int
+	// FlushInterval bounds how long a record waits for a flush (default 1s). It is checked
+	// when the spool delivers entries or reports idleness (spool.RunOptions.Idle), so the
+	// effective bound is the larger of the two.
+	FlushInterval time.Duration
+	Logger        *slog.Logger
+}
+
+func (o *WriterOptions) defaults() {
+	if o.FlushRows <= 0 {
+		o.FlushRows = 50_000
+	}
+	if o.FlushInterval <= 0 {
+		o.FlushInterval = time.Second
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
+// Writer moves audit records from the spool into the events table (it is the spool consumer
+// ConsumerName) and is the correlator's chain sink (WriteChains).
+//
+// Nothing is lost while ClickHouse is down or slow: a failed insert fails Consume, the spool
+// runner retries the same entries with backoff and meanwhile the spool grows; the position
+// committed never passes a record that is not in the store.
+//
+// Nothing is written twice: the spool redelivers entries after a restart or a failed Consume,
+// and a failed insert may have landed anyway (the server committed, the answer was lost). So
+// whenever the writer is unsure what the store holds (at start, after a failed insert), it
+// reads the newest receive time in the events table; records received after it cannot be
+// there, and records received before it are looked up by their event key and skipped when
+// present. The materialized rollups therefore count each event once. (The events table also
+// folds duplicates by its sorting key, as a backstop for anything else.)
+//
+// A Writer assumes it is the only writer of the events table. Consume must be called from
+// one goroutine (spool.Run does); WriteChains may be called concurrently with it.
+type Writer struct {
+	store   Store
+	codec   *record.Codec
+	opts    WriterOptions
+	log     *slog.Logger
+	metrics *writerMetrics
+
+	// Consume's state (one goroutine).
+	buf      []record.Record
+	bufFrom  spool.Position // Pos of the first entry with records in buf
+	bufSince time.Time      // when the first record in buf arrived
+	// known is false while the writer does not know what the store holds; then suspect is
+	// read again before the next insert. Records received at or before suspect may be in
+	// the store already.
+	known   bool
+	suspect time.Time
+
+	chainMu sync.Mutex // serialises WriteChains' check-then-insert
+}
+
+// NewWriter returns a writer into s. codec decodes the spool's frames.
+func NewWriter(s Store, codec *record.Codec, opts WriterOptions) *Writer {
+	opts.defaults()
+	return &Writer{store: s, codec: codec, opts: opts, log: opts.Logger, metrics: newWriterMetrics()}
+}
+
+// Consume implements spool.Consumer.
+func (w *Writer) Consume(ctx context.Context, entries []spool.Entry) (spool.Position, error) {
+	keep := len(w.buf) // on failure, drop what this call added: Run delivers it again
+	for _, e := range entries {
+		b, err := w.codec.DecodeFrame(e.Payload)
+		if err != nil {
+			// A frame that does not decode never will; retrying would stop the writer
+			// for good. The spool keeps nothing else of it: count and report it.
+			w.metrics.badFrames.Inc()
+			w.log.Error("store: skipping a spool frame that does not decode", "pos", e.Pos, "err", err)
+			continue
+		}
+		if len(b.Records) == 0 {
+			continue
+		}
+		if len(w.buf) == 0 {
+			w.bufFrom, w.bufSince = e.Pos, time.Now()
+		}
+		w.buf = append(w.buf, b.Records...)
+	}
+	var done spool.Position
+	if n := len(entries); n > 0 {
+		done = entries[n-1].End
+	}
+	if len(w.buf) == 0 {
+		return done, nil
+	}
+	if len(w.buf) < w.opts.FlushRows && time.Since(w.bufSince) < w.opts.FlushInterval {
+		// Waiting for more: everything from the first buffered entry on is still needed.
+		return w.bufFrom, nil
+	}
+	if err := w.writeEvents(ctx, w.buf); err != nil {
+		clear(w.buf[keep:])
+		w.buf = w.buf[:keep]
+		return 0, err
+	}
+	clear(w.buf)
+	w.buf = w.buf[:0]
+	return done, nil
+}
+
+// WriteEvents inserts records into the events table, skipping those the store already holds
+// when it may hold some (see Writer). Consume calls it; tests and tools may too, from the same
+// goroutine as Consume.
+func (w *Writer) WriteEvents(ctx context.Context, records []record.Record) error {
+	return w.writeEvents(ctx, records)
+}
+
+func (w *Writer) writeEvents(ctx context.Context, records []record.Record) error {
+	if !w.known {
+		hw, err := w.newestReceived(ctx)
+		if err != nil {
+			return fmt.Errorf("store: find where the events table ends: %w", err)
+		}
+		w.suspect, w.known = hw, true
+	}
+	records, err := w.skipStored(ctx, records)
+	if err != nil {
+		return err
+	}
+	if len(records) == 0 {
+		return nil
+	}
+	rows := make([][]any, len(records))
+	var newest time.Time
+	for i := range records {
+		rows[i] = EventRow(&records[i])
+		if records[i].ReceivedAt.After(newest) {
+			newest = records[i].ReceivedAt
+		}
+	}
+	start := time.Now()
+	err = w.store.Insert(ctx, EventsTable, EventColumns, rows)
+	w.metrics.insertDuration.WithLabelValues("events").Observe(time.Since(start).Seconds())
+	if err != nil {
+		// Some of it may have landed: look again before the next insert.
+		w.known = false
+		w.metrics.insertErrors.WithLabelValues("events").Inc()
+		return fmt.Errorf("store: insert %d events: %w", len(rows), err)
+	}
+	w.metrics.rowsWritten.WithLabelValues("events").Add(float64(len(rows)))
+	w.metrics.newest.WithLabelValues("events").Set(float64(newest.UnixNano()) / 1e9)
+	return nil
+}
+
+// newestReceived is max(received_at) of the events table (zero when empty). ClickHouse answers
+// it from the parts' min/max index, without reading the column.
+func (w *Writer) newestReceived(ctx context.Context) (time.Time, error) {
+	res, err := w.store.Query(ctx, "SELECT max(received_at) AS newest, count() AS n FROM "+EventsTable, nil)
+	if err != nil {
+		return time.Time{}, err
+	}
+	if len(res.Rows) != 1 || res.Rows[0][1] == "0" {
+		return time.Time{}, nil
+	}
+	return ParseTime(res.Rows[0][0])
+}
+
+// skipStored drops the records that may be stored already and are.
+func (w *Writer) skipStored(ctx context.Context, records []record.Record) ([]record.Record, error) {
+	var lo, hi time.Time
+	apiservers := map[string]bool{}
+	for i := range records {
+		r := &records[i]
+		if r.ReceivedAt.After(w.suspect) {
+			continue
+		}
+		if lo.IsZero() || r.ReceivedAt.Before(lo) {
+			lo = r.ReceivedAt
+		}
+		if r.ReceivedAt.After(hi) {
+			hi = r.ReceivedAt
+		}
+		apiservers[r.APIServer] = true
+	}
+	if lo.IsZero() {
+		return records, nil
+	}
+	names := make([]string, 0, len(apiservers))
+	for a := range apiservers {
+		names = append(names, a)
+	}
+	res, err := w.store.Query(ctx, `SELECT apiserver, audit_id, stage, stage_timestamp FROM `+EventsTable+`
+WHERE received_at >= {lo:DateTime64(6, 'UTC')} AND received_at <= {hi:DateTime64(6, 'UTC')}
+  AND apiserver IN {apiservers:Array(String)}`,
+		map[string]string{"lo": FormatTime(lo), "hi": FormatTime(hi), "apiservers": arrayLiteral(names)})
+	if err != nil {
+		return nil, fmt.Errorf("store: look up events that may be stored already: %w", err)
+	}
+	stored := make(map[record.Key]bool, len(res.Rows))
+	for _, row := range res.Rows {
+		ts, err := ParseTime(row[3])
+		if err != nil {
+			return nil, fmt.Errorf("store: stored stage_timestamp %q: %w", row[3], err)
+		}
+		stored[record.KeyOf(row[0], row[1], row[2], ts)] = true
+	}
+	kept := make([]record.Record, 0, len(records))
+	for i := range records {
+		if records[i].ReceivedAt.After(w.suspect) || !stored[records[i].Key()] {
+			kept = append(kept, records[i])
+		}
+	}
+	if skipped := len(records) - len(kept); skipped > 0 {
+		w.metrics.rowsSkipped.WithLabelValues("events").Add(float64(skipped))
+		w.log.Info("store: skipped events already stored (redelivered)", "skipped", skipped, "of", len(records))
+	}
+	return kept, nil
+}
+
+// arrayLiteral is a ClickHouse Array(String) literal, the text form of an array parameter.
+func arrayLiteral(ss []string) string {
+	b := []byte{'['}
+	for i, s := range ss {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, QuoteString(s)...)
+	}
+	return string(append(b, ']'))
+}
+
+// WriteChains writes chains into the chains table; it is the correlator's sink. It is
+// idempotent: a chain version the table already holds (the same id with a version at least as
+// high, see ChainVersion) is not written again, so the per-minute rollup counts each final
+// chain once however often the correlator emits it. Safe for concurrent use.
+func (w *Writer) WriteChains(ctx context.Context, chains []correlate.Chain) error {
+	if len(chains) == 0 {
+		return nil
+	}
+	w.chainMu.Lock()
+	defer w.chainMu.Unlock()
+
+	// The newest version of each chain in this batch.
+	latest := make(map[string]int, len(chains))
+	for i := range chains {
+		c := &chains[i]
+		if c.ID == "" {
+			return fmt.Errorf("store: chain of auditID %q has no id", c.AuditID)
+		}
+		if j, ok := latest[c.ID]; !ok || ChainVersion(c) > ChainVersion(&chains[j]) {
+			latest[c.ID] = i
+		}
+	}
+	stored, err := w.storedChainVersions(ctx, chains, latest)
+	if err != nil {
+		return err
+	}
+	rows := make([][]any, 0, len(latest))
+	var newest time.Time
+	for i := range chains {
+		c := &chains[i]
+		if latest[c.ID] != i {
+			continue
+		}
+		if v, ok := stored[c.ID]; ok && v >= ChainVersion(c) {
+			continue
+		}
+		rows = append(rows, ChainRow(c))
+		if c.LastReceived.After(newest) {
+			newest = c.LastReceived
+		}
+	}
+	if skipped := len(chains) - len(rows); skipped > 0 {
+		w.metrics.rowsSkipped.WithLabelValues("chains").Add(float64(skipped))
+	}
+	if len(rows) == 0 {
+		return nil
+	}
+	start := time.Now()
+	err = w.store.Insert(ctx, ChainsTable, ChainColumns, rows)
+	w.metrics.insertDuration.WithLabelValues("chains").Observe(time.Since(start).Seconds())
+	if err != nil {
+		w.metrics.insertErrors.WithLabelValues("chains").Inc()
+		return fmt.Errorf("store: insert %d chains: %w", len(rows), err)
+	}
+	w.metrics.rowsWritten.WithLabelValues("chains").Add(float64(len(rows)))
+	w.metrics.newest.WithLabelValues("chains").Set(float64(newest.UnixNano()) / 1e9)
+	return nil
+}
+
+// storedChainVersions returns the highest stored version of each chain in latest.
+func (w *Writer) storedChainVersions(ctx context.Context, chains []correlate.Chain, latest map[string]int) (map[string]uint64, error) {
+	var lo, hi time.Time
+	ids := make([]string, 0, len(latest))
+	auditIDs := map[string]bool{}
+	for id, i := range latest {
+		c := &chains[i]
+		ids = append(ids, id)
+		auditIDs[c.AuditID] = true
+		if lo.IsZero() || c.FirstReceived.Before(lo) {
+			lo = c.FirstReceived
+		}
+		if c.FirstReceived.After(hi) {
+			hi = c.FirstReceived
+		}
+	}
+	aids := make([]string, 0, len(auditIDs))
+	for a := range auditIDs {
+		aids = append(aids, a)
+	}
+	// The conditions follow the sorting key (hour of first_received, audit_id, id), so this
+	// reads only the granules of these chains.
+	res, err := w.store.Query(ctx, `SELECT id, max(version) AS version FROM `+ChainsTable+`
+WHERE first_received >= {lo:DateTime64(6, 'UTC')} AND first_received <= {hi:DateTime64(6, 'UTC')}
+  AND audit_id IN {audit_ids:Array(String)} AND id IN {ids:Array(String)}
+GROUP BY id`,
+		map[string]string{"lo": FormatTime(lo), "hi": FormatTime(hi), "audit_ids": arrayLiteral(aids), "ids": arrayLiteral(ids)})
+	if err != nil {
+		return nil, fmt.Errorf("store: look up stored chain versions: %w", err)
+	}
+	out := make(map[string]uint64, len(res.Rows))
+	for _, row := range res.Rows {
+		v, err := strconv.ParseUint(row[1], 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("store: stored chain version %q: %w", row[1], err)
+		}
+		out[row[0]] = v
+	}
+	return out, nil
+}
+
+// Pending is how many records wait in memory for the next flush.
+func (w *Writer) Pending() int { return len(w.buf) }
+
+var _ spool.Consumer = (*Writer)(nil)
