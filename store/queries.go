@@ -1,0 +1,152 @@
+package store
+
+import (
+	"context"
+	"embed"
+	"fmt"
+	"io/fs"
+	"path"
+	"regexp"
+	"sort"
+	"strings"
+	"time"
+)
+
+// The canned investigations live as SQL files in store/queries, one query each, named by the
+// file. A header of "-- key: value" comment lines describes it:
+//
+//	-- title: Misleading 404s by resource
+//	-- report: no          (leave it out of `peertrail report`; default yes)
+//	-- description: what it shows, continued on
+//	--   indented comment lines
+//
+// Parameters are ClickHouse placeholders in the text ({since:DateTime64(6, 'UTC')}); the
+// report fills since and until.
+
+//go:embed queries/*.sql
+var queryFiles embed.FS
+
+// NamedQuery is one canned query.
+type NamedQuery struct {
+	Name        string
+	Title       string
+	Description string
+	// Report says whether `peertrail report` runs it (it needs no parameter but since and
+	// until).
+	Report bool
+	// Params are the names of its placeholders, sorted.
+	Params []string
+	SQL    string
+}
+
+var (
+	headerLine  = regexp.MustCompile(`^--\s*([a-z]+):\s*(.*)$`)
+	placeholder = regexp.MustCompile(`\{([A-Za-z_][A-Za-z0-9_]*):`)
+)
+
+// Queries returns the canned queries, sorted by name.
+func Queries() ([]NamedQuery, error) {
+	entries, err := fs.ReadDir(queryFiles, "queries")
+	if err != nil {
+		return nil, err
+	}
+	var out []NamedQuery
+	for _, e := range entries {
+		b, err := queryFiles.ReadFile(path.Join("queries", e.Name()))
+		if err != nil {
+			return nil, err
+		}
+		q, err := parseNamedQuery(strings.TrimSuffix(e.Name(), ".sql"), string(b))
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, q)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+// QueryNamed returns the canned query called name.
+func QueryNamed(name string) (NamedQuery, error) {
+	qs, err := Queries()
+	if err != nil {
+		return NamedQuery{}, err
+	}
+	var names []string
+	for _, q := range qs {
+		if q.Name == name {
+			return q, nil
+		}
+		names = append(names, q.Name)
+	}
+	return NamedQuery{}, fmt.Errorf("store: no query named %q (there are: %s)", name, strings.Join(names, ", "))
+}
+
+func parseNamedQuery(name, text string) (NamedQuery, error) {
+	q := NamedQuery{Name: name, Report: true, SQL: strings.TrimSpace(text)}
+	var last string
+	for _, line := range strings.Split(text, "\n") {
+		if !strings.HasPrefix(line, "--") {
+			break
+		}
+		if m := headerLine.FindStringSubmatch(line); m != nil {
+			last = m[1]
+			switch m[1] {
+			case "title":
+				q.Title = m[2]
+			case "description":
+				q.Description = m[2]
+			case "report":
+				q.Report = m[2] != "no"
+			default:
+				return q, fmt.Errorf("store: query %s: unknown header %q", name, m[1])
+			}
+			continue
+		}
+		if cont := strings.TrimSpace(strings.TrimPrefix(line, "--")); last == "description" && cont != "" {
+			q.Description += " " + cont
+		}
+	}
+	if q.Title == "" {
+		return q, fmt.Errorf("store: query %s has no -- title: header", name)
+	}
+	seen := map[string]bool{}
+	for _, m := range placeholder.FindAllStringSubmatch(q.SQL, -1) {
+		if !seen[m[1]] {
+			seen[m[1]] = true
+			q.Params = append(q.Params, m[1])
+		}
+	}
+	sort.Strings(q.Params)
+	if q.Report {
+		for _, p := range q.Params {
+			if p != "since" && p != "until" {
+				return q, fmt.Errorf("store: query %s is in the report but needs parameter %q", name, p)
+			}
+		}
+	}
+	return q, nil
+}
+
+// Window returns the since and until parameters for the last d before now.
+func Window(now time.Time, d time.Duration) map[string]string {
+	return map[string]string{"since": FormatTime(now.Add(-d)), "until": FormatTime(now)}
+}
+
+// Run runs the query on s with params; a parameter the query needs and params lacks is an
+// error that names it.
+func (q NamedQuery) Run(ctx context.Context, s Store, params map[string]string) (*Result, error) {
+	used := map[string]string{}
+	for _, p := range q.Params {
+		v, ok := params[p]
+		if !ok {
+			return nil, fmt.Errorf("store: query %s needs parameter %q", q.Name, p)
+		}
+		used[p] = v
+	}
+	r, err := s.Query(ctx, q.SQL, used)
+	if err != nil {
+		return nil, fmt.Errorf("store: query %s: %w", q.Name, err)
+	}
+	return r, nil
+}

@@ -1,0 +1,25 @@
+-- title: All records of one auditID
+-- report: no
+-- description: Every audit record any apiserver sent for the auditID, in time order, without
+--   knowing its day: the audit_ids lookup names the partitions and sorting-key ranges to read.
+--   A client may reuse an Audit-ID, so more than one request can show up.
+SELECT
+    stage_timestamp,
+    apiserver,
+    stage,
+    verb,
+    request_uri,
+    user_name AS user,
+    impersonated_user,
+    arrayStringConcat(source_ips, ',') AS source_ips,
+    code,
+    message,
+    received_at
+FROM peertrail.events
+WHERE audit_id = {audit_id:String}
+  AND toDate(received_at) IN (SELECT received_day FROM peertrail.audit_ids WHERE audit_id = {audit_id:String})
+  AND (toStartOfHour(stage_timestamp), apiserver, resource) IN
+      (SELECT stage_hour, apiserver, resource FROM peertrail.audit_ids WHERE audit_id = {audit_id:String})
+ORDER BY stage_timestamp, apiserver, stage
+LIMIT 1 BY apiserver, audit_id, stage, stage_timestamp
+SETTINGS distributed_product_mode = 'local'
