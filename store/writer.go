@@ -68,6 +68,7 @@ type Writer struct {
 	buf      []record.Record
 	bufFrom  spool.Position // Pos of the first entry with records in buf
 	bufSince time.Time      // when the first record in buf arrived
+	seen     spool.Position // End of the last entry delivered
 	// known is false while the writer does not know what the store holds; then suspect is
 	// read again before the next insert. Records received at or before suspect may be in
 	// the store already.
@@ -103,15 +104,17 @@ func (w *Writer) Consume(ctx context.Context, entries []spool.Entry) (spool.Posi
 		}
 		w.buf = append(w.buf, b.Records...)
 	}
-	var done spool.Position
+	seen := w.seen
 	if n := len(entries); n > 0 {
-		done = entries[n-1].End
+		seen = entries[n-1].End
 	}
 	if len(w.buf) == 0 {
-		return done, nil
+		w.seen = seen
+		return seen, nil
 	}
 	if len(w.buf) < w.opts.FlushRows && time.Since(w.bufSince) < w.opts.FlushInterval {
 		// Waiting for more: everything from the first buffered entry on is still needed.
+		w.seen = seen
 		return w.bufFrom, nil
 	}
 	if err := w.writeEvents(ctx, w.buf); err != nil {
@@ -121,7 +124,8 @@ func (w *Writer) Consume(ctx context.Context, entries []spool.Entry) (spool.Posi
 	}
 	clear(w.buf)
 	w.buf = w.buf[:0]
-	return done, nil
+	w.seen = seen
+	return seen, nil
 }
 
 // WriteEvents inserts records into the events table, skipping those the store already holds

@@ -1,0 +1,558 @@
+package store_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/peertrail/peertrail/correlate"
+	"github.com/peertrail/peertrail/ingest/record"
+	"github.com/peertrail/peertrail/ingest/spool"
+	"github.com/peertrail/peertrail/metrics"
+	"github.com/peertrail/peertrail/simulate"
+	"github.com/peertrail/peertrail/store"
+)
+
+// flaky wraps a Store and fails on demand, the ways a ClickHouse outage fails.
+type flaky struct {
+	store.Store
+	mu sync.Mutex
+	// failInserts fails that many inserts before they reach the engine.
+	failInserts int
+	// failQueries fails that many queries.
+	failQueries int
+	// lostAnswers inserts that many times and then reports an error anyway (the server
+	// committed, the connection broke before the answer).
+	lostAnswers int
+	// partial inserts the first half of that many inserts' rows, then fails.
+	partial int
+	inserts int
+}
+
+var errOutage = errors.New("connection refused (simulated outage)")
+
+func (f *flaky) Insert(ctx context.Context, table string, cols []store.Column, rows [][]any) error {
+	f.mu.Lock()
+	f.inserts++
+	switch {
+	case f.failInserts > 0:
+		f.failInserts--
+		f.mu.Unlock()
+		return errOutage
+	case f.lostAnswers > 0:
+		f.lostAnswers--
+		f.mu.Unlock()
+		if err := f.Store.Insert(ctx, table, cols, rows); err != nil {
+			return err
+		}
+		return errors.New("read: connection reset by peer (simulated, after the insert committed)")
+	case f.partial > 0:
+		f.partial--
+		f.mu.Unlock()
+		if err := f.Store.Insert(ctx, table, cols, rows[:len(rows)/2]); err != nil {
+			return err
+		}
+		return errors.New("unexpected EOF (simulated, half the rows committed)")
+	}
+	f.mu.Unlock()
+	return f.Store.Insert(ctx, table, cols, rows)
+}
+
+func (f *flaky) Query(ctx context.Context, q string, params map[string]string) (*store.Result, error) {
+	f.mu.Lock()
+	if f.failQueries > 0 {
+		f.failQueries--
+		f.mu.Unlock()
+		return nil, errOutage
+	}
+	f.mu.Unlock()
+	return f.Store.Query(ctx, q, params)
+}
+
+// traffic is webhook batches from its own apiservers, received in its own hour.
+type traffic struct {
+	apiservers []string
+	batches    []record.Batch
+	records    int
+}
+
+// newTraffic makes n batches of per events from each of the named apiservers (names unique
+// to the test keep its rows apart from other tests').
+func newTraffic(t *testing.T, prefix string, hoursAgo, n, per int) *traffic {
+	t.Helper()
+	base := time.Now().UTC().Truncate(time.Hour).Add(-time.Duration(hoursAgo) * time.Hour)
+	tr := &traffic{apiservers: []string{prefix + "-a", prefix + "-b"}}
+	clock := base
+	g := simulate.NewEvents(uint64(hoursAgo), func() time.Time { clock = clock.Add(time.Millisecond); return clock })
+	for i := range n {
+		for _, a := range tr.apiservers {
+			body, _, err := g.EventList(per)
+			if err != nil {
+				t.Fatal(err)
+			}
+			received := base.Add(time.Duration(i+1) * time.Second)
+			recs, invalid, err := record.Decode(body, a, received)
+			if err != nil || len(invalid) > 0 {
+				t.Fatalf("decode: %v %v", err, invalid)
+			}
+			tr.batches = append(tr.batches, record.Batch{APIServer: a, ReceivedAt: received, Records: recs})
+			tr.records += len(recs)
+		}
+	}
+	return tr
+}
+
+// spoolOf appends the traffic to a new spool as the receiver would.
+func spoolOf(t *testing.T, codec *record.Codec, tr *traffic) *spool.Spool {
+	t.Helper()
+	sp, err := spool.Open(spool.Options{Dir: t.TempDir(), MaxBytes: 1 << 30, Sync: spool.SyncNever, Consumers: []string{store.ConsumerName}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sp.Close() })
+	for _, b := range tr.batches {
+		keys := make([]record.Key, len(b.Records))
+		for i := range b.Records {
+			keys[i] = b.Records[i].Key()
+		}
+		frame, err := codec.AppendFrame(nil, b.APIServer, b.ReceivedAt, b.Records, keys)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := sp.Append(frame); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return sp
+}
+
+func newCodec(t *testing.T) *record.Codec {
+	t.Helper()
+	c, err := record.NewCodec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+func (tr *traffic) params() map[string]string {
+	return map[string]string{"a": tr.apiservers[0], "b": tr.apiservers[1]}
+}
+
+// stored counts the traffic's rows in events without FINAL (duplicates would count) and in the
+// per-minute rollup.
+func (tr *traffic) stored(t *testing.T) (events, rollup int) {
+	t.Helper()
+	s := engine(t)
+	e := scalar(t, s, "SELECT count() FROM peertrail.events WHERE apiserver IN ({a:String}, {b:String})", tr.params())
+	r := scalar(t, s, "SELECT sum(events) FROM peertrail.events_per_minute WHERE apiserver IN ({a:String}, {b:String})", tr.params())
+	events, _ = strconv.Atoi(e)
+	rollup, _ = strconv.Atoi(r)
+	return events, rollup
+}
+
+// runUntilStored runs the writer from the spool until the traffic is stored or the deadline.
+func runUntilStored(t *testing.T, sp *spool.Spool, w *store.Writer, tr *traffic) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- sp.Run(ctx, store.ConsumerName, w, spool.RunOptions{Idle: 20 * time.Millisecond, RetryMin: 5 * time.Millisecond, RetryMax: 50 * time.Millisecond, CommitEvery: time.Millisecond})
+	}()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		// Stored, and the runner committed a position past the whole spool.
+		if n, _ := tr.stored(t); n >= tr.records && sp.Stats().Lag[store.ConsumerName] == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			cancel()
+			<-done
+			n, _ := tr.stored(t)
+			t.Fatalf("after 30s %d of %d records are stored", n, tr.records)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("spool.Run: %v", err)
+	}
+}
+
+func counter(t *testing.T, w *store.Writer, name, table string) float64 {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(w.Collectors()...)
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			if table == "" || labelValue(m, metrics.LabelTable) == table {
+				if m.Counter != nil {
+					return m.Counter.GetValue()
+				}
+				return m.Gauge.GetValue()
+			}
+		}
+	}
+	return 0
+}
+
+func labelValue(m *dto.Metric, name string) string {
+	for _, l := range m.GetLabel() {
+		if l.GetName() == name {
+			return l.GetValue()
+		}
+	}
+	return ""
+}
+
+func assertExactlyOnce(t *testing.T, tr *traffic) {
+	t.Helper()
+	events, rollup := tr.stored(t)
+	if events != tr.records || rollup != tr.records {
+		t.Fatalf("events has %d rows and the rollup counts %d; want exactly the %d records once", events, rollup, tr.records)
+	}
+	// And FINAL agrees (no duplicates left for the backstop to fold).
+	final := scalar(t, engine(t), "SELECT count() FROM peertrail.events FINAL WHERE apiserver IN ({a:String}, {b:String})", tr.params())
+	if final != strconv.Itoa(tr.records) {
+		t.Fatalf("FINAL count %s, want %d", final, tr.records)
+	}
+}
+
+// While ClickHouse refuses inserts and queries, nothing is lost: Consume fails, the spool keeps
+// the entries and the runner retries; once it is back everything lands once.
+func TestWriterOutageLosesNothing(t *testing.T) {
+	codec := newCodec(t)
+	tr := newTraffic(t, "outage", 4, 20, 50)
+	sp := spoolOf(t, codec, tr)
+	f := &flaky{Store: engine(t), failInserts: 4, failQueries: 3}
+	w := store.NewWriter(f, codec, store.WriterOptions{FlushRows: 500})
+
+	runUntilStored(t, sp, w, tr)
+	assertExactlyOnce(t, tr)
+	if got := counter(t, w, metrics.StoreInsertErrorsTotal, "events"); got != 4 {
+		t.Errorf("insert errors %v, want 4", got)
+	}
+	if got := counter(t, w, metrics.StoreRowsWrittenTotal, "events"); got != float64(tr.records) {
+		t.Errorf("rows written %v, want %d", got, tr.records)
+	}
+	// The spool position passed everything.
+	if lag := sp.Stats().Lag[store.ConsumerName]; lag != 0 {
+		t.Errorf("consumer lag %d bytes after catching up, want 0", lag)
+	}
+}
+
+// An insert that committed but reported an error is retried without duplicating a row.
+func TestWriterLostAnswerDuplicatesNothing(t *testing.T) {
+	codec := newCodec(t)
+	tr := newTraffic(t, "lostanswer", 5, 10, 40)
+	sp := spoolOf(t, codec, tr)
+	f := &flaky{Store: engine(t), lostAnswers: 2}
+	w := store.NewWriter(f, codec, store.WriterOptions{FlushRows: 300})
+
+	runUntilStored(t, sp, w, tr)
+	assertExactlyOnce(t, tr)
+	if got := counter(t, w, metrics.StoreRowsSkippedTotal, "events"); got == 0 {
+		t.Errorf("no rows were skipped, yet two inserts committed before failing")
+	}
+}
+
+// An insert that failed midway (half its rows committed) is completed, not repeated.
+func TestWriterPartialInsertCompletedOnce(t *testing.T) {
+	codec := newCodec(t)
+	tr := newTraffic(t, "partial", 6, 10, 40)
+	sp := spoolOf(t, codec, tr)
+	f := &flaky{Store: engine(t), partial: 3}
+	w := store.NewWriter(f, codec, store.WriterOptions{FlushRows: 300})
+
+	runUntilStored(t, sp, w, tr)
+	assertExactlyOnce(t, tr)
+}
+
+// After a crash the spool delivers again what the writer wrote but did not commit; a new
+// writer (no memory of the old one) writes none of it twice.
+func TestWriterRestartRedeliveryDuplicatesNothing(t *testing.T) {
+	codec := newCodec(t)
+	tr := newTraffic(t, "restart", 7, 10, 40)
+	sp := spoolOf(t, codec, tr)
+	ctx := context.Background()
+
+	// The first writer consumes everything but "crashes" before the spool records its
+	// position: read the entries directly, never commit.
+	w1 := store.NewWriter(engine(t), codec, store.WriterOptions{FlushRows: 1})
+	r := sp.NewReader(0)
+	defer r.Close()
+	for {
+		e, ok, err := r.TryNext()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ok {
+			break
+		}
+		if _, err := w1.Consume(ctx, []spool.Entry{e}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, _ := tr.stored(t); n != tr.records {
+		t.Fatalf("first writer stored %d of %d", n, tr.records)
+	}
+	if pos, _ := sp.Committed(store.ConsumerName); pos != 0 {
+		t.Fatalf("committed position %d; the test needs none", pos)
+	}
+
+	w2 := store.NewWriter(engine(t), codec, store.WriterOptions{})
+	runUntilStored(t, sp, w2, tr)
+	assertExactlyOnce(t, tr)
+	if got := counter(t, w2, metrics.StoreRowsSkippedTotal, "events"); got != float64(tr.records) {
+		t.Errorf("second writer skipped %v rows, want all %d", got, tr.records)
+	}
+	if got := counter(t, w2, metrics.StoreRowsWrittenTotal, "events"); got != 0 {
+		t.Errorf("second writer wrote %v rows, want 0", got)
+	}
+}
+
+// The same entries delivered twice, the two ways the spool does it: Run hands the same
+// entries back after a failed Consume (here one whose insert committed anyway), and a
+// restarted process reads from the last committed position again.
+func TestWriterSameEntriesTwice(t *testing.T) {
+	codec := newCodec(t)
+	tr := newTraffic(t, "twice", 8, 5, 30)
+	sp := spoolOf(t, codec, tr)
+	ctx := context.Background()
+	var entries []spool.Entry
+	r := sp.NewReader(0)
+	defer r.Close()
+	for {
+		e, ok, err := r.TryNext()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ok {
+			break
+		}
+		entries = append(entries, e)
+	}
+	end := entries[len(entries)-1].End
+	f := &flaky{Store: engine(t), lostAnswers: 1}
+	w := store.NewWriter(f, codec, store.WriterOptions{FlushRows: 1})
+	if _, err := w.Consume(ctx, entries); err == nil {
+		t.Fatal("Consume succeeded though its insert reported an error")
+	}
+	if n, _ := tr.stored(t); n != tr.records {
+		t.Fatalf("the failed insert should have committed all %d rows, found %d", tr.records, n)
+	}
+	if pos, err := w.Consume(ctx, entries); err != nil || pos != end {
+		t.Fatalf("retry: Consume = %d, %v; want %d, nil", pos, err, end)
+	}
+	w2 := store.NewWriter(engine(t), codec, store.WriterOptions{FlushRows: 1})
+	if pos, err := w2.Consume(ctx, entries); err != nil || pos != end {
+		t.Fatalf("after a restart: Consume = %d, %v; want %d, nil", pos, err, end)
+	}
+	assertExactlyOnce(t, tr)
+}
+
+// Records wait in memory until FlushRows or FlushInterval; until then Consume returns the
+// position of the first waiting entry, so a crash loses nothing.
+func TestWriterBuffersUntilFlush(t *testing.T) {
+	codec := newCodec(t)
+	tr := newTraffic(t, "buffer", 9, 3, 10)
+	sp := spoolOf(t, codec, tr)
+	ctx := context.Background()
+	r := sp.NewReader(0)
+	defer r.Close()
+	w := store.NewWriter(engine(t), codec, store.WriterOptions{FlushRows: 1000, FlushInterval: time.Hour})
+	var first spool.Position
+	for i := 0; ; i++ {
+		e, ok, err := r.TryNext()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ok {
+			break
+		}
+		if i == 0 {
+			first = e.Pos
+		}
+		pos, err := w.Consume(ctx, []spool.Entry{e})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if pos != first {
+			t.Fatalf("entry %d: Consume returned %d while records wait; want the first waiting entry's %d", i, pos, first)
+		}
+	}
+	if n, _ := tr.stored(t); n != 0 {
+		t.Fatalf("%d rows stored before the flush", n)
+	}
+	if w.Pending() != tr.records {
+		t.Fatalf("%d records pending, want %d", w.Pending(), tr.records)
+	}
+	// An idle call (no entries) after the interval flushes.
+	w = store.NewWriter(engine(t), codec, store.WriterOptions{FlushRows: 1000, FlushInterval: 10 * time.Millisecond})
+	r2 := sp.NewReader(0)
+	defer r2.Close()
+	var last spool.Position
+	for {
+		e, ok, err := r2.TryNext()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ok {
+			break
+		}
+		if _, err := w.Consume(ctx, []spool.Entry{e}); err != nil {
+			t.Fatal(err)
+		}
+		last = e.End
+	}
+	time.Sleep(20 * time.Millisecond)
+	pos, err := w.Consume(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w.Pending() != 0 {
+		t.Fatalf("%d records still pending after the interval", w.Pending())
+	}
+	if pos != last {
+		t.Fatalf("the flushing idle Consume returned %d, want the last entry's end %d", pos, last)
+	}
+	assertExactlyOnce(t, tr)
+}
+
+// A frame that does not decode is counted and skipped; the rest is written.
+func TestWriterSkipsBadFrames(t *testing.T) {
+	codec := newCodec(t)
+	tr := newTraffic(t, "badframe", 10, 4, 10)
+	sp := spoolOf(t, codec, tr)
+	if _, err := sp.Append([]byte("\x01not a frame")); err != nil {
+		t.Fatal(err)
+	}
+	w := store.NewWriter(engine(t), codec, store.WriterOptions{FlushRows: 1})
+	runUntilStored(t, sp, w, tr)
+	assertExactlyOnce(t, tr)
+	if got := counter(t, w, metrics.StoreBadFramesTotal, ""); got != 1 {
+		t.Errorf("bad frames %v, want 1", got)
+	}
+}
+
+// The events table folds rows inserted twice by any other path (the backstop).
+func TestEventsTableFoldsDuplicates(t *testing.T) {
+	s := engine(t)
+	ctx := context.Background()
+	tr := newTraffic(t, "fold", 11, 3, 20)
+	var rows [][]any
+	for _, b := range tr.batches {
+		for i := range b.Records {
+			rows = append(rows, store.EventRow(&b.Records[i]))
+		}
+	}
+	for range 2 {
+		if err := s.Insert(ctx, store.EventsTable, store.EventColumns, rows); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p := tr.params()
+	if got := scalar(t, s, "SELECT count() FROM peertrail.events WHERE apiserver IN ({a:String}, {b:String})", p); got != strconv.Itoa(2*len(rows)) {
+		t.Fatalf("before merging: %s rows, want %d", got, 2*len(rows))
+	}
+	if got := scalar(t, s, "SELECT count() FROM peertrail.events FINAL WHERE apiserver IN ({a:String}, {b:String})", p); got != strconv.Itoa(len(rows)) {
+		t.Fatalf("FINAL: %s rows, want %d", got, len(rows))
+	}
+	day := tr.batches[0].ReceivedAt.Format("20060102")
+	if err := s.Exec(ctx, "OPTIMIZE TABLE peertrail.events PARTITION ID '"+day+"' FINAL"); err != nil {
+		t.Fatal(err)
+	}
+	if got := scalar(t, s, "SELECT count() FROM peertrail.events WHERE apiserver IN ({a:String}, {b:String})", p); got != strconv.Itoa(len(rows)) {
+		t.Fatalf("after merging: %s rows, want %d", got, len(rows))
+	}
+}
+
+// chainAt is a final chain of a proxied request received at t.
+func chainAt(id string, t time.Time, state correlate.State, last time.Time) correlate.Chain {
+	entry := &correlate.Side{APIServer: "chains-a", Code: 200, User: "alice", RequestReceived: t, Completed: t.Add(5 * time.Millisecond), Stages: []string{"RequestReceived", "ResponseComplete"}}
+	peer := &correlate.Side{APIServer: "chains-c", Code: 200, User: "alice", RequestReceived: t.Add(time.Millisecond), Completed: t.Add(4 * time.Millisecond), Stages: []string{"RequestReceived", "ResponseComplete"}, HasObjects: true}
+	return correlate.Chain{
+		ID: id + "/chains-a/" + strconv.FormatInt(t.UnixMicro(), 10), AuditID: id, State: state, Class: correlate.ClassProxied,
+		Entry: entry, Peer: peer, Verb: "get", Group: "scheduling.k8s.io", Version: "v1alpha2", Resource: "podgroups",
+		User: "alice", Code: 200, EntryDurationSeconds: 0.005, PeerDurationSeconds: 0.003, ForwardingOverheadSeconds: 0.002,
+		FirstReceived: t.Add(time.Second), LastReceived: last, Records: 4,
+	}
+}
+
+// The correlator emits a chain several times (open, final, again after a restart): the table
+// ends with the final version, and the rollup counts the chain once.
+func TestWriteChainsIdempotent(t *testing.T) {
+	s := engine(t)
+	ctx := context.Background()
+	codec := newCodec(t)
+	base := time.Now().UTC().Truncate(time.Hour).Add(-12 * time.Hour)
+	var open, final []correlate.Chain
+	for i := range 50 {
+		at := base.Add(time.Duration(i) * time.Second)
+		id := fmt.Sprintf("chain-test-%04d", i)
+		o := chainAt(id, at, correlate.StateOpen, at.Add(time.Second))
+		o.Peer, o.Class, o.Records = nil, correlate.ClassBroken, 2
+		open = append(open, o)
+		final = append(final, chainAt(id, at, correlate.StateFinal, at.Add(2*time.Second)))
+	}
+	w := store.NewWriter(s, codec, store.WriterOptions{})
+	for _, batch := range [][]correlate.Chain{open, final, final, open} {
+		if err := w.WriteChains(ctx, batch); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A restarted correlator (new writer) replays the final chains again.
+	w2 := store.NewWriter(s, codec, store.WriterOptions{})
+	if err := w2.WriteChains(ctx, final); err != nil {
+		t.Fatal(err)
+	}
+	if got := counter(t, w2, metrics.StoreRowsSkippedTotal, "chains"); got != 50 {
+		t.Errorf("the replay skipped %v chains, want 50", got)
+	}
+	p := map[string]string{"a": "chains-a"}
+	res := query(t, s, "SELECT class, state, count() AS n FROM peertrail.chains FINAL WHERE entry_apiserver = {a:String} GROUP BY class, state", p)
+	if len(res.Rows) != 1 || res.Value(0, "class") != "proxied" || res.Value(0, "state") != "final" || res.Value(0, "n") != "50" {
+		t.Fatalf("chains FINAL: %v", res.Rows)
+	}
+	// Written: 50 open + 50 final; the repeated batches wrote nothing.
+	if got := scalar(t, s, "SELECT count() FROM peertrail.chains WHERE entry_apiserver = {a:String}", p); got != "100" {
+		t.Errorf("%s chain rows, want 100 (open and final once each)", got)
+	}
+	if got := scalar(t, s, "SELECT sum(chains) FROM peertrail.chains_per_minute WHERE entry_apiserver = {a:String}", p); got != "50" {
+		t.Errorf("the rollup counts %s chains, want 50", got)
+	}
+	// Within one batch, the newest version of a chain wins.
+	mixed := []correlate.Chain{final[0], open[0]}
+	mixed[0].ID, mixed[1].ID = "mixed", "mixed"
+	if err := w.WriteChains(ctx, mixed); err != nil {
+		t.Fatal(err)
+	}
+	if got := scalar(t, s, "SELECT state FROM peertrail.chains FINAL WHERE id = 'mixed'", nil); got != "final" {
+		t.Errorf("chain written from a batch with two versions: state %s, want final", got)
+	}
+}
+
+func TestChainVersionOrder(t *testing.T) {
+	at := time.Now()
+	open := chainAt("v", at, correlate.StateOpen, at.Add(time.Second))
+	final := chainAt("v", at, correlate.StateFinal, at.Add(time.Second))
+	later := chainAt("v", at, correlate.StateOpen, at.Add(2*time.Second))
+	if !(store.ChainVersion(&open) < store.ChainVersion(&final) && store.ChainVersion(&final) < store.ChainVersion(&later)) {
+		t.Fatalf("versions open %d, final %d, later open %d: want increasing", store.ChainVersion(&open), store.ChainVersion(&final), store.ChainVersion(&later))
+	}
+}
