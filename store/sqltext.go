@@ -165,12 +165,27 @@ type readQuery struct {
 	format string
 	// text is the statement without a trailing semicolon.
 	text string
+	// settingsEnd is the offset in text just after the trailing top-level SETTINGS clause,
+	// where more settings can be added (", name = value"); -1 when there is none.
+	settingsEnd int
 }
 
 // readKeywords are the statements the read-only HTTP interface runs.
 var readKeywords = map[string]bool{
 	"SELECT": true, "WITH": true, "SHOW": true, "DESC": true, "DESCRIBE": true, "EXISTS": true, "EXPLAIN": true,
 }
+
+// writeKeywords are statements that change something: refused as such (other words are
+// syntax errors, as a server would call them).
+var writeKeywords = map[string]bool{
+	"INSERT": true, "CREATE": true, "DROP": true, "ALTER": true, "TRUNCATE": true, "RENAME": true,
+	"OPTIMIZE": true, "SYSTEM": true, "KILL": true, "SET": true, "USE": true, "GRANT": true,
+	"REVOKE": true, "DETACH": true, "ATTACH": true, "DELETE": true, "UPDATE": true, "EXCHANGE": true,
+	"UNDROP": true, "BACKUP": true, "RESTORE": true, "MOVE": true, "CHECK": true, "WATCH": true, "REPLACE": true,
+}
+
+// errSyntax: the statement does not start like any ClickHouse statement.
+var errSyntax = errors.New("syntax error: not a statement this interface runs")
 
 // analyzeReadQuery checks that s is exactly one read statement and returns what the HTTP
 // interface needs to know about it; the error says why it is refused.
@@ -192,7 +207,7 @@ func analyzeReadQuery(s string) (readQuery, error) {
 	if len(toks) == 0 {
 		return readQuery{}, errors.New("empty query")
 	}
-	q := readQuery{text: s}
+	q := readQuery{text: s, settingsEnd: -1}
 	first := 0
 	for first < len(toks) && toks[first].kind == tokOpen {
 		first++ // (SELECT ...) UNION ...
@@ -202,9 +217,13 @@ func analyzeReadQuery(s string) (readQuery, error) {
 	}
 	q.keyword = strings.ToUpper(toks[first].text)
 	if !readKeywords[q.keyword] {
-		return readQuery{}, ErrReadOnly
+		if writeKeywords[q.keyword] {
+			return readQuery{}, ErrReadOnly
+		}
+		return readQuery{}, errSyntax
 	}
 	depth := 0
+	settingsAt, formatAt := -1, -1
 	for i, t := range toks {
 		switch t.kind {
 		case tokOpen:
@@ -216,12 +235,28 @@ func analyzeReadQuery(s string) (readQuery, error) {
 			if w == "OUTFILE" && i > 0 && strings.EqualFold(toks[i-1].text, "INTO") {
 				return readQuery{}, errors.New("INTO OUTFILE is not allowed")
 			}
+			if depth != 0 {
+				continue
+			}
 			// FORMAT <name> at the top level, followed by nothing or by SETTINGS.
-			if w == "FORMAT" && depth == 0 && i+1 < len(toks) && (toks[i+1].kind == tokWord || toks[i+1].kind == tokQuoted) &&
+			if w == "FORMAT" && i+1 < len(toks) && (toks[i+1].kind == tokWord || toks[i+1].kind == tokQuoted) &&
 				(i+2 == len(toks) || strings.EqualFold(toks[i+2].text, "SETTINGS")) {
 				q.format = strings.Trim(toks[i+1].text, "`\"")
+				formatAt = i
+			}
+			// SETTINGS name = ...
+			if w == "SETTINGS" && i+2 < len(toks) && toks[i+1].kind == tokWord && toks[i+2].text == "=" {
+				settingsAt = i
 			}
 		}
+	}
+	if settingsAt >= 0 {
+		// The clause runs to the end, or to a FORMAT clause that follows it.
+		end := len(toks) - 1
+		if formatAt > settingsAt {
+			end = formatAt - 1
+		}
+		q.settingsEnd = toks[end].end
 	}
 	return q, nil
 }

@@ -45,8 +45,9 @@ type Store interface {
 	Exec(ctx context.Context, stmt string) error
 	// Query runs one read statement (SELECT, WITH, SHOW, DESCRIBE, EXISTS) and returns its
 	// whole result. Placeholders {name:Type} in query are bound by the engine from params,
-	// given in ClickHouse's text form for Type; values never become part of the SQL text. The
-	// statement must not carry a FORMAT clause.
+	// given in ClickHouse's text form for Type, escaped as in TabSeparated (EscapeTSV: a
+	// String value with a newline or backslash needs it); values never become part of the SQL
+	// text. The statement must not carry a FORMAT clause.
 	Query(ctx context.Context, query string, params map[string]string) (*Result, error)
 	// Insert appends rows to table ("database.table"). Each row holds one Go value per column,
 	// in the order of columns, of the type the column's ClickHouse type maps to (see

@@ -24,6 +24,5 @@ SELECT
     records
 FROM peertrail.chains FINAL
 WHERE audit_id = {audit_id:String}
-  AND toStartOfHour(first_received) IN (SELECT received_hour FROM peertrail.audit_ids WHERE audit_id = {audit_id:String})
+  AND toStartOfHour(first_received) GLOBAL IN (SELECT received_hour FROM peertrail.audit_ids WHERE audit_id = {audit_id:String})
 ORDER BY request_time
-SETTINGS distributed_product_mode = 'local'

@@ -17,9 +17,8 @@ SELECT
     received_at
 FROM peertrail.events
 WHERE audit_id = {audit_id:String}
-  AND toDate(received_at) IN (SELECT received_day FROM peertrail.audit_ids WHERE audit_id = {audit_id:String})
-  AND (toStartOfHour(stage_timestamp), apiserver, resource) IN
+  AND toDate(received_at) GLOBAL IN (SELECT received_day FROM peertrail.audit_ids WHERE audit_id = {audit_id:String})
+  AND (toStartOfHour(stage_timestamp), apiserver, resource) GLOBAL IN
       (SELECT stage_hour, apiserver, resource FROM peertrail.audit_ids WHERE audit_id = {audit_id:String})
 ORDER BY stage_timestamp, apiserver, stage
 LIMIT 1 BY apiserver, audit_id, stage, stage_timestamp
-SETTINGS distributed_product_mode = 'local'
