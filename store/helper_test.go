@@ -76,6 +76,8 @@ func runHelper(mode string) int {
 		}
 		fmt.Println("ok")
 		return 0
+	case "real":
+		return realCaptureHelper(ctx, fail)
 	}
 	return fail("unknown helper mode %q", mode)
 }

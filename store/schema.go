@@ -41,11 +41,21 @@ type SchemaOptions struct {
 	Cluster string
 }
 
-// Defaults of SchemaOptions.
+// Defaults and limits of SchemaOptions.
 const (
 	DefaultRetention       = 30 * 24 * time.Hour
 	DefaultRollupRetention = 400 * 24 * time.Hour
+	// MaxRetention keeps TTL expressions inside DateTime's range (it ends in 2106): a TTL
+	// past it wraps around into the past and expires every row at once.
+	MaxRetention = 30 * 365 * 24 * time.Hour
 )
+
+func (o SchemaOptions) check() error {
+	if o.Retention > MaxRetention || o.RollupRetention > MaxRetention {
+		return fmt.Errorf("store: retention longer than %d days overflows ClickHouse's DateTime in the TTL", days(MaxRetention))
+	}
+	return nil
+}
 
 func (o SchemaOptions) withDefaults() SchemaOptions {
 	if o.Retention <= 0 {
@@ -122,7 +132,12 @@ func render(tmpl string, opts SchemaOptions) (string, error) {
 	err = t.Execute(&b, struct {
 		Retention, RollupRetention int
 	}{days(opts.Retention), days(opts.RollupRetention)})
-	return b.String(), err
+	// An empty {{on_cluster}} leaves a trailing space.
+	lines := strings.Split(b.String(), "\n")
+	for i, l := range lines {
+		lines[i] = strings.TrimRight(l, " ")
+	}
+	return strings.Join(lines, "\n"), err
 }
 
 // schemaFuncs are the template functions of migrations:
@@ -175,6 +190,9 @@ func schemaFuncs(cluster string) template.FuncMap {
 
 // DDL returns the whole schema for opts as SQL text, each statement ending in ";".
 func DDL(opts SchemaOptions) (string, error) {
+	if err := opts.check(); err != nil {
+		return "", err
+	}
 	ms, err := Migrations()
 	if err != nil {
 		return "", err
@@ -205,7 +223,7 @@ func bootstrapStatements(opts SchemaOptions) []string {
 	engine := f["engine"].(func(string, string, string) string)("ReplacingMergeTree", "schema_migrations", "")
 	return []string{
 		strings.TrimSpace("CREATE DATABASE IF NOT EXISTS " + Database + " " + onCluster),
-		"CREATE TABLE IF NOT EXISTS " + migrationsTable + " " + onCluster + ` (
+		strings.TrimSpace("CREATE TABLE IF NOT EXISTS "+migrationsTable+" "+onCluster) + ` (
     version    UInt32,
     name       String,
     checksum   String,
@@ -224,6 +242,9 @@ ORDER BY version`,
 func Migrate(ctx context.Context, s Store, opts SchemaOptions, log *slog.Logger) error {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
+	}
+	if err := opts.check(); err != nil {
+		return err
 	}
 	opts = opts.withDefaults()
 	ms, err := Migrations()

@@ -5,7 +5,7 @@
 SELECT
     request_time,
     audit_id,
-    entry_apiserver AS entry,
+    if(has_entry, entry_apiserver, '-') AS entry,
     if(has_peer, peer_apiserver, '-') AS peer,
     verb,
     if(resource = '', request_uri, concat(if(api_group = '', 'core', api_group), '/', api_version, '/', resource)) AS what,

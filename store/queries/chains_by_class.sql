@@ -4,7 +4,7 @@
 --   apiserver. A peer of "-" means the entry served it alone (or the peer's record is missing).
 SELECT
     class,
-    entry_apiserver AS entry,
+    if(has_entry, entry_apiserver, '-') AS entry,
     if(has_peer, peer_apiserver, '-') AS peer,
     count() AS chains,
     countIf(code >= 500) AS `5xx`,

@@ -1,0 +1,203 @@
+package store_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/peertrail/peertrail/correlate"
+	"github.com/peertrail/peertrail/ingest/record"
+	"github.com/peertrail/peertrail/store"
+	"github.com/peertrail/peertrail/store/storetest"
+)
+
+var realDir = filepath.Join("..", storetest.RealDir)
+
+// The real captures (audit webhook bodies of real kube-apiservers in each MVP scenario) through
+// the writer, the chain sink and every shipped query. They are fixed in time, so this runs in
+// an engine of its own whose retention keeps them.
+func TestRealCaptures(t *testing.T) {
+	if _, err := os.Stat(realDir); err != nil {
+		t.Skipf("no real captures at %s (test/e2e TestCaptureRealMVP -update-real-fixtures makes them): %v", realDir, err)
+	}
+	out := runSubprocess(t, "real", 180*time.Second, "PEERTRAIL_REAL_DIR="+realDir)
+	t.Log(out)
+	if !strings.HasSuffix(out, "ok\n") || strings.Contains(out, "FAIL") {
+		t.Fatalf("helper output:\n%s", out)
+	}
+}
+
+func realCaptureHelper(ctx context.Context, fail func(string, ...any) int) int {
+	c, err := storetest.LoadCaptures(os.Getenv("PEERTRAIL_REAL_DIR"))
+	if err != nil {
+		return fail("load: %v", err)
+	}
+	s, err := store.OpenEmbedded(ctx, store.EmbeddedOptions{})
+	if err != nil {
+		return fail("open: %v", err)
+	}
+	defer s.Close()
+	if err := store.Migrate(ctx, s, store.SchemaOptions{Retention: store.MaxRetention, RollupRetention: store.MaxRetention}, nil); err != nil {
+		return fail("migrate: %v", err)
+	}
+	codec, err := record.NewCodec()
+	if err != nil {
+		return fail("codec: %v", err)
+	}
+	defer codec.Close()
+	w := store.NewWriter(s, codec, store.WriterOptions{})
+	if err := w.WriteEvents(ctx, c.Records); err != nil {
+		return fail("write events: %v", err)
+	}
+	if err := w.WriteChains(ctx, c.Chains); err != nil {
+		return fail("write chains: %v", err)
+	}
+	fmt.Printf("%d scenarios, %d posts, %d records, %d chains, %d labelled requests\n", len(c.Scenarios), len(c.Posts), len(c.Records), len(c.Chains), len(c.Labels))
+
+	lo, hi := c.Records[0].ReceivedAt, c.Records[0].ReceivedAt
+	for _, r := range c.Records {
+		if r.ReceivedAt.Before(lo) {
+			lo = r.ReceivedAt
+		}
+		if r.ReceivedAt.After(hi) {
+			hi = r.ReceivedAt
+		}
+	}
+	params := map[string]string{"since": store.FormatTime(lo.Add(-time.Minute)), "until": store.FormatTime(hi.Add(time.Minute))}
+	run := func(name string, extra map[string]string) (*store.Result, error) {
+		q, err := store.QueryNamed(name)
+		if err != nil {
+			return nil, err
+		}
+		p := map[string]string{}
+		for k, v := range params {
+			p[k] = v
+		}
+		for k, v := range extra {
+			p[k] = v
+		}
+		return q.Run(ctx, s, p)
+	}
+	var problems []string
+	check := func(ok bool, format string, args ...any) {
+		if !ok {
+			problems = append(problems, fmt.Sprintf(format, args...))
+		}
+	}
+
+	// Every shipped query runs on the real records.
+	qs, err := store.Queries()
+	if err != nil {
+		return fail("%v", err)
+	}
+	for _, q := range qs {
+		extra := map[string]string{"audit_id": c.Labels[0].AuditID}
+		r, err := run(q.Name, extra)
+		if err != nil {
+			return fail("%s: %v", q.Name, err)
+		}
+		fmt.Printf("%s: %d rows\n", q.Name, len(r.Rows))
+	}
+
+	total := scalarOf(ctx, s, "SELECT count() FROM peertrail.events")
+	check(total == fmt.Sprint(len(c.Records)), "events: %s rows, want %d", total, len(c.Records))
+
+	// Misleading 404s: the labelled ones, at the 1.35 entry, and served_by names kas-c.
+	r, _ := run("misleading_404s", nil)
+	n := 0
+	for i := range r.Rows {
+		var k int
+		fmt.Sscan(r.Value(i, "requests"), &k)
+		n += k
+		check(strings.Contains(r.Value(i, "served_by"), "kas-c"), "misleading 404 row without kas-c serving: %v", r.Rows[i])
+		check(r.Value(i, "resource") == "podgroups", "misleading 404 of %s", r.Value(i, "resource"))
+	}
+	check(n == len(c.Expect["label:misleading_404"]), "misleading 404s: %d, labels say %d", n, len(c.Expect["label:misleading_404"]))
+
+	// Failed forwardings: the 503s after kas-c was killed.
+	r, _ = run("proxy_failures", nil)
+	n = 0
+	for i := range r.Rows {
+		var k int
+		fmt.Sscan(r.Value(i, "requests"), &k)
+		n += k
+		check(r.Value(i, "code") == "503" && r.Value(i, "entry") == "kas-a", "proxy failure row %v", r.Rows[i])
+	}
+	check(n == len(c.Expect["label:peer_unreachable"]), "proxy failures: %d, labels say %d", n, len(c.Expect["label:peer_unreachable"]))
+
+	// Broken chains: the create kas-c served just before its SIGKILL, if its record was lost.
+	r, _ = run("broken_chains", nil)
+	var broken []string
+	for i := range r.Rows {
+		broken = append(broken, r.Value(i, "audit_id"))
+	}
+	sort.Strings(broken)
+	want := append([]string{}, c.Expect[string(correlate.ClassBroken)]...)
+	sort.Strings(want)
+	check(slices.Equal(broken, want), "broken chains %v, want %v", broken, want)
+
+	// Impersonation flattened on the hop: admin acting as bob, seen by the peer as bob.
+	r, _ = run("identity_mismatches", nil)
+	found := false
+	for i := range r.Rows {
+		if r.Value(i, "user") == "bob" {
+			found = true
+			check(r.Value(i, "example_real_user") == "admin" && strings.Contains(r.Value(i, "finding_list"), "impersonation_flattened"), "bob's row %v", r.Rows[i])
+		}
+	}
+	check(found, "no identity mismatch for bob: %v", r.Rows)
+
+	// The rolling upgrade: kas-b reported v1.35.4 and later v1.36.3.
+	r, _ = run("apiserver_versions", nil)
+	versions := map[string][]string{}
+	for i := range r.Rows {
+		versions[r.Value(i, "apiserver")] = append(versions[r.Value(i, "apiserver")], r.Value(i, "version"))
+	}
+	check(slices.Equal(versions["kas-b"], []string{"v1.35.4", "v1.36.3"}), "kas-b versions %v", versions["kas-b"])
+	check(slices.Equal(versions["kas-c"], []string{"v1.36.3"}) && slices.Equal(versions["kas-a"], []string{"v1.35.4"}), "versions %v", versions)
+
+	// Every labelled request: its records come from exactly the apiservers that observed it,
+	// and its chain has the class the label implies.
+	for _, l := range c.Labels {
+		r, err := run("audit_id_records", map[string]string{"audit_id": l.AuditID})
+		if err != nil {
+			return fail("%v", err)
+		}
+		var seen []string
+		for i := range r.Rows {
+			if a := r.Value(i, "apiserver"); !slices.Contains(seen, a) {
+				seen = append(seen, a)
+			}
+		}
+		sort.Strings(seen)
+		obs := append([]string{}, l.ObservedOn...)
+		sort.Strings(obs)
+		check(slices.Equal(seen, obs), "%s/%s (%s): records from %v, observed on %v", l.Scenario, l.AuditID, l.Expect, seen, obs)
+		ch, err := run("audit_id_chain", map[string]string{"audit_id": l.AuditID})
+		if err != nil {
+			return fail("%v", err)
+		}
+		if len(obs) > 0 {
+			check(len(ch.Rows) == 1, "%s: %d chains", l.AuditID, len(ch.Rows))
+		}
+	}
+	if len(problems) > 0 {
+		return fail("%d problems:\n%s", len(problems), strings.Join(problems, "\n"))
+	}
+	fmt.Println("ok")
+	return 0
+}
+
+func scalarOf(ctx context.Context, s store.Store, q string) string {
+	r, err := s.Query(ctx, q, nil)
+	if err != nil || len(r.Rows) != 1 {
+		return fmt.Sprint(err)
+	}
+	return r.Rows[0][0]
+}
