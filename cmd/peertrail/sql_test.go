@@ -1,0 +1,149 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/peertrail/peertrail/ingest/record"
+	"github.com/peertrail/peertrail/store"
+	"github.com/peertrail/peertrail/store/chdb"
+	"github.com/peertrail/peertrail/store/storetest"
+)
+
+// runCLI runs the root command with args and returns its output.
+func runCLI(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	root := newRootCommand()
+	var out, errOut bytes.Buffer
+	root.SetOut(&out)
+	root.SetErr(&errOut)
+	root.SetArgs(args)
+	err := root.ExecuteContext(context.Background())
+	if errOut.Len() > 0 {
+		t.Logf("stderr: %s", errOut.String())
+	}
+	return out.String(), err
+}
+
+// sql, report and schema against the ClickHouse HTTP interface of an embedded store holding a
+// synthetic MVP scenario (as `peertrail serve` will answer them).
+func TestSQLReportSchemaCommands(t *testing.T) {
+	ctx := context.Background()
+	s, err := store.OpenEmbedded(ctx, store.EmbeddedOptions{DataDir: t.TempDir()})
+	if err != nil {
+		t.Fatalf("the embedded engine is required (run scripts/fetch-chdb.sh; chDB %s): %v", chdb.Version, err)
+	}
+	defer s.Close()
+	if err := store.Migrate(ctx, s, store.SchemaOptions{}, nil); err != nil {
+		t.Fatal(err)
+	}
+	sc, err := storetest.Build(storetest.Options{Begin: time.Now().UTC().Add(-20 * time.Minute), Duration: 10 * time.Minute, Seed: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	codec, err := record.NewCodec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer codec.Close()
+	w := store.NewWriter(s, codec, store.WriterOptions{})
+	if err := w.WriteEvents(ctx, sc.Records); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.WriteChains(ctx, sc.Chains); err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(store.NewHTTPHandler(s, store.HTTPOptions{}))
+	defer srv.Close()
+
+	q := "SELECT class, count() AS n FROM chains FINAL WHERE class IN ('misleading_404', 'broken') GROUP BY class ORDER BY class"
+	for format, want := range map[string]string{
+		"table": "class            n\n--------------  --\nbroken           5\nmisleading_404  16\n",
+		"tsv":   "class\tn\nbroken\t5\nmisleading_404\t16\n",
+		"csv":   "class,n\nbroken,5\nmisleading_404,16\n",
+		"json":  "{\"class\":\"broken\",\"n\":5}\n{\"class\":\"misleading_404\",\"n\":16}\n",
+	} {
+		out, err := runCLI(t, "sql", "--server", srv.URL, "--format", format, q)
+		if err != nil {
+			t.Fatalf("sql --format %s: %v", format, err)
+		}
+		if out != want {
+			t.Errorf("sql --format %s:\n%s\nwant\n%s", format, out, want)
+		}
+	}
+
+	// A parameter, and JSON values keeping their types.
+	id := sc.Expect["proxied"][0]
+	out, err := runCLI(t, "sql", "--server", srv.URL, "--format", "json", "--param", "id="+id,
+		"SELECT apiserver, stage, code, source_ips FROM events WHERE audit_id = {id:String} ORDER BY apiserver, stage")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 4 {
+		t.Fatalf("records of %s: %q", id, out)
+	}
+	var last map[string]any
+	if err := json.Unmarshal([]byte(lines[3]), &last); err != nil {
+		t.Fatal(err)
+	}
+	if last["apiserver"] != "kas-c" || last["stage"] != "ResponseComplete" || last["source_ips"] != "['192.168.7.20','10.0.0.11']" {
+		t.Errorf("peer's record: %v", last)
+	}
+	if _, ok := last["code"].(float64); !ok {
+		t.Errorf("code should be a JSON number: %#v", last["code"])
+	}
+
+	// Errors come back as errors.
+	if _, err := runCLI(t, "sql", "--server", srv.URL, "DROP TABLE peertrail.events"); err == nil || !strings.Contains(err.Error(), "read-only") {
+		t.Errorf("DROP through sql: %v", err)
+	}
+	if _, err := runCLI(t, "sql", "--server", "http://127.0.0.1:1", "SELECT 1"); err == nil || !strings.Contains(err.Error(), "peertrail serve") {
+		t.Errorf("no server: %v", err)
+	}
+
+	// The report: every section, with the scenario's numbers.
+	out, err = runCLI(t, "report", "--server", srv.URL, "--since", "1h")
+	if err != nil {
+		t.Fatalf("report: %v\n%s", err, out)
+	}
+	for _, want := range []string{
+		"== Chains by class per apiserver pair (chains_by_class)",
+		"== Misleading 404s by resource (misleading_404s)",
+		"== Broken chains (broken_chains)",
+		"== Identity mismatches by user (identity_mismatches)",
+		"== Slowest forwardings (slowest_forwardings)",
+		"== Failed forwardings by entry apiserver (proxy_failures)",
+		"== Apiserver versions (apiserver_versions)",
+		"scheduling.k8s.io  v1alpha2  podgroups  kas-b               12",
+		"kas-c      v1.36.3",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("report lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "dashboard_") {
+		t.Error("the report runs dashboard queries")
+	}
+	out, err = runCLI(t, "report", "--server", srv.URL, "--query", "audit_id_chain", "--param", "audit_id="+id, "--format", "tsv")
+	if err != nil || !strings.Contains(out, "\tproxied\t") {
+		t.Fatalf("report --query audit_id_chain: %v\n%s", err, out)
+	}
+	if _, err := runCLI(t, "report", "--server", srv.URL, "--query", "audit_id_chain"); err == nil || !strings.Contains(err.Error(), "audit_id") {
+		t.Errorf("a named query without its parameter: %v", err)
+	}
+
+	out, err = runCLI(t, "schema", "--cluster", "audit")
+	if err != nil || !strings.Contains(out, "ENGINE = Distributed('audit', peertrail, events_local, cityHash64(audit_id))") {
+		t.Fatalf("schema --cluster: %v\n%.400s", err, out)
+	}
+	out, err = runCLI(t, "schema", "--retention-days", "7")
+	if err != nil || !strings.Contains(out, "TTL toDateTime(received_at) + toIntervalDay(7)") || strings.Contains(out, " \n") {
+		t.Fatalf("schema: %v", err)
+	}
+}
