@@ -80,42 +80,6 @@ type LoadResult struct {
 	Late         int            `json:"batches_sent_late"`
 }
 
-// template is an EventList body whose auditIDs can be rewritten in place, so that sending
-// costs a copy instead of a JSON encoding.
-type template struct {
-	body    []byte
-	offsets []int // start of each auditID's last 12 hex digits
-}
-
-func newTemplate(gen *simulate.Events, n int) (template, error) {
-	body, items, err := gen.EventList(n)
-	if err != nil {
-		return template{}, err
-	}
-	t := template{body: body}
-	from := 0
-	for _, it := range items {
-		id := []byte(`"auditID":"` + string(it.AuditID) + `"`)
-		i := bytes.Index(body[from:], id)
-		if i < 0 {
-			return template{}, fmt.Errorf("auditID %s not found in template", it.AuditID)
-		}
-		start := from + i + len(id) - 1 - 12
-		t.offsets = append(t.offsets, start)
-		from = start
-	}
-	return t, nil
-}
-
-// render writes a copy with auditIDs unique to (sender, seq).
-func (t template) render(sender, seq int) []byte {
-	b := bytes.Clone(t.body)
-	for i, off := range t.offsets {
-		_ = fmt.Appendf(b[:off], "%03x%05x%04x", sender&0xfff, seq&0xfffff, i&0xffff) // overwrites in place
-	}
-	return b
-}
-
 func runLoadgen(ctx context.Context, f *loadgenFlags, out io.Writer) error {
 	names := strings.Split(f.apiservers, ",")
 	if f.rate <= 0 || f.batch <= 0 || len(names) == 0 {
@@ -135,7 +99,7 @@ func runLoadgen(ctx context.Context, f *loadgenFlags, out io.Writer) error {
 	deadline := start.Add(f.duration)
 	var wg sync.WaitGroup
 	for si, name := range names {
-		tmpl, err := newTemplate(simulate.NewEvents(uint64(si+1), nil), f.batch)
+		tmpl, err := simulate.NewTemplate(simulate.NewEvents(uint64(si+1), nil), f.batch)
 		if err != nil {
 			return err
 		}
@@ -153,7 +117,7 @@ func runLoadgen(ctx context.Context, f *loadgenFlags, out io.Writer) error {
 					}
 				}
 				late := time.Since(next) > interval
-				body := tmpl.render(si, seq)
+				body := tmpl.Render(si, seq)
 				inflight.Go(func() {
 					t0 := time.Now()
 					code := post(ctx, client, f.url+"/audit/"+name, token, body)

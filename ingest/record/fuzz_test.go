@@ -1,10 +1,12 @@
 package record
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
+	"reflect"
 	"testing"
 )
 
@@ -22,12 +24,14 @@ func seedBodies(f *testing.F) {
 	f.Add([]byte(`{}`))
 }
 
-// FuzzDecode checks that no body makes Decode panic, and that every item of an accepted list is
-// accounted for exactly once: as a record with the fields its key needs, or as an invalid item.
+// FuzzDecode checks that no body makes Decode panic, that the fast decoder agrees with
+// encoding/json on every body, and that every item of an accepted list is accounted for exactly
+// once: as a record with the fields its key needs, or as an invalid item.
 func FuzzDecode(f *testing.F) {
 	seedBodies(f)
 	f.Fuzz(func(t *testing.T, body []byte) {
 		recs, inv, err := Decode(body, "kas-a", received)
+		sameAsEncodingJSON(t, body, recs, inv, err)
 		if err != nil {
 			if !errors.Is(err, ErrNotEventList) || recs != nil || inv != nil {
 				t.Fatalf("error %v with %d records, %d invalid", err, len(recs), len(inv))
@@ -88,4 +92,25 @@ func FuzzDecodeFrame(f *testing.F) {
 			t.Fatalf("decoded frame with inconsistent header: %v", err)
 		}
 	})
+}
+
+// sameAsEncodingJSON fails unless decoding body with encoding/json gives the same records, the
+// same invalid items and the same verdict on the body as Decode did.
+func sameAsEncodingJSON(t *testing.T, body []byte, recs []Record, inv []Invalid, err error) {
+	t.Helper()
+	stdRecs, stdInv, stdErr := decode(json.Unmarshal, body, "kas-a", received)
+	if (err == nil) != (stdErr == nil) {
+		t.Fatalf("fast decoder error %v, encoding/json error %v", err, stdErr)
+	}
+	if !reflect.DeepEqual(recs, stdRecs) {
+		t.Fatalf("records differ from encoding/json's:\n fast %+v\n  std %+v", recs, stdRecs)
+	}
+	if len(inv) != len(stdInv) {
+		t.Fatalf("%d invalid items, encoding/json finds %d", len(inv), len(stdInv))
+	}
+	for i := range inv {
+		if inv[i].Index != stdInv[i].Index || !bytes.Equal(inv[i].Raw, stdInv[i].Raw) {
+			t.Fatalf("invalid item %d differs: %+v vs %+v", i, inv[i], stdInv[i])
+		}
+	}
 }

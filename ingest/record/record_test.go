@@ -4,10 +4,13 @@ import (
 	"encoding/json"
 	"errors"
 	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/peertrail/peertrail/simulate"
 )
 
 var received = time.Date(2026, 11, 29, 10, 0, 5, 123456789, time.UTC)
@@ -183,4 +186,34 @@ func TestFrameRoundTrip(t *testing.T) {
 	if _, err := c.AppendFrame(nil, "kas-a", received, recs, keys[:1]); err == nil {
 		t.Fatalf("AppendFrame accepted keys that do not match the records")
 	}
+}
+
+// TestFastDecoderMatchesEncodingJSON proves the faster decoder yields records identical to
+// encoding/json's on every body we have: the fixtures, real apiserver captures, and a large
+// synthetic batch.
+func TestFastDecoderMatchesEncodingJSON(t *testing.T) {
+	paths, _ := filepath.Glob("testdata/*.json")
+	real, _ := filepath.Glob("../../test/testdata/real/*/*.json")
+	paths = append(paths, real...)
+	body, _, err := simulate.NewEvents(9, nil).EventList(2000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bodies := map[string][]byte{"synthetic": body}
+	for _, p := range paths {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		bodies[p] = b
+	}
+	records := 0
+	for name, b := range bodies {
+		t.Run(filepath.Base(name), func(t *testing.T) {
+			recs, inv, err := Decode(b, "kas-a", received)
+			sameAsEncodingJSON(t, b, recs, inv, err)
+			records += len(recs)
+		})
+	}
+	t.Logf("%d bodies (%d real captures), %d records identical", len(bodies), len(real), records)
 }
