@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build real kube-apiserver binaries from the k8s.io/kubernetes Go module.
 #
-#   scripts/build-kube.sh [--etcd] [--no-etcd] [VERSION...]   (default versions: v1.35.4 v1.36.3)
+#   scripts/build-kube.sh [--no-etcd] [--force] [VERSION...]   (default versions: v1.35.4 v1.36.3)
 #
 # `go install k8s.io/kubernetes/cmd/kube-apiserver@vX` does not work (the kubernetes
 # module has replace directives pointing at ./staging). So for each version we
@@ -10,20 +10,27 @@
 # k8s.io/<name> v0.<minor>.<patch>, then `go build` the command from it.
 #
 # Output: ${PEERTRAIL_CACHE:-$HOME/.cache/peertrail}/kube/<version>/kube-apiserver
-# Idempotent: an existing binary whose --version matches is kept.
+# The version is stamped into k8s.io/component-base/version (/version, --version)
+# and k8s.io/client-go/pkg/version (the userAgent of the server's own loopback
+# client), like the upstream build does. The git commit is not known from the
+# module proxy, so it stays empty (userAgent ends in "kubernetes/unknown").
+# Idempotent: an existing binary whose --version matches and that was built with
+# the same flags (<dir>/kube-apiserver.ldflags) is kept; --force rebuilds.
 # By default also makes sure etcd (Debian etcd-server) is installed (--no-etcd to skip).
 set -euo pipefail
 
 CACHE="${PEERTRAIL_CACHE:-$HOME/.cache/peertrail}"
 WANT_ETCD=1
+FORCE=0
 VERSIONS=()
 for arg in "$@"; do
   case "$arg" in
     --etcd) WANT_ETCD=1 ;;
     --no-etcd) WANT_ETCD=0 ;;
-    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
+    --force) FORCE=1 ;;
+    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
     v[0-9]*.[0-9]*.[0-9]*) VERSIONS+=("$arg") ;;
-    *) echo "build-kube.sh: unknown argument '$arg' (want --etcd, --no-etcd or versions like v1.36.3)" >&2; exit 2 ;;
+    *) echo "build-kube.sh: unknown argument '$arg' (want --no-etcd, --force or versions like v1.36.3)" >&2; exit 2 ;;
   esac
 done
 if [ "${#VERSIONS[@]}" -eq 0 ]; then
@@ -65,17 +72,26 @@ build_one() {
   local version="$1"
   local dir="$CACHE/kube/$version"
   local bin="$dir/kube-apiserver"
-  if binary_ok "$bin" "$version"; then
-    log "$version: up to date ($bin)"
-    echo "$bin"
-    return 0
-  fi
+  [[ "$version" =~ ^v1\.[0-9]+\.[0-9]+$ ]] || die "$version: only release versions v1.X.Y are supported"
 
   # v1.36.3 -> staging modules are v0.36.3
   local rest="${version#v1.}"          # 36.3
   local major=1 minor="${rest%%.*}"    # 36
   local staging="v0.${rest}"
-  [[ "$version" =~ ^v1\.[0-9]+\.[0-9]+$ ]] || die "$version: only release versions v1.X.Y are supported"
+
+  # Version stamps, as hack/lib/version.sh sets them (minus the commit).
+  local ldflags="-s -w" vpkg
+  for vpkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    ldflags+=" -X $vpkg.gitVersion=$version -X $vpkg.gitMajor=$major -X $vpkg.gitMinor=$minor"
+    ldflags+=" -X $vpkg.gitTreeState=clean -X $vpkg.gitCommit="
+  done
+
+  if [ "$FORCE" -eq 0 ] && binary_ok "$bin" "$version" \
+     && [ "$(cat "$bin.ldflags" 2>/dev/null || true)" = "$ldflags" ]; then
+    log "$version: up to date ($bin)"
+    echo "$bin"
+    return 0
+  fi
 
   log "$version: resolving k8s.io/kubernetes@$version"
   local json gomod infof
@@ -116,8 +132,6 @@ build_one() {
   log "$version: wrapper module at $wrap ($(echo "$mods" | wc -l) staging modules -> $staging)"
 
   local pkg=k8s.io/kubernetes/cmd/kube-apiserver
-  local vpkg=k8s.io/component-base/version
-  local ldflags="-s -w -X $vpkg.gitVersion=$version -X $vpkg.gitMajor=$major -X $vpkg.gitMinor=$minor -X $vpkg.gitTreeState=clean -X $vpkg.buildDate=$builddate -X $vpkg.gitCommit="
   local start end
   start="$(date +%s)"
   log "$version: go get (module graph)"
@@ -125,9 +139,10 @@ build_one() {
     || { tail -30 "$dir/get.log" >&2; die "$version: go get failed (log: $dir/get.log)"; }
   log "$version: go build (takes several minutes cold)"
   (cd "$wrap" && GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS="-mod=mod -buildvcs=false" \
-     go build -trimpath -ldflags "$ldflags" -o "$bin.tmp" "$pkg" >"$dir/build.log" 2>&1) \
+     go build -trimpath -ldflags "$ldflags -X k8s.io/component-base/version.buildDate=$builddate -X k8s.io/client-go/pkg/version.buildDate=$builddate" -o "$bin.tmp" "$pkg" >"$dir/build.log" 2>&1) \
     || { tail -30 "$dir/build.log" >&2; die "$version: go build failed (log: $dir/build.log)"; }
   mv -f "$bin.tmp" "$bin"
+  printf '%s' "$ldflags" > "$bin.ldflags"
   end="$(date +%s)"
   binary_ok "$bin" "$version" || die "$version: built $bin but '--version' says '$("$bin" --version 2>&1 || true)'"
   log "$version: built in $((end - start))s: $bin"
