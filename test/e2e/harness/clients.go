@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"time"
@@ -53,6 +54,16 @@ func (c *Cluster) certConfig(server string, kp *KeyPair) *rest.Config {
 		QPS:   1000,
 		Burst: 1000,
 	}
+}
+
+// WithSourceIP makes cfg's connections originate from ip (any 127.x.y.z
+// works on loopback), so the apiservers see a client address that differs
+// from their own: a proxied request's peer record then shows two sourceIPs
+// (client, entry) instead of one. It returns cfg.
+func WithSourceIP(cfg *rest.Config, ip string) *rest.Config {
+	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}, Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
+	cfg.Dial = d.DialContext
+	return cfg
 }
 
 // HTTPClient returns a plain *http.Client for cfg (TLS, client cert and

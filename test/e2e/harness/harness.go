@@ -143,7 +143,7 @@ func Start(ctx context.Context, t testing.TB, cfg Config) (*Cluster, error) {
 		if t == nil {
 			return nil, errors.New("harness: Config.Dir is required without a testing.TB")
 		}
-		cfg.Dir = t.TempDir()
+		cfg.Dir = TempDir(t)
 	}
 	if cfg.ReadyTimeout == 0 {
 		cfg.ReadyTimeout = 2 * time.Minute
@@ -434,6 +434,27 @@ func (c *Cluster) DumpLogs(logf func(format string, args ...any)) {
 	for _, f := range files {
 		logf("==== last %d lines of %s ====\n%s", n, f, tailFile(f, n))
 	}
+}
+
+// TempDir is t.TempDir(), unless $PEERTRAIL_E2E_KEEP names a directory: then
+// a fresh directory under it that is kept after the test (logs, certs, etcd
+// data, audit logs) for debugging.
+func TempDir(t testing.TB) string {
+	t.Helper()
+	root := os.Getenv("PEERTRAIL_E2E_KEEP")
+	if root == "" {
+		return t.TempDir()
+	}
+	if err := os.MkdirAll(root, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	name := strings.NewReplacer("/", "_", " ", "_").Replace(t.Name())
+	dir, err := os.MkdirTemp(root, name+"-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("harness: keeping %s (PEERTRAIL_E2E_KEEP)", dir)
+	return dir
 }
 
 // FreePort returns a currently free TCP port on 127.0.0.1.
