@@ -10,7 +10,28 @@
 //
 // Everything is cleaned up by t.Cleanup (or Close). Waiting is done by polling,
 // never by fixed sleeps. Server logs are files in the cluster directory; their
-// tails are printed when the test fails.
+// tails are printed when the test fails. PEERTRAIL_E2E_KEEP=<dir> keeps the
+// directory of every run (see TempDir).
+//
+// Typical use:
+//
+//	pki, _ := harness.NewPKI(harness.TempDir(t) + "/pki")
+//	rec, _ := harness.StartRecorder(pki.ServerCA, "") // or your own receiver
+//	c, err := harness.Start(ctx, t, harness.Config{
+//		PKI: pki,
+//		Servers: []harness.ServerConfig{
+//			{Name: "kas-a", Version: harness.OldVersion},
+//			{Name: "kas-c", Version: harness.NewVersion,
+//				FeatureGates:  map[string]bool{"GenericWorkload": true},
+//				RuntimeConfig: map[string]string{"scheduling.k8s.io/v1alpha2": "true"}},
+//		},
+//		Webhook: &harness.WebhookConfig{URL: rec.WebhookURL}, // batch, max wait 1s
+//	})
+//	if err != nil { t.Fatal(err) }
+//	err = c.WaitPeerProxy(ctx, "kas-a", "/apis/scheduling.k8s.io/v1alpha2/podgroups")
+//	cfg, _ := c.UserConfig("kas-a", "alice", "team-a") // rest.Config; also AdminConfig, ImpersonateConfig
+//	c.StopGraceful("kas-c"); c.Kill("kas-c"); c.StartServer(ctx, "kas-c", "")
+//	c.ReplaceServer(ctx, "kas-a", harness.NewVersion) // a rolling-upgrade step
 package harness
 
 import (
@@ -243,20 +264,22 @@ func (c *Cluster) addServers(ctx context.Context, scs []ServerConfig) error {
 		if err != nil {
 			return err
 		}
-		if sc.Port == 0 {
-			if sc.Port, err = FreePort(); err != nil {
+		autoPort := sc.Port == 0
+		if autoPort {
+			if sc.Port, err = pickPort(); err != nil {
 				return err
 			}
 		}
 		s := &Server{
-			Name:    sc.Name,
-			Version: sc.Version,
-			Binary:  bin,
-			Port:    sc.Port,
-			URL:     fmt.Sprintf("https://127.0.0.1:%d", sc.Port),
-			Dir:     filepath.Join(c.Dir, sc.Name),
-			spec:    sc,
-			c:       c,
+			autoPort: autoPort,
+			Name:     sc.Name,
+			Version:  sc.Version,
+			Binary:   bin,
+			Port:     sc.Port,
+			URL:      fmt.Sprintf("https://127.0.0.1:%d", sc.Port),
+			Dir:      filepath.Join(c.Dir, sc.Name),
+			spec:     sc,
+			c:        c,
 		}
 		if err := os.MkdirAll(s.Dir, 0o755); err != nil {
 			return err
@@ -277,6 +300,22 @@ func (c *Cluster) addServers(ctx context.Context, scs []ServerConfig) error {
 		go func() {
 			defer wg.Done()
 			errs[i] = s.waitReady(ctx, c.cfg.ReadyTimeout)
+			// A port picked by FreePort can be taken by someone else before
+			// the server binds it: retry with another one.
+			for try := 0; try < 3 && errs[i] != nil && s.autoPort && !s.Running() &&
+				strings.Contains(tailFile(s.LogFile(), 40), "address already in use"); try++ {
+				port, err := pickPort()
+				if err != nil {
+					break
+				}
+				s.mu.Lock()
+				s.Port, s.URL = port, fmt.Sprintf("https://127.0.0.1:%d", port)
+				s.spec.Port = port
+				s.mu.Unlock()
+				if errs[i] = s.start(); errs[i] == nil {
+					errs[i] = s.waitReady(ctx, c.cfg.ReadyTimeout)
+				}
+			}
 		}()
 	}
 	wg.Wait()
@@ -456,6 +495,9 @@ func TempDir(t testing.TB) string {
 	t.Logf("harness: keeping %s (PEERTRAIL_E2E_KEEP)", dir)
 	return dir
 }
+
+// pickPort chooses ports for servers (a variable for tests).
+var pickPort = FreePort
 
 // FreePort returns a currently free TCP port on 127.0.0.1.
 func FreePort() (int, error) {

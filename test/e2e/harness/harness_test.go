@@ -3,6 +3,7 @@ package harness
 import (
 	"crypto/x509"
 	"errors"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -102,5 +103,36 @@ func TestRecorder(t *testing.T) {
 	evs, err := r.Events()
 	if err != nil || len(evs) != 1 || evs[0].Server != "kas-a" || evs[0].AuditID != "x" || evs[0].User.Username != "u" {
 		t.Errorf("events %+v %v", evs, err)
+	}
+}
+
+// TestPortTakenRetry: a server whose picked port is taken before it binds is
+// restarted on another port (real binary).
+func TestPortTakenRetry(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	taken := ln.Addr().(*net.TCPAddr).Port
+	calls := 0
+	pickPort = func() (int, error) {
+		calls++
+		if calls == 1 {
+			return taken, nil
+		}
+		return FreePort()
+	}
+	defer func() { pickPort = FreePort }()
+	c, err := Start(t.Context(), t, Config{Servers: []ServerConfig{{Name: "kas-x", Version: OldVersion}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := c.Server("kas-x")
+	if s.Port == taken || len(s.LogFiles()) != 2 {
+		t.Errorf("port %d (taken %d), logs %v", s.Port, taken, s.LogFiles())
+	}
+	if st := c.Get(t.Context(), "kas-x", "/version"); st.Code != http.StatusOK {
+		t.Errorf("/version: %s", st)
 	}
 }

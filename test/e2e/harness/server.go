@@ -27,7 +27,8 @@ type Server struct {
 	// Dir holds the server's logs, webhook kubeconfig and audit log.
 	Dir string
 
-	c *Cluster
+	c        *Cluster
+	autoPort bool // Port was picked by the harness (may be re-picked if taken)
 
 	mu          sync.Mutex
 	Version     string
