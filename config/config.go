@@ -41,6 +41,26 @@ type File struct {
 	TLS                     TLS         `json:"tls,omitempty"`
 	Limits                  Limits      `json:"limits,omitempty"`
 	Spool                   Spool       `json:"spool,omitempty"`
+	Correlate               Correlate   `json:"correlate,omitempty"`
+	Tracing                 Tracing     `json:"tracing,omitempty"`
+}
+
+// Correlate tunes how records are joined into chains.
+type Correlate struct {
+	// ChainWindow: a chain is final when no record of it arrived for this long.
+	ChainWindow Duration `json:"chainWindow,omitempty"`
+	// LateWindow: how long a final chain can still be reopened by a late record.
+	LateWindow Duration `json:"lateWindow,omitempty"`
+	// MaxOpenChains bounds memory; beyond it the oldest open chain is finalised early.
+	MaxOpenChains int `json:"maxOpenChains,omitempty"`
+	// CapabilityHorizon: how old evidence of what an apiserver serves may be and still count.
+	CapabilityHorizon Duration `json:"capabilityHorizon,omitempty"`
+}
+
+// Tracing exports chains as OpenTelemetry traces.
+type Tracing struct {
+	// OTLPEndpoint is an OTLP/HTTP base URL such as http://otel-collector:4318 ("" disables).
+	OTLPEndpoint string `json:"otlpEndpoint,omitempty"`
 }
 
 // TLS is the receiver's transport security.

@@ -22,5 +22,11 @@ func Defaults() File {
 			// to 30 s, backing off from 10 s by 1.5x); twice that, with room to spare.
 			DedupHorizon: Duration(10 * time.Minute),
 		},
+		Correlate: Correlate{
+			ChainWindow:       Duration(30 * time.Second),
+			LateWindow:        Duration(5 * time.Minute),
+			MaxOpenChains:     1_000_000,
+			CapabilityHorizon: Duration(15 * time.Minute),
+		},
 	}
 }

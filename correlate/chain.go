@@ -66,9 +66,10 @@ type Side struct {
 	// Extra is the user's extra attributes.
 	Extra map[string][]string `json:"extra,omitempty"`
 	// ImpersonatedUser is set when this side recorded impersonation.
-	ImpersonatedUser   string   `json:"impersonated_user,omitempty"`
-	ImpersonatedGroups []string `json:"impersonated_groups,omitempty"`
-	SourceIPs          []string `json:"source_ips,omitempty"`
+	ImpersonatedUser   string              `json:"impersonated_user,omitempty"`
+	ImpersonatedGroups []string            `json:"impersonated_groups,omitempty"`
+	ImpersonatedExtra  map[string][]string `json:"impersonated_extra,omitempty"`
+	SourceIPs          []string            `json:"source_ips,omitempty"`
 	UserAgent          string   `json:"user_agent,omitempty"`
 	// Message and Reason come from responseStatus (only the peer records them on a forward).
 	Message string `json:"message,omitempty"`
@@ -136,6 +137,14 @@ type Chain struct {
 	LastReceived  time.Time `json:"last_received"`
 	// Records is how many audit records the chain holds.
 	Records int `json:"records"`
+	// Revision counts how often the chain was finalised: above 1 when a late record reopened
+	// it. The store keeps the highest revision.
+	Revision int `json:"revision"`
+	// Evicted says the chain was finalised early because too many chains were open.
+	Evicted bool `json:"evicted,omitempty"`
+
+	// sides are every apiserver's view in arrival order, before roles are assigned.
+	sides []*Side
 }
 
 // HasFinding reports whether the chain has finding f.

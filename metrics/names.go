@@ -95,3 +95,45 @@ const (
 	ResultError   = "error"
 	ResultRefused = "refused"
 )
+
+// Correlate: chains joined from the entry's and the peer's records.
+const (
+	// CorrelateRecordsTotal counts audit records fed to the correlator.
+	CorrelateRecordsTotal = "peertrail_correlate_records_total"
+	// CorrelateChainsTotal counts final chains by class, entry and peer apiserver, group and
+	// resource (resource "" for non-resource requests such as /apis).
+	CorrelateChainsTotal = "peertrail_correlate_chains_total"
+	// CorrelateFindingsTotal counts findings on final chains.
+	CorrelateFindingsTotal = "peertrail_correlate_findings_total"
+	// CorrelateForwardingOverheadSeconds is, per proxied chain, the entry's duration minus the
+	// peer's: what forwarding added.
+	CorrelateForwardingOverheadSeconds = "peertrail_correlate_forwarding_overhead_seconds"
+	// CorrelateProxiedDurationSeconds is the entry's duration of proxied chains: what the client waited.
+	CorrelateProxiedDurationSeconds = "peertrail_correlate_proxied_duration_seconds"
+	// CorrelateOpenChains is the number of chains still open (records may still arrive).
+	CorrelateOpenChains = "peertrail_correlate_open_chains"
+	// CorrelateEvictionsTotal counts chains finalised early because too many were open, by class.
+	CorrelateEvictionsTotal = "peertrail_correlate_evictions_total"
+	// CorrelateReopenedTotal counts final chains reopened by a late record.
+	CorrelateReopenedTotal = "peertrail_correlate_reopened_total"
+	// CorrelateReclassifiedTotal counts reopened chains whose class changed, by old and new class.
+	CorrelateReclassifiedTotal = "peertrail_correlate_reclassified_total"
+	// CorrelatePendingChains is the number of final chains not yet written to the store.
+	CorrelatePendingChains = "peertrail_correlate_pending_chains"
+	// CorrelateSinkErrorsTotal counts failed attempts to write chains to the store.
+	CorrelateSinkErrorsTotal = "peertrail_correlate_sink_errors_total"
+	// CorrelateBadFramesTotal counts spool frames the correlator could not decode.
+	CorrelateBadFramesTotal = "peertrail_correlate_bad_frames_total"
+)
+
+// Label names of the correlate metrics.
+const (
+	LabelClass          = "class"
+	LabelFinding        = "finding"
+	LabelEntryAPIServer = "entry_apiserver"
+	LabelPeerAPIServer  = "peer_apiserver"
+	LabelGroup          = "group"
+	LabelResource       = "resource"
+	LabelFrom           = "from"
+	LabelTo             = "to"
+)

@@ -23,6 +23,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/peertrail/peertrail/config"
+	"github.com/peertrail/peertrail/correlate"
 	"github.com/peertrail/peertrail/ingest"
 	"github.com/peertrail/peertrail/ingest/dedup"
 	"github.com/peertrail/peertrail/ingest/record"
@@ -36,9 +37,10 @@ type Server struct {
 	log      *slog.Logger
 	registry *prometheus.Registry
 
-	spool    *spool.Spool
-	codec    *record.Codec
-	receiver *ingest.Receiver
+	spool      *spool.Spool
+	codec      *record.Codec
+	receiver   *ingest.Receiver
+	correlator *correlate.Correlator
 	http     *http.Server
 	listener net.Listener
 	scheme   string
@@ -74,7 +76,7 @@ func New(ctx context.Context, cfg config.File, log *slog.Logger) (_ *Server, err
 		MaxBytes:     int64(cfg.Spool.MaxBytes),
 		Sync:         policy,
 		SyncInterval: time.Duration(cfg.Spool.FsyncPeriod),
-		Consumers:    []string{dedup.ConsumerName},
+		Consumers:    []string{dedup.ConsumerName, correlate.ConsumerName},
 		Logger:       log,
 	})
 	if err != nil {
@@ -112,10 +114,15 @@ func New(ctx context.Context, cfg config.File, log *slog.Logger) (_ *Server, err
 	s.receiver = ingest.NewReceiver(opts, s.spool, index, s.codec, dead, log)
 	s.registry.MustRegister(s.receiver.Collectors()...)
 
+	if err := s.newCorrelator(ctx, cfg); err != nil {
+		return nil, err
+	}
+
 	bg, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
 	persister := &dedup.Persister{Dir: keysDir, Horizon: horizon, Log: log}
 	s.runConsumer(bg, dedup.ConsumerName, persister)
+	s.runConsumer(bg, correlate.ConsumerName, s.correlator)
 	s.consumers.Go(func() {
 		t := time.NewTicker(time.Minute)
 		defer t.Stop()
@@ -135,6 +142,30 @@ func New(ctx context.Context, cfg config.File, log *slog.Logger) (_ *Server, err
 		return nil, err
 	}
 	return s, nil
+}
+
+func (s *Server) newCorrelator(ctx context.Context, cfg config.File) error {
+	caps := correlate.NewCapabilities(time.Duration(cfg.Correlate.CapabilityHorizon))
+	for _, a := range cfg.APIServers {
+		caps.NoteServer(a.Name, a.Version, a.Address, time.Time{})
+	}
+	var tracer *correlate.Tracer
+	if cfg.Tracing.OTLPEndpoint != "" {
+		var err error
+		if tracer, err = correlate.NewTracer(ctx, cfg.Tracing.OTLPEndpoint); err != nil {
+			return err
+		}
+	}
+	opts := correlate.DefaultOptions()
+	opts.Window = time.Duration(cfg.Correlate.ChainWindow)
+	opts.LateWindow = time.Duration(cfg.Correlate.LateWindow)
+	opts.MaxOpen = cfg.Correlate.MaxOpenChains
+	s.correlator = correlate.New(correlate.Config{
+		Options: opts, Codec: s.codec, Caps: caps, Tracer: tracer, Log: s.log,
+		StateFile: filepath.Join(cfg.DataDir, "correlate", "capabilities.json"),
+	})
+	s.registry.MustRegister(s.correlator.Collectors()...)
+	return nil
 }
 
 func (s *Server) runConsumer(ctx context.Context, name string, c spool.Consumer) {
@@ -181,6 +212,7 @@ func receiverOptions(cfg config.File) (ingest.Options, error) {
 func (s *Server) listen() error {
 	mux := http.NewServeMux()
 	s.receiver.Register(mux)
+	correlate.NewAPI(s.correlator, nil).Register(mux)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{Registry: s.registry}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
@@ -250,6 +282,9 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	s.cancel()
 	s.consumers.Wait()
+	if cerr := s.correlator.Close(shutdownCtx); cerr != nil {
+		s.log.Warn("closing the correlator", "err", cerr)
+	}
 	if cerr := s.closeStores(); cerr != nil && err == nil {
 		err = cerr
 	}

@@ -24,8 +24,13 @@ on-disk spool under --data-dir, and fsynced, before it is answered 200; a batch 
 resends is recognised and counted, never stored twice. Invalid items are kept in
 <data-dir>/deadletter and the rest of their batch is accepted.
 
+Every accepted record is joined with the records other apiservers wrote of the same request
+into a chain (entry and peer), classified (local, proxied, proxy_failed, misleading_404,
+broken, loop, internal) with findings, counted in metrics and optionally traced (OTLP).
+
 Endpoints on the same port: GET /metrics (Prometheus), GET /healthz, GET /readyz (ready while
-the spool is writable and has room).
+the spool is writable and has room), GET /api/v1/chains/<auditID>, GET /api/v1/chains?class=
+&finding=&apiserver=&since=&limit=, GET /api/v1/apiservers.
 
 Settings come from flags and from an optional YAML file (--config); a flag given on the command
 line wins over the file. The file also lists the apiservers:
@@ -37,7 +42,9 @@ line wins over the file. The file also lists the apiservers:
     certSubject: kas-a-audit    # optional: client certificate CN (or full subject) naming it
   tls: {certFile: ..., keyFile: ..., clientCAFile: ..., tokenFile: ...}
   limits: {maxBodyBytes: 32Mi, maxInflight: 64, readTimeout: 60s, maxDeadLetterBytes: 1Gi}
-  spool: {maxBytes: 10Gi, segmentBytes: 64Mi, fsync: always, fsyncInterval: 1s, dedupHorizon: 10m}`,
+  spool: {maxBytes: 10Gi, segmentBytes: 64Mi, fsync: always, fsyncInterval: 1s, dedupHorizon: 10m}
+  correlate: {chainWindow: 30s, lateWindow: 5m, maxOpenChains: 1000000, capabilityHorizon: 15m}
+  tracing: {otlpEndpoint: http://otel-collector:4318}`,
 		Example: `  # TLS, apiservers authenticated by client certificates, names from a config file
   peertrail serve --config /etc/peertrail/config.yaml \
     --tls-cert-file tls.crt --tls-key-file tls.key --client-ca-file apiserver-audit-ca.crt
@@ -79,6 +86,11 @@ line wins over the file. The file also lists the apiservers:
 	f.StringVar(&cfg.Spool.Fsync, "spool-fsync", cfg.Spool.Fsync, "when to fsync the spool: always (before answering, the default), interval, or never")
 	f.Var(&cfg.Spool.FsyncPeriod, "spool-fsync-interval", "fsync period with --spool-fsync=interval")
 	f.Var(&cfg.Spool.DedupHorizon, "dedup-horizon", "how long accepted events are remembered to recognise resent batches (the apiserver retries for about 4 minutes)")
+	f.Var(&cfg.Correlate.ChainWindow, "chain-window", "a chain is final when no record of it arrived for this long (cover the apiservers' --audit-webhook-batch-max-wait)")
+	f.Var(&cfg.Correlate.LateWindow, "late-window", "how long a final chain can still be reopened and reclassified by a late record")
+	f.IntVar(&cfg.Correlate.MaxOpenChains, "max-open-chains", cfg.Correlate.MaxOpenChains, "open chains kept in memory; beyond it the oldest is finalised early (counted as an eviction)")
+	f.Var(&cfg.Correlate.CapabilityHorizon, "capability-horizon", "how old evidence of what an apiserver serves may be and still count")
+	f.StringVar(&cfg.Tracing.OTLPEndpoint, "otlp-endpoint", "", "OTLP/HTTP endpoint (e.g. http://otel-collector:4318) to export each proxied chain as a trace; the trace ID is the auditID")
 	return cmd
 }
 

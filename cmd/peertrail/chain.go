@@ -1,0 +1,115 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/peertrail/peertrail/correlate"
+)
+
+func newChainCommand(_ *globalFlags) *cobra.Command {
+	var server, output string
+	cmd := &cobra.Command{
+		Use:   "chain AUDIT_ID",
+		Short: "Show what happened to one request: its entry and peer records, class and findings",
+		Long: `chain asks a running peertrail serve for the chain of one request, by the auditID the
+apiserver gave it (the Audit-Id response header, or the auditID of any of its audit records),
+and prints it: which apiserver got the call, which served it, the codes each recorded, the
+class and findings, and the latencies.`,
+		Example: `  peertrail chain 4a1b2c3d-0000-4000-8000-00000000abcd
+  peertrail chain 4a1b2c3d-0000-4000-8000-00000000abcd -o json --server https://peertrail:8443`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
+			defer cancel()
+			u := strings.TrimRight(server, "/") + "/api/v1/chains/" + url.PathEscape(args[0])
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+			if err != nil {
+				return err
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				return fmt.Errorf("ask %s: %w (is peertrail serve running there? --server sets its address)", server, err)
+			}
+			defer resp.Body.Close()
+			body, err := io.ReadAll(resp.Body)
+			if err != nil {
+				return err
+			}
+			if resp.StatusCode != http.StatusOK {
+				var e struct{ Error string }
+				if json.Unmarshal(body, &e) == nil && e.Error != "" {
+					return fmt.Errorf("%s", e.Error)
+				}
+				return fmt.Errorf("%s: %s", resp.Status, strings.TrimSpace(string(body)))
+			}
+			if output == "json" {
+				_, err := cmd.OutOrStdout().Write(body)
+				return err
+			}
+			if output != "" && output != "text" {
+				return fmt.Errorf("-o %q: want text or json", output)
+			}
+			var c correlate.Chain
+			if err := json.Unmarshal(body, &c); err != nil {
+				return fmt.Errorf("decode chain: %w", err)
+			}
+			printChain(cmd.OutOrStdout(), &c)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&server, "server", "http://127.0.0.1:8443", "base URL of a running peertrail serve")
+	cmd.Flags().StringVarP(&output, "output", "o", "text", "output format: text or json")
+	return cmd
+}
+
+func printChain(w io.Writer, c *correlate.Chain) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	findings := "none"
+	if len(c.Findings) > 0 {
+		fs := make([]string, len(c.Findings))
+		for i, f := range c.Findings {
+			fs[i] = string(f)
+		}
+		findings = strings.Join(fs, ", ")
+	}
+	user := c.User
+	if c.RealUser != "" {
+		user += " (impersonated by " + c.RealUser + ")"
+	}
+	fmt.Fprintf(tw, "audit ID:\t%s\n", c.AuditID)
+	fmt.Fprintf(tw, "class:\t%s (%s)\n", c.Class, c.State)
+	fmt.Fprintf(tw, "findings:\t%s\n", findings)
+	fmt.Fprintf(tw, "why:\t%s\n", c.Explanation)
+	fmt.Fprintf(tw, "request:\t%s %s\n", c.Verb, c.RequestURI)
+	fmt.Fprintf(tw, "resource:\t%s\n", correlate.GVR{Group: c.Group, Version: c.Version, Resource: c.Resource})
+	fmt.Fprintf(tw, "user:\t%s\n", user)
+	fmt.Fprintf(tw, "client got:\t%d\n", c.Code)
+	for _, s := range []struct {
+		role string
+		side *correlate.Side
+	}{{"entry", c.Entry}, {"peer", c.Peer}} {
+		if s.side == nil {
+			fmt.Fprintf(tw, "%s:\t(no record)\n", s.role)
+			continue
+		}
+		fmt.Fprintf(tw, "%s:\t%s answered %d in %s, sourceIPs %v, stages %v\n", s.role, s.side.APIServer, s.side.Code,
+			s.side.Duration().Round(time.Microsecond), s.side.SourceIPs, s.side.Stages)
+	}
+	for _, o := range c.Others {
+		fmt.Fprintf(tw, "also:\t%s answered %d, sourceIPs %v\n", o.APIServer, o.Code, o.SourceIPs)
+	}
+	if c.Class == correlate.ClassProxied {
+		fmt.Fprintf(tw, "forwarding overhead:\t%s\n", time.Duration(c.ForwardingOverheadSeconds*float64(time.Second)).Round(time.Microsecond))
+	}
+	tw.Flush()
+}

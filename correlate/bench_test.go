@@ -1,0 +1,182 @@
+package correlate
+
+import (
+	"fmt"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/peertrail/peertrail/ingest/record"
+)
+
+// benchRecords makes the records of n requests as the receiver hands them on: a third proxied
+// (entry and peer, two stages each), the rest local (two stages), every auditID distinct and
+// every string the record's own (as decoded), with receipt times advancing at 10k records a
+// second, so that the joiner reaches its steady state (about 30 s of open chains) and closes
+// chains as it goes.
+func benchRecords(tb testing.TB, n int) []record.Record {
+	tb.Helper()
+	users := []string{"system:serviceaccount:kube-system:replicaset-controller", "system:kube-scheduler", "system:node:worker-3", "alice@example.com"}
+	resources := []struct{ g, v, r string }{{"", "v1", "pods"}, {"apps", "v1", "deployments"}, {"coordination.k8s.io", "v1", "leases"}, {"scheduling.k8s.io", "v1alpha2", "podgroups"}}
+	clone := func(s string) string { return string([]byte(s)) }
+	out := make([]record.Record, 0, 3*n)
+	for i := range n {
+		u := users[i%len(users)]
+		res := resources[i%len(resources)]
+		rr := t0.Add(time.Duration(i) * 300 * time.Microsecond)
+		recv := rr.Add(500 * time.Millisecond)
+		e := record.Record{
+			APIServer: clone("kas-a"), AuditID: fmt.Sprintf("%08x-1d92-4abd-a578-%012x", i, i), Stage: clone("ResponseComplete"),
+			Level: clone("Metadata"), Verb: clone("get"), RequestURI: clone("/apis/" + res.g + "/" + res.v + "/namespaces/default/" + res.r + "/obj-1"),
+			Group: clone(res.g), Version: clone(res.v), Resource: clone(res.r), Namespace: clone("default"), Name: clone("obj-1"),
+			UserName: clone(u), UserGroups: []string{clone("system:authenticated"), clone("system:serviceaccounts")},
+			UserExtra:  map[string][]string{clone("authentication.kubernetes.io/credential-id"): {clone("JTI=8c1ae082")}},
+			SourceIPs:  []string{clone("10.0.3.7")}, UserAgent: clone("kube-controller-manager/v1.35.4 (linux/amd64) kubernetes/6d6e9c5"),
+			Code:       200, RequestReceivedTimestamp: rr, StageTimestamp: rr.Add(3 * time.Millisecond), ReceivedAt: recv,
+		}
+		first := e
+		first.Stage, first.Code, first.StageTimestamp = clone("RequestReceived"), 0, rr
+		out = append(out, first, e)
+		if i%3 == 0 {
+			p := e
+			p.APIServer = clone("kas-c")
+			p.SourceIPs = []string{clone("10.0.3.7"), clone(addrA)}
+			p.ReceivedAt = recv.Add(time.Second)
+			pf := p
+			pf.Stage, pf.Code, pf.StageTimestamp = clone("RequestReceived"), 0, rr
+			out = append(out, pf, p)
+		}
+	}
+	return out
+}
+
+// stream replays recs as a long stream of distinct requests: each pass over the templates
+// gives them fresh auditIDs and later times. Holding the whole stream as records would make the
+// benchmark measure the garbage collector scanning its input instead of the joiner.
+type stream struct {
+	recs []record.Record
+	req  []int // index of each record's request within the pass
+	ids  []string
+	span time.Duration
+	pass int // the pass recs are currently set up for
+}
+
+func newStream(tb testing.TB, templates, passes int) *stream {
+	recs := benchRecords(tb, templates)
+	s := &stream{recs: recs, req: make([]int, len(recs)), span: recs[len(recs)-1].ReceivedAt.Sub(t0) + time.Millisecond}
+	for i := range recs {
+		if i > 0 && recs[i-1].AuditID == recs[i].AuditID {
+			s.req[i] = s.req[i-1]
+		} else {
+			s.req[i] = i
+		}
+	}
+	s.ids = make([]string, passes*len(recs))
+	for i := range s.ids {
+		s.ids[i] = fmt.Sprintf("%08x-2e1f-4abd-a578-%012x", i/len(recs), i)
+	}
+	return s
+}
+
+// each calls f for every record of pass p, the templates rewritten in place (the joiner keeps
+// no pointer to a record) with the pass's auditIDs and times.
+func (s *stream) each(p int, f func(*record.Record)) {
+	shift := time.Duration(p-s.pass) * s.span
+	s.pass = p
+	for i := range s.recs {
+		r := &s.recs[i]
+		r.AuditID = s.ids[p*len(s.recs)+s.req[i]]
+		r.RequestReceivedTimestamp = r.RequestReceivedTimestamp.Add(shift)
+		r.StageTimestamp = r.StageTimestamp.Add(shift)
+		r.ReceivedAt = r.ReceivedAt.Add(shift)
+		f(r)
+	}
+}
+
+// BenchmarkJoiner measures the joiner alone: joining records into chains and closing them as
+// the stream moves on, in its steady state (no classification, no I/O). Report: events/s on one
+// core (-cpu 1).
+func BenchmarkJoiner(b *testing.B) {
+	s := newStream(b, 20_000, 50)
+	j := NewJoiner(DefaultOptions())
+	b.ReportAllocs()
+	events, p := 0, 0
+	for b.Loop() {
+		s.each(p%50, func(r *record.Record) {
+			j.Add(r, 0)
+			events++
+			if events%1024 == 0 {
+				j.Due(0)
+			}
+		})
+		p++
+		if p%50 == 0 {
+			// The stream starts over in time: drain so that chains do not meet their past selves.
+			j.Due(1 << 62)
+			j = NewJoiner(DefaultOptions())
+		}
+	}
+	b.ReportMetric(float64(events)/b.Elapsed().Seconds(), "events/s")
+	b.ReportMetric(float64(j.Open()), "open-chains")
+}
+
+// BenchmarkCorrelate adds classification, learning and metrics to the joiner's work, as the
+// correlator does per final chain (still without decoding frames or writing to a store).
+func BenchmarkCorrelate(b *testing.B) {
+	s := newStream(b, 20_000, 50)
+	h := newHarness(&testing.T{}, DefaultOptions())
+	co := h.co
+	b.ReportAllocs()
+	events, p := 0, 0
+	for b.Loop() {
+		s.each(p%50, func(r *record.Record) {
+			if ev := co.j.Add(r, 0); ev != nil {
+				co.finishLocked(b.Context(), ev)
+			}
+			events++
+			if events%1024 == 0 {
+				for _, c := range co.j.Due(0) {
+					co.finishLocked(b.Context(), c)
+				}
+			}
+		})
+		p++
+		if p%50 == 0 {
+			for _, c := range co.j.Due(1 << 62) {
+				co.finishLocked(b.Context(), c)
+			}
+			co.j = NewJoiner(DefaultOptions())
+		}
+		co.pending = co.pending[:0]
+	}
+	b.ReportMetric(float64(events)/b.Elapsed().Seconds(), "events/s")
+}
+
+// TestBytesPerOpenChain measures the memory an open chain holds (the target is under 1 KiB):
+// the heap growth of holding 200,000 open chains, divided by their number. It asserts nothing
+// about time; BENCHMARKS.md reports the figure.
+func TestBytesPerOpenChain(t *testing.T) {
+	// 100,000 requests within one chain window: all of them stay open.
+	recs := benchRecords(t, 100_000)
+	heap := func() uint64 {
+		runtime.GC()
+		runtime.GC()
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		return m.HeapAlloc
+	}
+	// The records themselves are the decoder's output, not the joiner's; keep them out of the
+	// measurement by measuring with them already allocated.
+	before := heap()
+	j := NewJoiner(DefaultOptions())
+	for i := range recs {
+		j.Add(&recs[i], 0)
+	}
+	after := heap()
+	runtime.KeepAlive(recs)
+	per := float64(after-before) / float64(j.Open())
+	t.Logf("%d open chains, %.0f bytes each", j.Open(), per)
+	if per > 1024 {
+		t.Errorf("%.0f bytes per open chain, over the 1 KiB target", per)
+	}
+}

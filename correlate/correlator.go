@@ -1,0 +1,437 @@
+// Package correlate rebuilds what happened to each request during a mixed-version window: it
+// joins the records that every apiserver wrote of one request (same auditID, same request,
+// close in time) into a chain, decides which apiserver got the client's call (the entry) and
+// which served it (the peer), classifies the chain (local, proxied, proxy_failed,
+// misleading_404, broken, loop, internal) and notes findings (identity mismatch, flattened
+// impersonation, status mismatch, a missing side).
+//
+// Data flow: the spool delivers frames to the Correlator (a spool.Consumer), which feeds their
+// records to the Joiner; chains whose window has passed are classified by the Classifier,
+// counted in metrics, traced, and handed to the Sink (the store).
+package correlate
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/peertrail/peertrail/ingest/record"
+	"github.com/peertrail/peertrail/ingest/spool"
+)
+
+// ConsumerName is the correlator's spool consumer name.
+const ConsumerName = "correlate"
+
+// Sink receives final chains, in batches, from the correlator's goroutine. WriteChains must be
+// idempotent by Chain.ID: the same chain can come again after a restart (the spool is replayed
+// from the oldest open chain) or with a higher Revision after a late record reopened it, and
+// then the later one wins. The slice belongs to the sink once passed. An error means nothing of
+// the batch may be assumed written: it is offered again.
+type Sink interface {
+	WriteChains(ctx context.Context, chains []Chain) error
+}
+
+// ErrBacklog is returned (wrapped) by Consume when too many final chains wait for the sink.
+var ErrBacklog = errors.New("too many chains waiting for the store")
+
+// result is a final chain's classification, kept with its state for the API.
+type result struct {
+	class       Class
+	findings    []Finding
+	explanation string
+	// roles index the chain's sides; -1 when absent.
+	entry, peer int8
+	others      []int8
+}
+
+// Correlator is the spool consumer that joins records into chains. Its methods are safe for
+// concurrent use: the spool's runner calls Consume while API handlers read chains.
+type Correlator struct {
+	opts       Options
+	codec      *record.Codec
+	classifier Classifier
+	caps       *Capabilities
+	sink       Sink
+	tracer     *Tracer
+	log        *slog.Logger
+	m          *correlateMetrics
+	now        func() time.Time
+	// MaxPending bounds the final chains waiting for the sink before Consume pushes back.
+	maxPending int
+
+	stateFile    string
+	lastSave     time.Time
+	savedChanges uint64
+	savedSafe    spool.Position
+
+	mu        sync.Mutex
+	j         *Joiner
+	pending   []Chain
+	pendFirst []spool.Position
+	lastEnd   spool.Position
+}
+
+// Config assembles a Correlator.
+type Config struct {
+	Options    Options
+	Codec      *record.Codec
+	Caps       *Capabilities
+	Classifier Classifier // nil: NewClassifier(Caps)
+	Sink       Sink       // nil: chains are only counted and served by the API
+	Tracer     *Tracer    // nil: no traces
+	Log        *slog.Logger
+	MaxPending int
+	// StateFile keeps the capability view across restarts ("" keeps it in memory only).
+	StateFile string
+}
+
+// New returns a Correlator. A state file that cannot be read is reported and ignored: the view
+// is relearned from traffic.
+func New(cfg Config) *Correlator {
+	if cfg.Classifier == nil {
+		cfg.Classifier = NewClassifier(cfg.Caps)
+	}
+	if cfg.MaxPending <= 0 {
+		cfg.MaxPending = 500_000
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	co := &Correlator{
+		opts: cfg.Options, codec: cfg.Codec, classifier: cfg.Classifier, caps: cfg.Caps, sink: cfg.Sink,
+		tracer: cfg.Tracer, log: cfg.Log, m: newCorrelateMetrics(), now: time.Now, maxPending: cfg.MaxPending,
+		j: NewJoiner(cfg.Options), stateFile: cfg.StateFile,
+	}
+	if cfg.StateFile != "" {
+		b, err := os.ReadFile(cfg.StateFile)
+		if err == nil {
+			err = json.Unmarshal(b, cfg.Caps)
+		}
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			cfg.Log.Warn("correlate: capability state unreadable; relearning from traffic", "file", cfg.StateFile, "err", err)
+		}
+	}
+	return co
+}
+
+// saveEvery bounds how often the capability view is written.
+const saveEvery = time.Second
+
+// checkpointLocked returns the position the spool may commit, saving the capability view when
+// it changed: a committed position must never run ahead of the saved view, or a crash would
+// lose what the skipped records taught.
+func (co *Correlator) checkpointLocked(safe spool.Position, force bool) spool.Position {
+	if co.stateFile == "" {
+		return safe
+	}
+	changes := co.caps.Changes()
+	if changes == co.savedChanges {
+		co.savedSafe = safe
+		return safe
+	}
+	if !force && co.now().Sub(co.lastSave) < saveEvery {
+		return min(safe, co.savedSafe)
+	}
+	b, err := json.Marshal(co.caps)
+	if err == nil {
+		err = writeFileAtomic(co.stateFile, b)
+	}
+	if err != nil {
+		co.log.Warn("correlate: saving the capability view", "file", co.stateFile, "err", err)
+		return min(safe, co.savedSafe)
+	}
+	co.lastSave, co.savedChanges, co.savedSafe = co.now(), changes, safe
+	return safe
+}
+
+func writeFileAtomic(path string, data []byte) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, data, 0o640); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// Close saves the capability view, offers pending chains to the sink once more and stops the
+// tracer. Call it after the spool consumer has stopped.
+func (co *Correlator) Close(ctx context.Context) error {
+	co.mu.Lock()
+	defer co.mu.Unlock()
+	co.checkpointLocked(co.safeLocked(), true)
+	err := co.flushLocked(ctx)
+	if err != nil {
+		err = fmt.Errorf("correlate: %d chains not written to the store (they are rebuilt from the spool on the next start): %w", len(co.pending), err)
+	}
+	if co.tracer != nil {
+		if terr := co.tracer.Shutdown(ctx); terr != nil && err == nil {
+			err = fmt.Errorf("correlate: flushing traces: %w", terr)
+		}
+	}
+	return err
+}
+
+// Consume implements spool.Consumer.
+func (co *Correlator) Consume(ctx context.Context, entries []spool.Entry) (spool.Position, error) {
+	co.mu.Lock()
+	defer co.mu.Unlock()
+	if len(co.pending) >= co.maxPending {
+		// The store is behind: take no more entries until it catches up (the spool holds them).
+		if err := co.flushLocked(ctx); err != nil {
+			return co.safeLocked(), errors.Join(ErrBacklog, err)
+		}
+	}
+	for _, e := range entries {
+		b, err := co.codec.DecodeFrame(e.Payload)
+		if err != nil {
+			co.m.badFrames.Inc()
+			co.log.Error("correlate: undecodable spool frame skipped", "position", e.Pos, "err", err)
+			co.lastEnd = e.End
+			continue
+		}
+		for i := range b.Records {
+			r := &b.Records[i]
+			co.noteServer(r)
+			if ev := co.j.Add(r, e.Pos); ev != nil {
+				co.finishLocked(ctx, ev)
+			}
+		}
+		co.m.records.Add(float64(len(b.Records)))
+		co.lastEnd = e.End
+	}
+	// With entries, time is the stream's (replays after a restart rebuild the same chains);
+	// when the spool is idle, the wall clock moves it on.
+	now := int64(0)
+	if len(entries) == 0 {
+		now = co.now().UnixNano()
+	}
+	due := co.j.Due(now)
+	// Chains recorded by two or more apiservers teach who serves what without needing that
+	// knowledge themselves; classify them first so that the single-sided chains closing at
+	// the same moment (a misleading 404 next to the forwards that preceded it) can use it.
+	slices.SortStableFunc(due, func(a, b *chainState) int { return min(len(b.sides), 2) - min(len(a.sides), 2) })
+	for _, c := range due {
+		co.finishLocked(ctx, c)
+	}
+	co.m.open.Set(float64(co.j.Open()))
+	if err := co.flushLocked(ctx); err != nil {
+		co.m.sinkErrors.Inc()
+		co.log.Warn("correlate: writing chains to the store failed; they stay pending", "pending", len(co.pending), "err", err)
+	}
+	co.m.pending.Set(float64(len(co.pending)))
+	return co.checkpointLocked(co.safeLocked(), false), nil
+}
+
+// noteServer learns an apiserver's version and address from its own loopback requests, whose
+// user agent names its binary ("kube-apiserver/v1.36.3 (linux/amd64) kubernetes/...").
+func (co *Correlator) noteServer(r *record.Record) {
+	if r.UserName != userAPIServer || !strings.HasPrefix(r.UserAgent, "kube-apiserver/") || r.Stage != "ResponseComplete" {
+		return
+	}
+	version, _, _ := strings.Cut(strings.TrimPrefix(r.UserAgent, "kube-apiserver/"), " ")
+	addr := ""
+	if len(r.SourceIPs) > 0 {
+		addr = r.SourceIPs[0]
+	}
+	co.caps.NoteServer(r.APIServer, version, addr, r.StageTimestamp)
+}
+
+// safeLocked is the position before which nothing is needed any more: neither by an open
+// chain nor by a final chain still waiting for the sink.
+func (co *Correlator) safeLocked() spool.Position {
+	safe := co.lastEnd
+	if p, ok := co.j.SafePosition(); ok && p < safe {
+		safe = p
+	}
+	for _, p := range co.pendFirst {
+		if p < safe {
+			safe = p
+		}
+	}
+	return safe
+}
+
+func (co *Correlator) finishLocked(ctx context.Context, cs *chainState) {
+	prev := cs.res
+	ch := co.build(cs)
+	co.classifier.Classify(ch)
+	co.classifier.Learn(ch)
+	res := &result{class: ch.Class, findings: ch.Findings, explanation: ch.Explanation, entry: -1, peer: -1}
+	for i, s := range ch.sides {
+		switch {
+		case s == ch.Entry:
+			res.entry = int8(i)
+		case s == ch.Peer:
+			res.peer = int8(i)
+		default:
+			res.others = append(res.others, int8(i))
+		}
+	}
+	cs.res = res
+	if prev == nil {
+		co.m.count(ch)
+	} else if prev.class != ch.Class {
+		co.m.reclassified.WithLabelValues(string(prev.class), string(ch.Class)).Inc()
+	}
+	if cs.evicted {
+		co.m.evictions.WithLabelValues(string(ch.Class)).Inc()
+	}
+	if co.tracer != nil && ch.Class == ClassProxied {
+		co.tracer.Emit(ctx, ch)
+	}
+	if co.sink != nil {
+		co.pending = append(co.pending, *ch)
+		co.pendFirst = append(co.pendFirst, cs.firstPos)
+	}
+}
+
+func (co *Correlator) flushLocked(ctx context.Context) error {
+	if co.sink == nil || len(co.pending) == 0 {
+		return nil
+	}
+	if err := co.sink.WriteChains(ctx, co.pending); err != nil {
+		return err
+	}
+	co.pending, co.pendFirst = nil, nil
+	return nil
+}
+
+// build turns a chain's state into a Chain with its sides in arrival order and no roles.
+func (co *Correlator) build(cs *chainState) *Chain {
+	ch := &Chain{
+		ID: cs.ID(), AuditID: cs.auditID, State: StateOpen,
+		Verb: cs.verb, RequestURI: cs.uri, Group: cs.group, Version: cs.version, Resource: cs.resource,
+		Subresource: cs.subres, Namespace: cs.ns, Name: cs.name,
+		FirstReceived: time.Unix(0, cs.first).UTC(), LastReceived: time.Unix(0, cs.last).UTC(),
+		Records: int(cs.records), Revision: int(cs.emitted), Evicted: cs.evicted,
+	}
+	if cs.final {
+		ch.State = StateFinal
+	}
+	for i := range cs.sides {
+		s := &cs.sides[i]
+		side := &Side{
+			APIServer: s.apiserver, Code: s.code, SourceIPs: s.ips(), UserAgent: s.userAgent,
+			HasObjects: s.hasObjects, Stages: stageNames(s.stages),
+			RequestReceived: microTime(s.rr), Completed: microTime(s.done),
+		}
+		if s.user != nil {
+			side.User, side.UID, side.Groups, side.Extra = s.user.name, s.user.uid, s.user.groups, s.user.extra
+		}
+		if s.imp != nil {
+			side.ImpersonatedUser, side.ImpersonatedGroups, side.ImpersonatedExtra = s.imp.name, s.imp.groups, s.imp.extra
+		}
+		if s.rare != nil {
+			side.Message, side.Reason = s.rare.message, s.rare.reason
+		}
+		ch.sides = append(ch.sides, side)
+	}
+	return ch
+}
+
+func microTime(us int64) time.Time {
+	if us <= 0 {
+		return time.Time{}
+	}
+	return time.UnixMicro(us).UTC()
+}
+
+func stageNames(bits uint8) []string {
+	var out []string
+	for _, s := range []struct {
+		bit  uint8
+		name string
+	}{{stageReceived, "RequestReceived"}, {stageStarted, "ResponseStarted"}, {stageComplete, "ResponseComplete"}, {stagePanic, "Panic"}, {stageOther, "Other"}} {
+		if bits&s.bit != 0 {
+			out = append(out, s.name)
+		}
+	}
+	return out
+}
+
+// view returns the chain as the API shows it: final chains as they were classified, open ones
+// classified provisionally with what is known now.
+func (co *Correlator) view(cs *chainState) *Chain {
+	ch := co.build(cs)
+	res := cs.res
+	if res == nil || !cs.final {
+		co.classifier.Classify(ch)
+		return ch
+	}
+	ch.Class, ch.Findings, ch.Explanation = res.class, res.findings, res.explanation
+	if res.entry >= 0 {
+		ch.Entry = ch.sides[res.entry]
+	}
+	if res.peer >= 0 {
+		ch.Peer = ch.sides[res.peer]
+	}
+	for _, i := range res.others {
+		ch.Others = append(ch.Others, ch.sides[i])
+	}
+	fillDerived(ch)
+	return ch
+}
+
+// Chain returns the most recent chain with auditID, open or recently final.
+func (co *Correlator) Chain(auditID string) (*Chain, bool) {
+	co.mu.Lock()
+	defer co.mu.Unlock()
+	var best *chainState
+	for _, cs := range co.j.lookup(auditID) {
+		if best == nil || cs.first > best.first {
+			best = cs
+		}
+	}
+	if best == nil {
+		return nil, false
+	}
+	return co.view(best), true
+}
+
+// Filter selects chains for List.
+type Filter struct {
+	Class     Class
+	Finding   Finding
+	APIServer string // entry or peer
+	Since     time.Time
+	Limit     int
+}
+
+// List returns the chains in memory (open, then recently final, newest first) that match f.
+func (co *Correlator) List(f Filter) []*Chain {
+	co.mu.Lock()
+	defer co.mu.Unlock()
+	if f.Limit <= 0 {
+		f.Limit = 100
+	}
+	var out []*Chain
+	co.j.each(func(cs *chainState) bool {
+		if !f.Since.IsZero() && cs.last < f.Since.UnixNano() {
+			return true
+		}
+		if f.APIServer != "" && cs.side(f.APIServer) == nil {
+			return true
+		}
+		ch := co.view(cs)
+		if f.Class != "" && ch.Class != f.Class || f.Finding != "" && !ch.HasFinding(f.Finding) {
+			return true
+		}
+		out = append(out, ch)
+		return len(out) < f.Limit
+	})
+	return out
+}
+
+// Capabilities returns the capability view the correlator learns into.
+func (co *Correlator) Capabilities() *Capabilities { return co.caps }

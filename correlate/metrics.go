@@ -1,0 +1,99 @@
+package correlate
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/peertrail/peertrail/metrics"
+)
+
+type correlateMetrics struct {
+	records      prometheus.Counter
+	chains       *prometheus.CounterVec
+	findings     *prometheus.CounterVec
+	overhead     *prometheus.HistogramVec
+	proxiedDur   *prometheus.HistogramVec
+	open         prometheus.Gauge
+	evictions    *prometheus.CounterVec
+	reclassified *prometheus.CounterVec
+	pending      prometheus.Gauge
+	sinkErrors   prometheus.Counter
+	badFrames    prometheus.Counter
+}
+
+// latencyBuckets span a loopback forward (sub-millisecond) to a slow cross-zone one.
+var latencyBuckets = []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}
+
+func newCorrelateMetrics() *correlateMetrics {
+	pair := []string{metrics.LabelEntryAPIServer, metrics.LabelPeerAPIServer}
+	return &correlateMetrics{
+		records: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: metrics.CorrelateRecordsTotal, Help: "Audit records joined into chains.",
+		}),
+		chains: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: metrics.CorrelateChainsTotal,
+			Help: "Final chains (one per request) by class, entry and peer apiserver, group and resource.",
+		}, []string{metrics.LabelClass, metrics.LabelEntryAPIServer, metrics.LabelPeerAPIServer, metrics.LabelGroup, metrics.LabelResource}),
+		findings: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: metrics.CorrelateFindingsTotal, Help: "Findings on final chains.",
+		}, append([]string{metrics.LabelFinding}, pair...)),
+		overhead: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    metrics.CorrelateForwardingOverheadSeconds,
+			Help:    "Per proxied request, the entry's duration minus the peer's: the time forwarding added.",
+			Buckets: latencyBuckets,
+		}, pair),
+		proxiedDur: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    metrics.CorrelateProxiedDurationSeconds,
+			Help:    "Per proxied request, the entry's duration: what the client waited.",
+			Buckets: latencyBuckets,
+		}, pair),
+		open: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: metrics.CorrelateOpenChains, Help: "Chains still open: records of them may still arrive.",
+		}),
+		evictions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: metrics.CorrelateEvictionsTotal, Help: "Chains finalised early because the open-chain limit was reached, by the class they got.",
+		}, []string{metrics.LabelClass}),
+		reclassified: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: metrics.CorrelateReclassifiedTotal, Help: "Final chains reopened by a late record whose class changed.",
+		}, []string{metrics.LabelFrom, metrics.LabelTo}),
+		pending: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: metrics.CorrelatePendingChains, Help: "Final chains waiting to be written to the store.",
+		}),
+		sinkErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: metrics.CorrelateSinkErrorsTotal, Help: "Failed attempts to write chains to the store (retried).",
+		}),
+		badFrames: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: metrics.CorrelateBadFramesTotal, Help: "Spool frames the correlator could not decode and skipped.",
+		}),
+	}
+}
+
+// Collectors returns the correlator's metrics, for registration.
+func (co *Correlator) Collectors() []prometheus.Collector {
+	m := co.m
+	reopened := prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: metrics.CorrelateReopenedTotal, Help: "Final chains reopened by a late record (its apiserver's webhook was behind).",
+	}, func() float64 {
+		co.mu.Lock()
+		defer co.mu.Unlock()
+		return float64(co.j.Reopened)
+	})
+	return []prometheus.Collector{m.records, m.chains, m.findings, m.overhead, m.proxiedDur, m.open, m.evictions, reopened, m.reclassified, m.pending, m.sinkErrors, m.badFrames}
+}
+
+func (m *correlateMetrics) count(c *Chain) {
+	entry, peer := "", ""
+	if c.Entry != nil {
+		entry = c.Entry.APIServer
+	}
+	if c.Peer != nil {
+		peer = c.Peer.APIServer
+	}
+	m.chains.WithLabelValues(string(c.Class), entry, peer, c.Group, c.Resource).Inc()
+	for _, f := range c.Findings {
+		m.findings.WithLabelValues(string(f), entry, peer).Inc()
+	}
+	if c.Class == ClassProxied {
+		m.overhead.WithLabelValues(entry, peer).Observe(max(c.ForwardingOverheadSeconds, 0))
+		m.proxiedDur.WithLabelValues(entry, peer).Observe(c.EntryDurationSeconds)
+	}
+}
