@@ -137,3 +137,40 @@ const (
 	LabelFrom           = "from"
 	LabelTo             = "to"
 )
+
+// Gate: the go/no-go verdict for the next step of an upgrade.
+const (
+	// GateProceed is 1 while the gate says proceed and 0 while it says pause.
+	GateProceed = "peertrail_gate_proceed"
+	// GateCheckFailing is 1 for each gate check that currently fails (LabelCheck), else 0.
+	GateCheckFailing = "peertrail_gate_check_failing"
+	// GateCheckValue is each check's current value, next to GateCheckThreshold, its limit.
+	GateCheckValue     = "peertrail_gate_check_value"
+	GateCheckThreshold = "peertrail_gate_check_threshold"
+	// APIServerVersionInfo is 1 per apiserver and the version it was last seen running (LabelVersion).
+	APIServerVersionInfo = "peertrail_apiserver_version_info"
+)
+
+// Label names of the gate metrics and values of LabelCheck.
+const (
+	LabelCheck   = "check"
+	LabelVersion = "version"
+
+	CheckProxied5xxRatio = "proxied_5xx_ratio"
+	CheckMisleading404   = "misleading_404_rate"
+	CheckBrokenChains    = "broken_chains"
+	CheckIdentity        = "identity_mismatch"
+	CheckIngestGap       = "audit_ingest_gap"
+	CheckVersionSkew     = "version_skew"
+)
+
+// Metrics the kube-apiservers export themselves, which the dashboards and alerts put next to
+// peertrail's (names as of 1.35/1.36; see KUBERNETES-FACTS.md).
+const (
+	KubeReroutedRequestTotal   = "apiserver_rerouted_request_total"
+	KubePeerProxyErrorsTotal   = "apiserver_peer_proxy_errors_total"
+	KubeRequestTotal           = "apiserver_request_total"
+	KubeAuditEventTotal        = "apiserver_audit_event_total"
+	KubeAuditErrorTotal        = "apiserver_audit_error_total"
+	KubePeerDiscoverySyncError = "apiserver_peer_discovery_sync_errors_total"
+)
