@@ -43,6 +43,19 @@ type File struct {
 	Spool                   Spool       `json:"spool,omitempty"`
 	Correlate               Correlate   `json:"correlate,omitempty"`
 	Tracing                 Tracing     `json:"tracing,omitempty"`
+	Gate                    Gate        `json:"gate,omitempty"`
+}
+
+// Gate sets the thresholds of the upgrade gate.
+type Gate struct {
+	Window              Duration `json:"window,omitempty"`
+	MaxProxied5xxRatio  float64  `json:"maxProxied5xxRatio,omitempty"`
+	MinForwarded        int      `json:"minForwarded,omitempty"`
+	MaxMisleading404    int      `json:"maxMisleading404,omitempty"`
+	MaxBroken           int      `json:"maxBroken,omitempty"`
+	MaxIdentityMismatch int      `json:"maxIdentityMismatch,omitempty"`
+	MaxIngestGap        Duration `json:"maxIngestGap,omitempty"`
+	MaxMinorSkew        int      `json:"maxMinorSkew,omitempty"`
 }
 
 // Correlate tunes how records are joined into chains.

@@ -28,5 +28,12 @@ func Defaults() File {
 			MaxOpenChains:     1_000_000,
 			CapabilityHorizon: Duration(15 * time.Minute),
 		},
+		Gate: Gate{
+			Window:             Duration(10 * time.Minute),
+			MaxProxied5xxRatio: 0.01,
+			MinForwarded:       20,
+			MaxIngestGap:       Duration(2 * time.Minute),
+			MaxMinorSkew:       1,
+		},
 	}
 }

@@ -396,3 +396,17 @@ func (c *Capabilities) UnmarshalJSON(b []byte) error {
 	}
 	return nil
 }
+
+// Servers returns what is known of each apiserver, sorted by name.
+func (c *Capabilities) Servers() []ServerInfo {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	out := make([]ServerInfo, 0, len(c.seen))
+	for _, info := range c.seen {
+		s := *info
+		s.Addresses = slices.Clone(info.Addresses)
+		out = append(out, s)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}

@@ -77,6 +77,7 @@ type Correlator struct {
 	j         *Joiner
 	pending   []Chain
 	pendFirst []spool.Position
+	win       window
 	lastEnd   spool.Position
 }
 
@@ -281,6 +282,7 @@ func (co *Correlator) finishLocked(ctx context.Context, cs *chainState) {
 	cs.res = res
 	if prev == nil {
 		co.m.count(ch)
+		co.win.count(ch)
 	} else if prev.class != ch.Class {
 		co.m.reclassified.WithLabelValues(string(prev.class), string(ch.Class)).Inc()
 	}

@@ -71,6 +71,9 @@ type Receiver struct {
 	slots  chan struct{}
 	now    func() time.Time
 	commit sync.Mutex // makes duplicate check and spool append one step
+
+	lastMu sync.Mutex
+	last   map[string]time.Time // last accepted batch per apiserver
 }
 
 // NewReceiver returns a receiver writing to sp, remembering keys in ix and dead letters in dl.
@@ -89,6 +92,7 @@ func NewReceiver(opts Options, sp *spool.Spool, ix *dedup.Index, codec *record.C
 	return &Receiver{
 		opts: opts, known: known, spool: sp, index: ix, codec: codec, dead: dl, log: log,
 		m: newReceiverMetrics(), slots: make(chan struct{}, opts.MaxInflight), now: time.Now,
+		last: map[string]time.Time{},
 	}
 }
 
@@ -339,6 +343,9 @@ func (rc *Receiver) accept(ctx context.Context, body []byte, name, remote string
 	rc.m.events.WithLabelValues(name, metrics.ResultDuplicate).Add(float64(ndup))
 	rc.m.events.WithLabelValues(name, metrics.ResultInvalid).Add(float64(len(invalid)))
 	rc.m.lastBatch.WithLabelValues(name).Set(float64(start.UnixNano()) / 1e9)
+	rc.lastMu.Lock()
+	rc.last[name] = start
+	rc.lastMu.Unlock()
 	return answer{code: http.StatusOK, apiserver: name,
 		msg: fmt.Sprintf("accepted %d, duplicate %d, invalid %d", accepted, ndup, len(invalid))}
 }
@@ -351,6 +358,17 @@ func (rc *Receiver) keepDead(reason string, letters ...DeadLetter) {
 		return
 	}
 	rc.m.deadLetters.WithLabelValues(reason).Add(float64(len(letters)))
+}
+
+// LastBatches returns when a batch was last accepted from each apiserver.
+func (rc *Receiver) LastBatches() map[string]time.Time {
+	rc.lastMu.Lock()
+	defer rc.lastMu.Unlock()
+	out := make(map[string]time.Time, len(rc.last))
+	for k, v := range rc.last {
+		out[k] = v
+	}
+	return out
 }
 
 // Ready reports whether the receiver can accept batches: the spool is open, healthy and has room.

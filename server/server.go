@@ -24,6 +24,7 @@ import (
 
 	"github.com/peertrail/peertrail/config"
 	"github.com/peertrail/peertrail/correlate"
+	"github.com/peertrail/peertrail/gate"
 	"github.com/peertrail/peertrail/ingest"
 	"github.com/peertrail/peertrail/ingest/dedup"
 	"github.com/peertrail/peertrail/ingest/record"
@@ -41,6 +42,7 @@ type Server struct {
 	codec      *record.Codec
 	receiver   *ingest.Receiver
 	correlator *correlate.Correlator
+	gate       *gate.Gate
 	http     *http.Server
 	listener net.Listener
 	scheme   string
@@ -118,6 +120,8 @@ func New(ctx context.Context, cfg config.File, log *slog.Logger) (_ *Server, err
 		return nil, err
 	}
 
+	s.newGate(cfg, started)
+
 	bg, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
 	persister := &dedup.Persister{Dir: keysDir, Horizon: horizon, Log: log}
@@ -168,6 +172,26 @@ func (s *Server) newCorrelator(ctx context.Context, cfg config.File) error {
 	return nil
 }
 
+func (s *Server) newGate(cfg config.File, started time.Time) {
+	expected := make([]string, len(cfg.APIServers))
+	for i, a := range cfg.APIServers {
+		expected[i] = a.Name
+	}
+	g := cfg.Gate
+	s.gate = gate.New(gate.Thresholds{
+		Window: time.Duration(g.Window), MaxProxied5xxRatio: g.MaxProxied5xxRatio, MinForwarded: g.MinForwarded,
+		MaxMisleading404: g.MaxMisleading404, MaxBroken: g.MaxBroken, MaxIdentityMismatch: g.MaxIdentityMismatch,
+		MaxIngestGap: time.Duration(g.MaxIngestGap), MaxMinorSkew: g.MaxMinorSkew,
+	}, gate.Sources{
+		Recent:      s.correlator.Recent,
+		APIServers:  s.correlator.Capabilities().Servers,
+		LastBatches: s.receiver.LastBatches,
+		Expected:    expected,
+		Started:     started,
+	}, s.log)
+	s.registry.MustRegister(s.gate.Collector())
+}
+
 func (s *Server) runConsumer(ctx context.Context, name string, c spool.Consumer) {
 	failures := prometheus.NewCounter(prometheus.CounterOpts{
 		Name:        metrics.SpoolConsumerErrorsTotal,
@@ -213,6 +237,7 @@ func (s *Server) listen() error {
 	mux := http.NewServeMux()
 	s.receiver.Register(mux)
 	correlate.NewAPI(s.correlator, nil).Register(mux)
+	s.gate.Register(mux)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{Registry: s.registry}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {

@@ -6,6 +6,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -20,6 +21,10 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := newRootCommand().ExecuteContext(ctx); err != nil {
+		var ee exitError
+		if errors.As(err, &ee) {
+			os.Exit(ee.code)
+		}
 		fmt.Fprintln(os.Stderr, "peertrail:", err)
 		os.Exit(1)
 	}
@@ -59,6 +64,6 @@ proxied, proxy failed, misleading 404, broken, loop), and stores and exports the
 	}
 	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	root.PersistentFlags().StringVar(&g.logFormat, "log-format", "text", "log format: text or json")
-	root.AddCommand(newServeCommand(g), newChainCommand(g), newLoadgenCommand(g), newSQLCommand(g), newReportCommand(g), newSchemaCommand(g))
+	root.AddCommand(newServeCommand(g), newChainCommand(g), newGateCommand(g), newLoadgenCommand(g), newSQLCommand(g), newReportCommand(g), newSchemaCommand(g))
 	return root
 }

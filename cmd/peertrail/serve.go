@@ -30,7 +30,8 @@ broken, loop, internal) with findings, counted in metrics and optionally traced 
 
 Endpoints on the same port: GET /metrics (Prometheus), GET /healthz, GET /readyz (ready while
 the spool is writable and has room), GET /api/v1/chains/<auditID>, GET /api/v1/chains?class=
-&finding=&apiserver=&since=&limit=, GET /api/v1/apiservers.
+&finding=&apiserver=&since=&limit=, GET /api/v1/apiservers, GET /api/v1/gate (the upgrade
+gate's verdict: proceed or pause, with reasons).
 
 Settings come from flags and from an optional YAML file (--config); a flag given on the command
 line wins over the file. The file also lists the apiservers:
@@ -44,7 +45,9 @@ line wins over the file. The file also lists the apiservers:
   limits: {maxBodyBytes: 32Mi, maxInflight: 64, readTimeout: 60s, maxDeadLetterBytes: 1Gi}
   spool: {maxBytes: 10Gi, segmentBytes: 64Mi, fsync: always, fsyncInterval: 1s, dedupHorizon: 10m}
   correlate: {chainWindow: 30s, lateWindow: 5m, maxOpenChains: 1000000, capabilityHorizon: 15m}
-  tracing: {otlpEndpoint: http://otel-collector:4318}`,
+  tracing: {otlpEndpoint: http://otel-collector:4318}
+  gate: {window: 10m, maxProxied5xxRatio: 0.01, minForwarded: 20, maxMisleading404: 0,
+         maxBroken: 0, maxIdentityMismatch: 0, maxIngestGap: 2m, maxMinorSkew: 1}`,
 		Example: `  # TLS, apiservers authenticated by client certificates, names from a config file
   peertrail serve --config /etc/peertrail/config.yaml \
     --tls-cert-file tls.crt --tls-key-file tls.key --client-ca-file apiserver-audit-ca.crt
@@ -90,6 +93,13 @@ line wins over the file. The file also lists the apiservers:
 	f.Var(&cfg.Correlate.LateWindow, "late-window", "how long a final chain can still be reopened and reclassified by a late record")
 	f.IntVar(&cfg.Correlate.MaxOpenChains, "max-open-chains", cfg.Correlate.MaxOpenChains, "open chains kept in memory; beyond it the oldest is finalised early (counted as an eviction)")
 	f.Var(&cfg.Correlate.CapabilityHorizon, "capability-horizon", "how old evidence of what an apiserver serves may be and still count")
+	f.Var(&cfg.Gate.Window, "gate-window", "how far back the upgrade gate looks")
+	f.Float64Var(&cfg.Gate.MaxProxied5xxRatio, "gate-max-proxied-5xx-ratio", cfg.Gate.MaxProxied5xxRatio, "gate: largest share of forwarded requests answered 5xx (KEP-4020 aims for under 1%)")
+	f.IntVar(&cfg.Gate.MaxMisleading404, "gate-max-misleading-404", cfg.Gate.MaxMisleading404, "gate: misleading 404s allowed in the window")
+	f.IntVar(&cfg.Gate.MaxBroken, "gate-max-broken", cfg.Gate.MaxBroken, "gate: broken chains allowed in the window")
+	f.IntVar(&cfg.Gate.MaxIdentityMismatch, "gate-max-identity-mismatch", cfg.Gate.MaxIdentityMismatch, "gate: identity mismatches allowed in the window")
+	f.Var(&cfg.Gate.MaxIngestGap, "gate-max-ingest-gap", "gate: longest silence allowed from any apiserver's audit webhook")
+	f.IntVar(&cfg.Gate.MaxMinorSkew, "gate-max-minor-skew", cfg.Gate.MaxMinorSkew, "gate: the version-skew policy, minors apiservers may be apart")
 	f.StringVar(&cfg.Tracing.OTLPEndpoint, "otlp-endpoint", "", "OTLP/HTTP endpoint (e.g. http://otel-collector:4318) to export each proxied chain as a trace; the trace ID is the auditID")
 	return cmd
 }

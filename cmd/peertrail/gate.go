@@ -1,0 +1,93 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/peertrail/peertrail/gate"
+)
+
+// exitPause is the exit status of `peertrail gate` when the verdict is pause.
+const exitPause = 3
+
+func newGateCommand(_ *globalFlags) *cobra.Command {
+	var server, output string
+	cmd := &cobra.Command{
+		Use:   "gate",
+		Short: "Ask whether the upgrade may replace the next apiserver (exit 0 = proceed)",
+		Long: `gate asks a running peertrail serve for the upgrade gate's verdict over its recent window
+and prints it with every check. The exit status is what an upgrade script acts on:
+
+  0  proceed: forwarded requests succeed, no misleading 404s, no broken chains, identities
+     survive forwarding, every apiserver's audit arrives, versions within the skew policy
+  3  pause: at least one check fails; the reasons are printed
+  1  the gate could not be asked (peertrail unreachable or failing)
+
+Thresholds are peertrail serve's --gate-* flags.`,
+		Example: `  # In a rolling-upgrade script, before replacing the next apiserver:
+  until peertrail gate --server https://peertrail.kube-system:8443; do sleep 30; done`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
+			defer cancel()
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(server, "/")+"/api/v1/gate", nil)
+			if err != nil {
+				return err
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				return fmt.Errorf("ask %s: %w", server, err)
+			}
+			defer resp.Body.Close()
+			body, err := io.ReadAll(resp.Body)
+			if err != nil {
+				return err
+			}
+			if resp.StatusCode != http.StatusOK {
+				return fmt.Errorf("gate: %s: %s", resp.Status, strings.TrimSpace(string(body)))
+			}
+			var v gate.Verdict
+			if err := json.Unmarshal(body, &v); err != nil {
+				return fmt.Errorf("decode verdict: %w", err)
+			}
+			out := cmd.OutOrStdout()
+			switch output {
+			case "json":
+				out.Write(body)
+			case "text", "":
+				tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+				fmt.Fprintf(tw, "verdict:\t%s (window %s)\n", strings.ToUpper(v.Verdict), v.Window)
+				for _, c := range v.Checks {
+					mark := "ok"
+					if !c.OK {
+						mark = "FAIL"
+					}
+					fmt.Fprintf(tw, "  %s\t%s\t%s\n", mark, c.Name, c.Detail)
+				}
+				tw.Flush()
+			default:
+				return fmt.Errorf("-o %q: want text or json", output)
+			}
+			if !v.Proceed {
+				return exitError{code: exitPause}
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&server, "server", "http://127.0.0.1:8443", "base URL of a running peertrail serve")
+	cmd.Flags().StringVarP(&output, "output", "o", "text", "output format: text or json")
+	return cmd
+}
+
+// exitError ends the process with a status but prints nothing more.
+type exitError struct{ code int }
+
+func (e exitError) Error() string { return fmt.Sprintf("exit status %d", e.code) }

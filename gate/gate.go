@@ -1,0 +1,221 @@
+// Package gate gives the go/no-go verdict an upgrade polls before it replaces the next
+// kube-apiserver: proceed when the recent window looks healthy, pause (with the reasons) when
+// forwarded requests fail, clients get misleading 404s, chains break, identities do not
+// survive forwarding, an apiserver's audit stream has gone quiet, or the servers are further
+// apart than the version-skew policy allows.
+package gate
+
+import (
+	"fmt"
+	"log/slog"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/peertrail/peertrail/correlate"
+	"github.com/peertrail/peertrail/metrics"
+)
+
+// Thresholds configure the checks. A zero value of a count means "any is too many".
+type Thresholds struct {
+	// Window is how far back the checks look.
+	Window time.Duration `json:"window"`
+	// MaxProxied5xxRatio bounds the share of forwarding attempts that ended in a 5xx
+	// (KEP-4020 aims for over 99% without).
+	MaxProxied5xxRatio float64 `json:"max_proxied_5xx_ratio"`
+	// MinForwarded is how many forwarding attempts the ratio needs to mean anything.
+	MinForwarded int `json:"min_forwarded"`
+	// MaxMisleading404, MaxBroken and MaxIdentityMismatch bound counts in the window.
+	MaxMisleading404    int `json:"max_misleading_404"`
+	MaxBroken           int `json:"max_broken"`
+	MaxIdentityMismatch int `json:"max_identity_mismatch"`
+	// MaxIngestGap is how long an apiserver's audit webhook may stay silent.
+	MaxIngestGap time.Duration `json:"max_ingest_gap"`
+	// MaxMinorSkew is the version-skew policy: HA apiservers at most this many minors apart.
+	MaxMinorSkew int `json:"max_minor_skew"`
+}
+
+// DefaultThresholds are peertrail serve's defaults.
+func DefaultThresholds() Thresholds {
+	return Thresholds{
+		Window:             10 * time.Minute,
+		MaxProxied5xxRatio: 0.01,
+		MinForwarded:       20,
+		MaxIngestGap:       2 * time.Minute,
+		MaxMinorSkew:       1,
+	}
+}
+
+// Sources are what the gate reads. Each is a small view of another component.
+type Sources struct {
+	// Recent returns the totals of chains in the last d.
+	Recent func(d time.Duration) correlate.Totals
+	// APIServers returns the known apiservers (configured or seen) with their versions.
+	APIServers func() []correlate.ServerInfo
+	// LastBatches returns when each apiserver's last audit batch was accepted.
+	LastBatches func() map[string]time.Time
+	// Expected are apiservers that must be sending (the configured ones).
+	Expected []string
+	// Started is when peertrail started: no apiserver is expected to have sent before it.
+	Started time.Time
+}
+
+// Check is one check's outcome.
+type Check struct {
+	Name      string  `json:"name"`
+	OK        bool    `json:"ok"`
+	Value     float64 `json:"value"`
+	Threshold float64 `json:"threshold"`
+	Detail    string  `json:"detail"`
+}
+
+// Verdict is the gate's answer.
+type Verdict struct {
+	Proceed bool `json:"proceed"`
+	// Verdict is "proceed" or "pause".
+	Verdict string `json:"verdict"`
+	// Reasons says why it pauses (the failing checks' details).
+	Reasons     []string   `json:"reasons"`
+	Checks      []Check    `json:"checks"`
+	Window      string     `json:"window"`
+	EvaluatedAt time.Time  `json:"evaluated_at"`
+	Thresholds  Thresholds `json:"thresholds"`
+}
+
+// Gate evaluates the checks. It is safe for concurrent use: it keeps no state of its own.
+type Gate struct {
+	t   Thresholds
+	src Sources
+	log *slog.Logger
+	now func() time.Time
+}
+
+// New returns a gate.
+func New(t Thresholds, src Sources, log *slog.Logger) *Gate {
+	return &Gate{t: t, src: src, log: log, now: time.Now}
+}
+
+// Evaluate runs every check now.
+func (g *Gate) Evaluate() Verdict {
+	now := g.now()
+	tot := g.src.Recent(g.t.Window)
+	v := Verdict{Window: g.t.Window.String(), EvaluatedAt: now.UTC(), Thresholds: g.t, Reasons: []string{}}
+
+	ratio := 0.0
+	if tot.Forwarded > 0 {
+		ratio = float64(tot.Forwarded5xx) / float64(tot.Forwarded)
+	}
+	c := Check{Name: metrics.CheckProxied5xxRatio, Value: ratio, Threshold: g.t.MaxProxied5xxRatio}
+	switch {
+	case tot.Forwarded < g.t.MinForwarded && tot.Forwarded5xx == 0:
+		c.OK, c.Detail = true, fmt.Sprintf("%d forwarded requests, none failed (fewer than %d: the ratio is not meaningful yet)", tot.Forwarded, g.t.MinForwarded)
+	case tot.Forwarded < g.t.MinForwarded:
+		// Too few to be a ratio, but failures among few forwards are still failures.
+		c.OK = float64(tot.Forwarded5xx) <= g.t.MaxProxied5xxRatio*float64(g.t.MinForwarded)
+		c.Detail = fmt.Sprintf("%d of %d forwarded requests got a 5xx", tot.Forwarded5xx, tot.Forwarded)
+	default:
+		c.OK = ratio <= g.t.MaxProxied5xxRatio
+		c.Detail = fmt.Sprintf("%d of %d forwarded requests got a 5xx (%.2f%%, limit %.2f%%)", tot.Forwarded5xx, tot.Forwarded, 100*ratio, 100*g.t.MaxProxied5xxRatio)
+	}
+	v.Checks = append(v.Checks, c)
+
+	count := func(name string, n, max int, what string) {
+		v.Checks = append(v.Checks, Check{Name: name, OK: n <= max, Value: float64(n), Threshold: float64(max),
+			Detail: fmt.Sprintf("%d %s in the last %s (limit %d)", n, what, g.t.Window, max)})
+	}
+	count(metrics.CheckMisleading404, tot.Chains[correlate.ClassMisleading404], g.t.MaxMisleading404, "misleading 404s")
+	count(metrics.CheckBrokenChains, tot.Chains[correlate.ClassBroken], g.t.MaxBroken, "broken chains")
+	count(metrics.CheckIdentity, tot.Findings[correlate.FindingIdentityMismatch], g.t.MaxIdentityMismatch, "identity mismatches")
+
+	v.Checks = append(v.Checks, g.ingestGap(now), g.versionSkew())
+
+	v.Proceed = true
+	for _, c := range v.Checks {
+		if !c.OK {
+			v.Proceed = false
+			v.Reasons = append(v.Reasons, c.Name+": "+c.Detail)
+		}
+	}
+	v.Verdict = "proceed"
+	if !v.Proceed {
+		v.Verdict = "pause"
+	}
+	return v
+}
+
+func (g *Gate) ingestGap(now time.Time) Check {
+	c := Check{Name: metrics.CheckIngestGap, Threshold: g.t.MaxIngestGap.Seconds(), OK: true}
+	last := g.src.LastBatches()
+	names := map[string]bool{}
+	for _, n := range g.src.Expected {
+		names[n] = true
+	}
+	for _, s := range g.src.APIServers() {
+		names[s.Name] = true
+	}
+	for n := range last {
+		names[n] = true
+	}
+	var silent []string
+	for n := range names {
+		seen := last[n]
+		if seen.Before(g.src.Started) {
+			seen = g.src.Started
+		}
+		gap := now.Sub(seen)
+		if gap.Seconds() > c.Value {
+			c.Value = gap.Seconds()
+		}
+		if gap > g.t.MaxIngestGap {
+			silent = append(silent, fmt.Sprintf("%s (%s)", n, gap.Round(time.Second)))
+		}
+	}
+	sort.Strings(silent)
+	if len(silent) > 0 {
+		c.OK = false
+		c.Detail = "no audit batch for longer than " + g.t.MaxIngestGap.String() + " from " + strings.Join(silent, ", ")
+	} else {
+		c.Detail = fmt.Sprintf("every one of %d apiservers sent audit within %s", len(names), g.t.MaxIngestGap)
+	}
+	return c
+}
+
+// minor parses the minor version of "v1.35.4" (or "1.35").
+func minor(v string) (int, bool) {
+	v = strings.TrimPrefix(v, "v")
+	parts := strings.SplitN(v, ".", 3)
+	if len(parts) < 2 || parts[0] != "1" {
+		return 0, false
+	}
+	m, err := strconv.Atoi(strings.TrimRightFunc(parts[1], func(r rune) bool { return r < '0' || r > '9' }))
+	return m, err == nil
+}
+
+func (g *Gate) versionSkew() Check {
+	c := Check{Name: metrics.CheckVersionSkew, Threshold: float64(g.t.MaxMinorSkew), OK: true}
+	lo, hi := -1, -1
+	var versions []string
+	for _, s := range g.src.APIServers() {
+		m, ok := minor(s.Version)
+		if !ok {
+			continue
+		}
+		versions = append(versions, s.Name+"="+s.Version)
+		if lo < 0 || m < lo {
+			lo = m
+		}
+		if m > hi {
+			hi = m
+		}
+	}
+	sort.Strings(versions)
+	if lo < 0 {
+		c.Detail = "no apiserver versions known yet"
+		return c
+	}
+	c.Value = float64(hi - lo)
+	c.OK = hi-lo <= g.t.MaxMinorSkew
+	c.Detail = fmt.Sprintf("versions %s: %d minor apart (policy: at most %d)", strings.Join(versions, ", "), hi-lo, g.t.MaxMinorSkew)
+	return c
+}

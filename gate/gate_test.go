@@ -1,0 +1,128 @@
+package gate
+
+import (
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/peertrail/peertrail/correlate"
+	"github.com/peertrail/peertrail/metrics"
+)
+
+var now = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+
+type fixture struct {
+	tot      correlate.Totals
+	servers  []correlate.ServerInfo
+	last     map[string]time.Time
+	expected []string
+}
+
+func (f *fixture) gate() *Gate {
+	g := New(DefaultThresholds(), Sources{
+		Recent:      func(time.Duration) correlate.Totals { return f.tot },
+		APIServers:  func() []correlate.ServerInfo { return f.servers },
+		LastBatches: func() map[string]time.Time { return f.last },
+		Expected:    f.expected,
+		Started:     now.Add(-time.Hour),
+	}, slog.New(slog.DiscardHandler))
+	g.now = func() time.Time { return now }
+	return g
+}
+
+func healthy() *fixture {
+	return &fixture{
+		tot: correlate.Totals{
+			Chains:    map[correlate.Class]int{correlate.ClassProxied: 500, correlate.ClassLocal: 5000},
+			Findings:  map[correlate.Finding]int{},
+			Forwarded: 500, Forwarded5xx: 2, ResourceRequests: 5500,
+		},
+		servers: []correlate.ServerInfo{{Name: "kas-a", Version: "v1.35.4"}, {Name: "kas-b", Version: "v1.36.3"}},
+		last:    map[string]time.Time{"kas-a": now.Add(-5 * time.Second), "kas-b": now.Add(-20 * time.Second)},
+	}
+}
+
+func failing(v Verdict) []string {
+	var out []string
+	for _, c := range v.Checks {
+		if !c.OK {
+			out = append(out, c.Name)
+		}
+	}
+	return out
+}
+
+func TestHealthyWindowProceeds(t *testing.T) {
+	v := healthy().gate().Evaluate()
+	if !v.Proceed || v.Verdict != "proceed" || len(v.Reasons) != 0 {
+		t.Fatalf("healthy window: %+v", v)
+	}
+	if len(v.Checks) != 6 {
+		t.Fatalf("%d checks, want 6", len(v.Checks))
+	}
+}
+
+func TestEachCheckPauses(t *testing.T) {
+	cases := map[string]func(f *fixture){
+		metrics.CheckProxied5xxRatio: func(f *fixture) { f.tot.Forwarded5xx = 10 }, // 2% of 500
+		metrics.CheckMisleading404:   func(f *fixture) { f.tot.Chains[correlate.ClassMisleading404] = 1 },
+		metrics.CheckBrokenChains:    func(f *fixture) { f.tot.Chains[correlate.ClassBroken] = 3 },
+		metrics.CheckIdentity:        func(f *fixture) { f.tot.Findings[correlate.FindingIdentityMismatch] = 1 },
+		metrics.CheckIngestGap:       func(f *fixture) { f.last["kas-b"] = now.Add(-5 * time.Minute) },
+		metrics.CheckVersionSkew: func(f *fixture) {
+			f.servers = append(f.servers, correlate.ServerInfo{Name: "kas-c", Version: "v1.37.2"})
+			f.last["kas-c"] = now
+		},
+	}
+	for name, breakIt := range cases {
+		t.Run(name, func(t *testing.T) {
+			f := healthy()
+			breakIt(f)
+			v := f.gate().Evaluate()
+			if v.Proceed || v.Verdict != "pause" {
+				t.Fatalf("did not pause: %+v", v)
+			}
+			if got := failing(v); len(got) != 1 || got[0] != name {
+				t.Fatalf("failing checks %v, want only %s", got, name)
+			}
+			if len(v.Reasons) != 1 || !strings.HasPrefix(v.Reasons[0], name+": ") {
+				t.Fatalf("reasons %v", v.Reasons)
+			}
+		})
+	}
+}
+
+func TestFewForwardsWithFailuresStillPause(t *testing.T) {
+	f := healthy()
+	f.tot.Forwarded, f.tot.Forwarded5xx = 5, 3
+	if v := f.gate().Evaluate(); v.Proceed {
+		t.Fatalf("3 of 5 forwards failed and the gate proceeds: %+v", v.Checks[0])
+	}
+	f.tot.Forwarded5xx = 0
+	if v := f.gate().Evaluate(); !v.Proceed {
+		t.Fatalf("5 clean forwards and the gate pauses: %v", v.Reasons)
+	}
+}
+
+func TestExpectedApiserverThatNeverSentPauses(t *testing.T) {
+	f := healthy()
+	f.expected = []string{"kas-a", "kas-b", "kas-c"}
+	v := f.gate().Evaluate()
+	if v.Proceed || !strings.Contains(strings.Join(v.Reasons, ";"), "kas-c") {
+		t.Fatalf("a configured apiserver silent for an hour: %+v", v.Reasons)
+	}
+}
+
+func TestMinor(t *testing.T) {
+	for in, want := range map[string]int{"v1.35.4": 35, "1.36": 36, "v1.37.0-rc.1": 37} {
+		if got, ok := minor(in); !ok || got != want {
+			t.Errorf("minor(%q) = %d %v", in, got, ok)
+		}
+	}
+	for _, in := range []string{"", "v2.1.0", "unknown", "v1"} {
+		if _, ok := minor(in); ok {
+			t.Errorf("minor(%q) accepted", in)
+		}
+	}
+}
