@@ -30,9 +30,9 @@ func benchRecords(tb testing.TB, n int) []record.Record {
 			Level: clone("Metadata"), Verb: clone("get"), RequestURI: clone("/apis/" + res.g + "/" + res.v + "/namespaces/default/" + res.r + "/obj-1"),
 			Group: clone(res.g), Version: clone(res.v), Resource: clone(res.r), Namespace: clone("default"), Name: clone("obj-1"),
 			UserName: clone(u), UserGroups: []string{clone("system:authenticated"), clone("system:serviceaccounts")},
-			UserExtra:  map[string][]string{clone("authentication.kubernetes.io/credential-id"): {clone("JTI=8c1ae082")}},
-			SourceIPs:  []string{clone("10.0.3.7")}, UserAgent: clone("kube-controller-manager/v1.35.4 (linux/amd64) kubernetes/6d6e9c5"),
-			Code:       200, RequestReceivedTimestamp: rr, StageTimestamp: rr.Add(3 * time.Millisecond), ReceivedAt: recv,
+			UserExtra: map[string][]string{clone("authentication.kubernetes.io/credential-id"): {clone("JTI=8c1ae082")}},
+			SourceIPs: []string{clone("10.0.3.7")}, UserAgent: clone("kube-controller-manager/v1.35.4 (linux/amd64) kubernetes/6d6e9c5"),
+			Code: 200, RequestReceivedTimestamp: rr, StageTimestamp: rr.Add(3 * time.Millisecond), ReceivedAt: recv,
 		}
 		first := e
 		first.Stage, first.Code, first.StageTimestamp = clone("RequestReceived"), 0, rr

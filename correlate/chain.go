@@ -70,7 +70,7 @@ type Side struct {
 	ImpersonatedGroups []string            `json:"impersonated_groups,omitempty"`
 	ImpersonatedExtra  map[string][]string `json:"impersonated_extra,omitempty"`
 	SourceIPs          []string            `json:"source_ips,omitempty"`
-	UserAgent          string   `json:"user_agent,omitempty"`
+	UserAgent          string              `json:"user_agent,omitempty"`
 	// Message and Reason come from responseStatus (only the peer records them on a forward).
 	Message string `json:"message,omitempty"`
 	Reason  string `json:"reason,omitempty"`

@@ -183,8 +183,8 @@ type interner struct {
 	strs    map[string]string
 	targets map[target]*target
 	ids     map[uint64]*identity
-	ips  map[uint64]*[]string
-	h    xxh3.Hasher
+	ips     map[uint64]*[]string
+	h       xxh3.Hasher
 }
 
 const internMax = 1 << 16

@@ -43,9 +43,9 @@ type Server struct {
 	receiver   *ingest.Receiver
 	correlator *correlate.Correlator
 	gate       *gate.Gate
-	http     *http.Server
-	listener net.Listener
-	scheme   string
+	http       *http.Server
+	listener   net.Listener
+	scheme     string
 
 	cancel    context.CancelFunc
 	consumers sync.WaitGroup
