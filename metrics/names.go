@@ -174,3 +174,31 @@ const (
 	KubeAuditErrorTotal        = "apiserver_audit_error_total"
 	KubePeerDiscoverySyncError = "apiserver_peer_discovery_sync_errors_total"
 )
+
+// Labels of the kube-apiserver metrics above, and their values the alert rules select on.
+const (
+	// LabelPlugin is the audit backend on KubeAuditErrorTotal ("webhook", "log").
+	LabelPlugin   = "plugin"
+	PluginWebhook = "webhook"
+	// LabelProxyErrorType is the failure kind on KubePeerProxyErrorsTotal
+	// ("endpoint_resolution", "proxy_transport").
+	LabelProxyErrorType = "type"
+	// LabelVerb is the request verb on KubeRequestTotal.
+	LabelVerb = "verb"
+)
+
+// Series and labels Prometheus itself adds, which the alert rules and dashboards use.
+const (
+	// PrometheusUp is 1 per scrape target that answered its last scrape, 0 otherwise.
+	PrometheusUp = "up"
+	// LabelJob and LabelInstance are the scrape target labels.
+	LabelJob      = "job"
+	LabelInstance = "instance"
+	// LabelBucket is a histogram bucket's upper bound (the _bucket series of a histogram).
+	LabelBucket = "le"
+)
+
+// Recording rules (alerts/): the 5xx ratio of requests the Mixed Version Proxy rerouted, over
+// the windows of the multi-window burn-rate alerts. A rule's name is the prefix followed by
+// its window, e.g. "cluster:apiserver_rerouted_request_5xx:ratio_rate5m".
+const RecordReroutedErrorRatioPrefix = "cluster:apiserver_rerouted_request_5xx:ratio_rate"
