@@ -42,8 +42,11 @@ type Capabilities struct {
 	// horizon bounds how old evidence may be and still count.
 	horizon time.Duration
 
-	mu        sync.RWMutex
-	changes   uint64                   // counts mutations, so that savers know when to save
+	mu      sync.RWMutex
+	changes uint64 // counts mutations, so that savers know when to save
+	// epochs are, per apiserver, the times it was first seen running a new version: evidence
+	// from before a restart into another version says nothing about after it.
+	epochs    map[string][]time.Time
 	evidence  map[string]map[GVR][]run // apiserver -> GVR -> runs by time
 	proxiedBy map[string]map[GVR]time.Time
 	seen      map[string]*ServerInfo
@@ -70,7 +73,19 @@ func NewCapabilities(horizon time.Duration) *Capabilities {
 		evidence:  map[string]map[GVR][]run{},
 		proxiedBy: map[string]map[GVR]time.Time{},
 		seen:      map[string]*ServerInfo{},
+		epochs:    map[string][]time.Time{},
 	}
+}
+
+// epochLocked returns the bounds of the version epoch of apiserver that holds t.
+func (c *Capabilities) epochLocked(apiserver string, t time.Time) (from, to time.Time) {
+	for _, e := range c.epochs[apiserver] {
+		if e.After(t) {
+			return from, e
+		}
+		from = e
+	}
+	return from, time.Time{}
 }
 
 // Learn records that apiserver did (served) or did not serve g at t.
@@ -142,7 +157,11 @@ func (c *Capabilities) Serves(apiserver string, g GVR, t time.Time) (served, kno
 func (c *Capabilities) servesLocked(apiserver string, g GVR, t time.Time) (served, known bool) {
 	runs := c.evidence[apiserver][g]
 	best := c.horizon
+	from, to := c.epochLocked(apiserver, t)
 	for _, r := range runs {
+		if r.last.Before(from) || !to.IsZero() && !r.first.Before(to) {
+			continue // another version of the apiserver
+		}
 		var d time.Duration
 		switch {
 		case t.Before(r.first):
@@ -210,6 +229,14 @@ func (c *Capabilities) NoteServer(apiserver, version, address string, t time.Tim
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	info := c.infoLocked(apiserver)
+	if version != "" && !t.IsZero() && t.Before(info.LastSeen) {
+		version = "" // older news than what is known: a late record from before a restart
+	}
+	if version != "" && info.Version != "" && version != info.Version && !t.IsZero() {
+		// Restarted into another version: what it served before is history.
+		c.epochs[apiserver] = append(c.epochs[apiserver], t)
+		c.changes++
+	}
 	if version != "" {
 		info.Version = version
 	}
@@ -318,9 +345,10 @@ func (c *Capabilities) Snapshot() []APIServerView {
 
 // capabilityFile is the on-disk form of the view, so that a restart keeps what was learned.
 type capabilityFile struct {
-	Servers  []ServerInfo       `json:"servers"`
-	Evidence []capabilityRecord `json:"evidence"`
-	Proxied  []proxiedRecord    `json:"proxied"`
+	Servers  []ServerInfo           `json:"servers"`
+	Epochs   map[string][]time.Time `json:"epochs,omitempty"`
+	Evidence []capabilityRecord     `json:"evidence"`
+	Proxied  []proxiedRecord        `json:"proxied"`
 }
 
 type capabilityRecord struct {
@@ -343,7 +371,7 @@ type proxiedRecord struct {
 func (c *Capabilities) MarshalJSON() ([]byte, error) {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
-	var f capabilityFile
+	f := capabilityFile{Epochs: c.epochs}
 	for _, info := range c.seen {
 		f.Servers = append(f.Servers, *info)
 	}
@@ -394,6 +422,11 @@ func (c *Capabilities) UnmarshalJSON(b []byte) error {
 	for _, p := range f.Proxied {
 		c.NoteProxied(p.APIServer, p.GVR, p.Last)
 	}
+	c.mu.Lock()
+	for name, es := range f.Epochs {
+		c.epochs[name] = es
+	}
+	c.mu.Unlock()
 	return nil
 }
 

@@ -525,6 +525,11 @@ func TestLateRecordReopensAndReclassifies(t *testing.T) {
 	if c.Revision != 2 || c.ID != h.sink.chains[0].ID {
 		t.Fatalf("reopened chain: revision %d, id %s vs %s", c.Revision, c.ID, h.sink.chains[0].ID)
 	}
+	// What the gate reads counts the chain once, as it is now.
+	h.co.now = func() time.Time { return t0.Add(3 * time.Minute) }
+	if tot := h.co.Recent(10 * time.Minute); tot.Chains[ClassBroken] != 0 || tot.Chains[ClassProxied] != 1 || tot.Forwarded != 1 {
+		t.Fatalf("window after reclassification: %+v", tot)
+	}
 }
 
 func TestEvictionFinalisesOldestAndCountsIt(t *testing.T) {

@@ -51,6 +51,8 @@ type result struct {
 	// roles index the chain's sides; -1 when absent.
 	entry, peer int8
 	others      []int8
+	// counted is what the window counted of the chain, to take back if it is reclassified.
+	counted tally
 }
 
 // Correlator is the spool consumer that joins records into chains. Its methods are safe for
@@ -268,7 +270,8 @@ func (co *Correlator) finishLocked(ctx context.Context, cs *chainState) {
 	ch := co.build(cs)
 	co.classifier.Classify(ch)
 	co.classifier.Learn(ch)
-	res := &result{class: ch.Class, findings: ch.Findings, explanation: ch.Explanation, entry: -1, peer: -1}
+	res := &result{class: ch.Class, findings: ch.Findings, explanation: ch.Explanation, entry: -1, peer: -1,
+		counted: tallyOf(ch)}
 	for i, s := range ch.sides {
 		switch {
 		case s == ch.Entry:
@@ -282,10 +285,15 @@ func (co *Correlator) finishLocked(ctx context.Context, cs *chainState) {
 	cs.res = res
 	if prev == nil {
 		co.m.count(ch)
-		co.win.count(ch)
-	} else if prev.class != ch.Class {
-		co.m.reclassified.WithLabelValues(string(prev.class), string(ch.Class)).Inc()
+	} else {
+		// Counters cannot take a count back; the reclassification is counted on its own, while
+		// the window the gate reads is corrected.
+		co.win.count(&prev.counted, -1)
+		if prev.class != ch.Class {
+			co.m.reclassified.WithLabelValues(string(prev.class), string(ch.Class)).Inc()
+		}
 	}
+	co.win.count(&res.counted, 1)
 	if cs.evicted {
 		co.m.evictions.WithLabelValues(string(ch.Class)).Inc()
 	}

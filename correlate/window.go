@@ -42,26 +42,44 @@ type window struct {
 	stamp   [windowMinutes]int64 // the minute each slot holds
 }
 
-func (w *window) count(c *Chain) {
-	m := c.FirstReceived.Unix() / 60
+// count adds a chain (by = 1) or takes back an earlier count of it (by = -1, when a late record
+// reclassified it).
+func (w *window) count(c *tally, by int) {
+	m := c.first / 60
 	i := int(m % windowMinutes)
 	if w.stamp[i] != m {
+		if by < 0 {
+			return // that minute has left the window already
+		}
 		w.stamp[i], w.minutes[i] = m, newTotals()
 	}
 	s := &w.minutes[i]
-	s.Chains[c.Class]++
-	for _, f := range c.Findings {
-		s.Findings[f]++
+	s.Chains[c.class] += by
+	for _, f := range c.findings {
+		s.Findings[f] += by
 	}
-	if c.Class == ClassProxied || c.Class == ClassProxyFailed {
-		s.Forwarded++
-		if c.Code >= 500 {
-			s.Forwarded5xx++
+	if c.class == ClassProxied || c.class == ClassProxyFailed {
+		s.Forwarded += by
+		if c.code >= 500 {
+			s.Forwarded5xx += by
 		}
 	}
-	if c.Resource != "" && c.Class != ClassInternal {
-		s.ResourceRequests++
+	if c.resource && c.class != ClassInternal {
+		s.ResourceRequests += by
 	}
+}
+
+// tally is what the window counts of a chain, kept with it to take back on reclassification.
+type tally struct {
+	class    Class
+	findings []Finding
+	code     int32
+	resource bool
+	first    int64 // Unix seconds of the first receipt
+}
+
+func tallyOf(c *Chain) tally {
+	return tally{class: c.Class, findings: c.Findings, code: c.Code, resource: c.Resource != "", first: c.FirstReceived.Unix()}
 }
 
 // since sums the minutes from from to now.
