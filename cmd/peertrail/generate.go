@@ -7,6 +7,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/peertrail/peertrail/alerts"
+	"github.com/peertrail/peertrail/dashboards"
 )
 
 func newGenerateCommand(_ *globalFlags) *cobra.Command {
@@ -20,7 +21,34 @@ promtool unit tests, a PrometheusRule and an example Alertmanager configuration
 a test fails while the committed files differ from what the code generates.`,
 		Args: cobra.NoArgs,
 	}
-	cmd.AddCommand(newGenerateAlertsCommand())
+	cmd.AddCommand(newGenerateDashboardsCommand(), newGenerateAlertsCommand())
+	return cmd
+}
+
+func newGenerateDashboardsCommand() *cobra.Command {
+	var out string
+	cmd := &cobra.Command{
+		Use:   "dashboards [--out DIR]",
+		Short: "Write the Grafana dashboards (MVP rollout, Chain investigation) as JSON",
+		Long: `dashboards writes peertrail's Grafana dashboards, generated with the Grafana Foundation SDK:
+"MVP rollout" (a Prometheus data source) and "Chain investigation" (a ClickHouse data source,
+the grafana-clickhouse-datasource plugin v4). Import them, or provision them from the directory;
+each asks for its data source.`,
+		Example: `  peertrail generate dashboards
+  peertrail generate dashboards --out /var/lib/grafana/dashboards/peertrail`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			paths, err := dashboards.Write(out)
+			if err != nil {
+				return err
+			}
+			for _, p := range paths {
+				fmt.Fprintln(cmd.OutOrStdout(), p)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&out, "out", "dashboards/generated", "directory to write into")
 	return cmd
 }
 

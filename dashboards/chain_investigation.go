@@ -1,0 +1,254 @@
+package dashboards
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/grafana/grafana-foundation-sdk/go/cog"
+	"github.com/grafana/grafana-foundation-sdk/go/cog/variants"
+	"github.com/grafana/grafana-foundation-sdk/go/dashboard"
+	"github.com/grafana/grafana-foundation-sdk/go/table"
+	"github.com/grafana/grafana-foundation-sdk/go/timeseries"
+
+	"github.com/peertrail/peertrail/correlate"
+)
+
+// The grafana-clickhouse-datasource (v4) query model: raw SQL, as a time series (long format:
+// a time column, string columns naming the series, numeric values) or a table.
+const (
+	FormatTimeSeries = 0
+	FormatTable      = 1
+)
+
+// auditIDVar is the chain-investigation dashboard's auditID variable; in SQL it is written
+// ${audit_id:sqlstring}, which Grafana renders as a quoted, escaped string literal.
+const auditIDVar = "audit_id"
+
+var auditIDLiteral = "${" + auditIDVar + ":sqlstring}"
+
+func chTarget(i int, sql string, format int) cog.Builder[variants.Dataquery] {
+	queryType := "table"
+	if format == FormatTimeSeries {
+		queryType = "timeSeries"
+	}
+	return variants.NewUnknownDataqueryBuilderFromObject(variants.UnknownDataquery{
+		"refId":      refID(i),
+		"datasource": dsRef(ClickHouseType),
+		"editorType": "sql",
+		"queryType":  queryType,
+		"format":     format,
+		"rawSql":     strings.TrimSpace(sql),
+	})
+}
+
+// sqlList renders string values as a ClickHouse literal list: 'a', 'b'.
+func sqlList[T ~string](values ...T) string {
+	q := make([]string, len(values))
+	for i, v := range values {
+		q[i] = "'" + strings.ReplaceAll(string(v), "'", "''") + "'"
+	}
+	return strings.Join(q, ", ")
+}
+
+// what names a chain's target: core/v1/pods, or the URI of a non-resource request.
+const what = "if(resource = '', request_uri, concat(if(api_group = '', 'core', api_group), '/', api_version, '/', resource))"
+
+// auditIDLink opens this dashboard on the chain of the auditID in the cell.
+func auditIDLink() dashboard.DynamicConfigValue {
+	return dashboard.DynamicConfigValue{Id: "links", Value: []map[string]any{{
+		"title":       "Show this chain",
+		"url":         "/d/" + UIDChainInvestigation + "/?var-" + auditIDVar + "=${__value.raw}&${__url_time_range}",
+		"targetBlank": false,
+	}}}
+}
+
+func chTable(title, description string, width, height uint32, sql string) *table.PanelBuilder {
+	return tablePanel(title, description, ClickHouseType, width, height, []cog.Builder[variants.Dataquery]{chTarget(0, sql, FormatTable)}).
+		OverrideByName("audit_id", []dashboard.DynamicConfigValue{auditIDLink()}).
+		OverrideByName("example_audit_id", []dashboard.DynamicConfigValue{auditIDLink()})
+}
+
+func chGraph(g graph, sql string) *timeseries.PanelBuilder {
+	return g.panel(ClickHouseType, []cog.Builder[variants.Dataquery]{chTarget(0, sql, FormatTimeSeries)})
+}
+
+// ChainInvestigation is the "Chain investigation" dashboard (ClickHouse).
+func ChainInvestigation() (dashboard.Dashboard, error) {
+	proxied := string(correlate.ClassProxied)
+	failedOrBroken := sqlList(correlate.ClassBroken, correlate.ClassProxyFailed)
+	missing := sqlList(correlate.FindingPeerAuditMissing, correlate.FindingEntryAuditMissing)
+	identity := sqlList(correlate.FindingIdentityMismatch, correlate.FindingImpersonationFlattened)
+	return dashboard.NewDashboardBuilder("Chain investigation").
+		Uid(UIDChainInvestigation).
+		Description("peertrail's store: chains (one per request, as every apiserver that recorded it saw it) and the audit events behind them. Find the broken, failed and misleading ones, then open one chain by auditID.").
+		Tags([]string{"peertrail", "kubernetes", "mvp"}).
+		Time("now-6h", "now").Refresh("1m").Timezone("browser").
+		Tooltip(dashboard.DashboardCursorSyncCrosshair).
+		Link(dashboard.NewDashboardLinkBuilder("MVP rollout").Type(dashboard.DashboardLinkTypeDashboards).
+			Tags([]string{"peertrail"}).AsDropdown(false).KeepTime(true).IncludeVars(false)).
+		WithVariable(dashboard.NewDatasourceVariableBuilder(datasourceVar).Label("ClickHouse").Type(ClickHouseType)).
+		WithVariable(dashboard.NewTextBoxVariableBuilder(auditIDVar).Label("auditID").
+			Description("The auditID of a request (its Audit-Id response header, or any audit record's auditID); click one in the tables to fill it in.").
+			DefaultValue(dashboard.StringOrMap{String: ptr("")})).
+		WithRow(dashboard.NewRowBuilder("Over time")).
+		WithPanel(chGraph(graph{title: "Chains per minute by class", stacked: true,
+			description: "Final chains per minute by class (the chains_per_minute rollup)."}, `
+SELECT minute AS time, class, sum(chains) AS chains
+FROM peertrail.chains_per_minute
+WHERE $__timeFilter(minute)
+GROUP BY time, class
+ORDER BY time, class`)).
+		WithPanel(chGraph(graph{title: "Misleading 404s per minute by resource", bars: true,
+			description: "Misleading 404s per minute, by the apiserver that answered them and the resource."}, fmt.Sprintf(`
+SELECT minute AS time,
+       concat(entry_apiserver, ' ', if(api_group = '', 'core', api_group), '/', resource) AS answered_by,
+       sum(chains) AS misleading_404s
+FROM peertrail.chains_per_minute
+WHERE $__timeFilter(minute) AND class = '%s'
+GROUP BY time, answered_by
+ORDER BY time, answered_by`, correlate.ClassMisleading404))).
+		WithPanel(chGraph(graph{title: "Forwarding overhead p50 / p99 per minute", unit: "s",
+			description: "What the extra hop cost proxied requests, per minute and entry -> peer pair (t-digest states merged from the rollup)."}, fmt.Sprintf(`
+SELECT time, pair, q[1] AS p50, q[3] AS p99
+FROM
+(
+    SELECT minute AS time,
+           concat(entry_apiserver, ' -> ', peer_apiserver) AS pair,
+           quantilesTDigestMerge(0.5, 0.9, 0.99)(forwarding_overhead_seconds) AS q
+    FROM peertrail.chains_per_minute
+    WHERE $__timeFilter(minute) AND class = '%s'
+    GROUP BY time, pair
+)
+ORDER BY time, pair`, proxied))).
+		WithPanel(chGraph(graph{title: "Findings per minute", bars: true,
+			description: "Chains per minute with each finding: identity_mismatch, impersonation_flattened, peer_audit_missing, entry_audit_missing, status_mismatch."}, `
+SELECT time, finding, sum(n) AS chains
+FROM
+(
+    SELECT minute AS time, sumMap(findings) AS m
+    FROM peertrail.chains_per_minute
+    WHERE $__timeFilter(minute)
+    GROUP BY time
+)
+ARRAY JOIN mapKeys(m) AS finding, mapValues(m) AS n
+GROUP BY time, finding
+ORDER BY time, finding`)).
+		WithRow(dashboard.NewRowBuilder("Find the requests")).
+		WithPanel(chTable("Recent broken and failed chains", "Forwarded requests that failed (proxy_failed: the entry answered an error instead of reaching the peer) or lost one side's audit record (broken), newest first. Click an auditID to open its chain.",
+			full, 10, fmt.Sprintf(`
+SELECT
+    request_time,
+    audit_id,
+    class,
+    if(has_entry, entry_apiserver, '-') AS entry,
+    if(has_peer, peer_apiserver, '-') AS peer,
+    verb,
+    %s AS target,
+    code,
+    arrayStringConcat(findings, ',') AS finding_list,
+    if(entry_message != '', entry_message, peer_message) AS message,
+    explanation
+FROM peertrail.chains FINAL
+WHERE $__timeFilter(first_received)
+  AND (class IN (%s) OR hasAny(findings, [%s]))
+ORDER BY request_time DESC
+LIMIT 200`, what, failedOrBroken, missing))).
+		WithPanel(chTable("Misleading 404s by resource", "Requests answered 404 by an apiserver that does not serve the resource while another does; served_by lists the apiservers that served it with a 2xx in the same time range.",
+			full, 8, fmt.Sprintf(`
+SELECT
+    c.api_group AS group,
+    c.api_version AS version,
+    c.resource AS resource,
+    c.entry_apiserver AS answered_404,
+    count() AS requests,
+    uniqExact(c.user_name) AS users,
+    min(c.request_time) AS first,
+    max(c.request_time) AS last,
+    arrayStringConcat(any(s.served_by), ', ') AS served_by,
+    any(c.audit_id) AS example_audit_id
+FROM peertrail.chains AS c FINAL
+LEFT JOIN
+(
+    SELECT api_group, resource, arraySort(groupUniqArray(if(class = '%s', peer_apiserver, entry_apiserver))) AS served_by
+    FROM peertrail.chains FINAL
+    WHERE $__timeFilter(first_received) AND class IN (%s) AND code >= 200 AND code < 300
+    GROUP BY api_group, resource
+) AS s ON s.api_group = c.api_group AND s.resource = c.resource
+WHERE $__timeFilter(c.first_received) AND c.class = '%s'
+GROUP BY group, version, resource, answered_404
+ORDER BY requests DESC`, proxied, sqlList(correlate.ClassLocal, correlate.ClassProxied), correlate.ClassMisleading404))).
+		WithPanel(chTable("Identity mismatches by user", "Forwarded requests whose peer recorded another identity than the entry: a UID lost (the peer lacks --requestheader-uid-headers), groups that differ, or impersonation flattened by the hop (the real actor only in the entry's record).",
+			full, 8, fmt.Sprintf(`
+SELECT
+    user_name AS user,
+    arrayStringConcat(arraySort(groupUniqArrayArray(arrayFilter(f -> f IN (%s), findings))), ',') AS finding_list,
+    count() AS requests,
+    arrayStringConcat(arraySort(groupUniqArray(real_user)), ',') AS real_users,
+    countIf(entry_user = peer_user AND entry_uid != '' AND peer_uid = '') AS uid_lost,
+    countIf(entry_user = peer_user AND arraySort(entry_groups) != arraySort(peer_groups)) AS groups_differ,
+    arrayStringConcat(arraySort(groupUniqArray(concat(entry_apiserver, ' -> ', peer_apiserver))), ', ') AS pairs,
+    any(audit_id) AS example_audit_id
+FROM peertrail.chains FINAL
+WHERE $__timeFilter(first_received) AND hasAny(findings, [%s])
+GROUP BY user
+ORDER BY requests DESC
+LIMIT 100`, identity, identity))).
+		WithRow(dashboard.NewRowBuilder("One chain: ${" + auditIDVar + "}")).
+		WithPanel(chTable("Chain", "How peertrail classified the request(s) with this auditID, both sides side by side (any time: the audit_ids lookup names the hours to read). A client can reuse an Audit-ID, so more than one chain may show.",
+			full, 6, `
+SELECT
+    request_time,
+    class,
+    arrayStringConcat(findings, ',') AS finding_list,
+    explanation,
+    verb,
+    request_uri,
+    user_name AS user,
+    real_user,
+    code,
+    entry_apiserver,
+    entry_code,
+    entry_user,
+    entry_uid,
+    arrayStringConcat(entry_source_ips, ',') AS entry_source_ips,
+    peer_apiserver,
+    peer_code,
+    peer_user,
+    peer_uid,
+    arrayStringConcat(peer_source_ips, ',') AS peer_source_ips,
+    round(entry_duration_seconds * 1000, 2) AS entry_ms,
+    round(peer_duration_seconds * 1000, 2) AS peer_ms,
+    round(forwarding_overhead_seconds * 1000, 2) AS overhead_ms,
+    records,
+    state
+FROM peertrail.chains FINAL
+WHERE audit_id = `+auditIDLiteral+`
+  AND toStartOfHour(first_received) GLOBAL IN (SELECT received_hour FROM peertrail.audit_ids WHERE audit_id = `+auditIDLiteral+`)
+ORDER BY request_time`)).
+		WithPanel(chTable("Audit records", "Every audit record any apiserver sent for this auditID, in time order: the entry's and the peer's, each stage.",
+			full, 8, `
+SELECT
+    stage_timestamp,
+    apiserver,
+    stage,
+    verb,
+    request_uri,
+    user_name AS user,
+    user_uid AS uid,
+    impersonated_user,
+    arrayStringConcat(source_ips, ',') AS source_ips,
+    user_agent,
+    code,
+    reason,
+    message,
+    has_request_object OR has_response_object AS has_objects,
+    received_at
+FROM peertrail.events
+WHERE audit_id = `+auditIDLiteral+`
+  AND toDate(received_at) GLOBAL IN (SELECT received_day FROM peertrail.audit_ids WHERE audit_id = `+auditIDLiteral+`)
+  AND (toStartOfHour(stage_timestamp), apiserver, resource) GLOBAL IN
+      (SELECT stage_hour, apiserver, resource FROM peertrail.audit_ids WHERE audit_id = `+auditIDLiteral+`)
+ORDER BY stage_timestamp, apiserver, stage
+LIMIT 1 BY apiserver, audit_id, stage, stage_timestamp`)).
+		Build()
+}
