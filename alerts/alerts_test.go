@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	yaml "go.yaml.in/yaml/v2"
 
@@ -202,5 +203,29 @@ func TestUnitTestsCoverEveryRule(t *testing.T) {
 				t.Errorf("no unit test where %s %v fires", r.Alert, r.Labels)
 			}
 		}
+	}
+}
+
+// Rules generated with other options (another job name, another gate pause) pass their own
+// unit tests too.
+func TestPromtoolUnitTestsWithOptions(t *testing.T) {
+	promtool := tool(t, "promtool", "prometheus")
+	dir := t.TempDir()
+	if _, err := alerts.Write(dir, alerts.Options{PeertrailJob: "audit", GatePausedFor: 20 * time.Minute, RunbookBaseURL: "https://wiki.example.com/runbooks"}); err != nil {
+		t.Fatal(err)
+	}
+	rules, err := os.ReadFile(filepath.Join(dir, alerts.RulesFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`job="audit"`, "for: 20m", "https://wiki.example.com/runbooks/" + alerts.AlertPeertrailDown + ".md"} {
+		if !strings.Contains(string(rules), want) {
+			t.Errorf("rules generated with options lack %q", want)
+		}
+	}
+	cmd := exec.Command(promtool, "test", "rules", alerts.RulesTestFile)
+	cmd.Dir = dir
+	if out, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(out), "SUCCESS") {
+		t.Fatalf("promtool test rules: %v\n%s", err, out)
 	}
 }

@@ -112,7 +112,7 @@ func MVPRollout() (dashboard.Dashboard, error) {
 				legend: "{{" + metrics.LabelFinding + "}} {{" + metrics.LabelEntryAPIServer + "}} -> {{" + metrics.LabelPeerAPIServer + "}}"})).
 		WithRow(dashboard.NewRowBuilder("kube-apiserver: the apiservers' own metrics")).
 		WithPanel(graph{title: "Rerouted requests by code", unit: "reqps",
-			description: "apiserver_rerouted_request_total: requests each apiserver's Mixed Version Proxy forwarded to a peer, by the code the client got (503: the peer could not be reached)."}.
+			description: metrics.KubeReroutedRequestTotal + ": requests each apiserver's Mixed Version Proxy forwarded to a peer, by the code the client got (503: the peer could not be reached)."}.
 			prom(query{expr: promql.Sum(promql.Rate(promql.Sel(metrics.KubeReroutedRequestTotal, byAPIServer, byResource), rateWindow), metrics.LabelAPIServer, metrics.LabelCode),
 				legend: "{{" + metrics.LabelAPIServer + "}} {{" + metrics.LabelCode + "}}"})).
 		WithPanel(graph{title: "Rerouted 5xx ratio against the SLO", unit: "percentunit", min: ptr(0.0), threshold: ptr(1 - alerts.SLO),
@@ -120,19 +120,19 @@ func MVPRollout() (dashboard.Dashboard, error) {
 			prom(query{expr: promql.Sum(promql.Rate(promql.Sel(metrics.KubeReroutedRequestTotal, promql.Re(metrics.LabelCode, "5.."), byAPIServer), rateWindow)) +
 				"\n/\n" + promql.Sum(promql.Rate(promql.Sel(metrics.KubeReroutedRequestTotal, byAPIServer), rateWindow)), legend: "5xx ratio"})).
 		WithPanel(graph{title: "Peer proxy errors", unit: "reqps", width: third,
-			description: "apiserver_peer_proxy_errors_total (1.36+): endpoint_resolution (no address for the peer) and proxy_transport (the forward failed)."}.
+			description: metrics.KubePeerProxyErrorsTotal + " (1.36+): endpoint_resolution (no address for the peer) and proxy_transport (the forward failed)."}.
 			prom(query{expr: promql.Sum(promql.Rate(promql.Sel(metrics.KubePeerProxyErrorsTotal, byAPIServer, byResource), rateWindow), metrics.LabelAPIServer, metrics.LabelProxyErrorType),
 				legend: "{{" + metrics.LabelAPIServer + "}} {{" + metrics.LabelProxyErrorType + "}}"})).
 		WithPanel(graph{title: "Peer discovery sync errors", unit: "reqps", width: third,
-			description: "apiserver_peer_discovery_sync_errors_total (1.36+): failures listing identity leases, resolving a peer's address or fetching its discovery."}.
+			description: metrics.KubePeerDiscoverySyncError + " (1.36+): failures listing identity leases, resolving a peer's address or fetching its discovery."}.
 			prom(query{expr: promql.Sum(promql.Rate(promql.Sel(metrics.KubePeerDiscoverySyncError, byAPIServer), rateWindow), metrics.LabelAPIServer, metrics.LabelProxyErrorType),
 				legend: "{{" + metrics.LabelAPIServer + "}} {{" + metrics.LabelProxyErrorType + "}}"})).
 		WithPanel(graph{title: "404s and 5xx answered", unit: "reqps", width: third,
-			description: "apiserver_request_total with code 404 or 5xx, by apiserver: a jump in 404s at one apiserver during the rollout is the misleading-404 signature."}.
+			description: metrics.KubeRequestTotal + " with code 404 or 5xx, by apiserver: a jump in 404s at one apiserver during the rollout is the misleading-404 signature."}.
 			prom(query{expr: promql.Sum(promql.Rate(promql.Sel(metrics.KubeRequestTotal, promql.Re(metrics.LabelCode, "404|5.."), byAPIServer, byResource), rateWindow), metrics.LabelAPIServer, metrics.LabelCode),
 				legend: "{{" + metrics.LabelAPIServer + "}} {{" + metrics.LabelCode + "}}"})).
 		WithPanel(graph{title: "Audit: generated, received by peertrail, dropped", unit: "ops", width: full, height: 8,
-			description: "Per apiserver: audit events it generated (apiserver_audit_event_total), events peertrail accepted from it, and events its audit backends dropped (apiserver_audit_error_total). Generated above received is an audit ingest gap."}.
+			description: "Per apiserver: audit events it generated (" + metrics.KubeAuditEventTotal + "), events peertrail accepted from it, and events its audit backends dropped (" + metrics.KubeAuditErrorTotal + "). Generated above received is an audit ingest gap."}.
 			prom(
 				query{expr: promql.Sum(promql.Rate(promql.Sel(metrics.KubeAuditEventTotal, byAPIServer), rateWindow), metrics.LabelAPIServer), legend: "generated {{" + metrics.LabelAPIServer + "}}"},
 				query{expr: promql.Sum(promql.Rate(promql.Sel(metrics.IngestEventsTotal, promql.Eq(metrics.LabelResult, metrics.ResultAccepted), byAPIServer), rateWindow), metrics.LabelAPIServer), legend: "received {{" + metrics.LabelAPIServer + "}}"},
@@ -202,7 +202,7 @@ func gateVerdict() *stat.PanelBuilder {
 }
 
 func gateChecks() *stat.PanelBuilder {
-	return statPanel("Gate checks", "Each check of the gate: ok or FAIL (peertrail_gate_check_failing).",
+	return statPanel("Gate checks", "Each check of the gate: ok or FAIL ("+metrics.GateCheckFailing+").",
 		half+quarter, short, []mapping{{"0", "ok", "green"}, {"1", "FAIL", "red"}},
 		query{expr: promql.Agg("max", promql.Sel(metrics.GateCheckFailing), metrics.LabelCheck), legend: "{{" + metrics.LabelCheck + "}}"})
 }
