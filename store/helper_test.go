@@ -47,6 +47,7 @@ func runHelper(mode string) int {
 		for table, want := range map[string]string{
 			"events": "toIntervalDay(30)", "chains": "toIntervalDay(30)", "audit_ids": "toIntervalDay(30)",
 			"events_per_minute": "toIntervalDay(400)", "apiserver_versions_per_minute": "toIntervalDay(400)", "chains_per_minute": "toIntervalDay(400)",
+			"request_latency_per_minute": "toIntervalDay(400)", "chain_latency_per_minute": "toIntervalDay(400)",
 		} {
 			if e := engineOf(table); !strings.Contains(e, want) {
 				return fail("%s after changing the retention: %s", table, e)

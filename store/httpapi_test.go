@@ -126,7 +126,7 @@ FROM events WHERE audit_id = {id:String} AND stage = 'ResponseComplete' ORDER BY
 	// A rollup with an aggregate state merged to an array.
 	var minutes uint64
 	var p99 []float32
-	row := conn.QueryRow(ctx, `SELECT count() AS n, quantilesTDigestMerge(0.5, 0.9, 0.99)(latency_seconds) FROM peertrail.events_per_minute WHERE apiserver = 'kas-c' AND stage = 'ResponseComplete'`)
+	row := conn.QueryRow(ctx, `SELECT count() AS n, quantilesTDigestMerge(0.5, 0.9, 0.99)(latency_seconds) FROM peertrail.request_latency_per_minute WHERE apiserver = 'kas-c'`)
 	if err := row.Scan(&minutes, &p99); err != nil {
 		t.Fatal(err)
 	}

@@ -125,6 +125,8 @@ var ChainColumns = []Column{
 	{"id", "String"},
 	{"audit_id", "String"},
 	{"version", "UInt64"},
+	{"revision", "UInt32"},
+	{"evicted", "Bool"},
 	{"state", "LowCardinality(String)"},
 	{"class", "LowCardinality(String)"},
 	{"findings", "Array(LowCardinality(String))"},
@@ -153,6 +155,7 @@ var sideColumns = []Column{
 	{"extra", "Map(LowCardinality(String), Array(String))"},
 	{"impersonated_user", "LowCardinality(String)"},
 	{"impersonated_groups", "Array(LowCardinality(String))"},
+	{"impersonated_extra", "Map(LowCardinality(String), Array(String))"},
 	{"source_ips", "Array(String)"},
 	{"user_agent", "LowCardinality(String)"},
 	{"message", "String"},
@@ -183,10 +186,15 @@ func init() {
 	)
 }
 
-// ChainVersion orders the rows written for one chain: a later last_received wins, and at the
-// same last_received a final chain beats an open one. ReplacingMergeTree keeps the highest.
+// ChainVersion orders the rows written for one chain; ReplacingMergeTree keeps the highest. A
+// higher Revision wins (the correlator finalised the chain again after a late record), then a
+// later last_received, then a final chain over an open one:
+//
+//	revision (10 bits) | last_received in µs since 1970 (53 bits, to the year 2255) | final (1 bit)
 func ChainVersion(c *correlate.Chain) uint64 {
-	v := uint64(max(c.LastReceived.UnixMicro(), 0)) << 1
+	rev := uint64(min(max(c.Revision, 0), 1<<10-1))
+	last := uint64(min(max(c.LastReceived.UnixMicro(), 0), 1<<53-1))
+	v := rev<<54 | last<<1
 	if c.State == correlate.StateFinal {
 		v |= 1
 	}
@@ -213,7 +221,7 @@ func ChainRow(c *correlate.Chain) []any {
 	}
 	row := make([]any, 0, len(ChainColumns))
 	row = append(row,
-		c.ID, c.AuditID, ChainVersion(c), string(c.State), string(c.Class), findings, c.Explanation,
+		c.ID, c.AuditID, ChainVersion(c), uint32(max(c.Revision, 0)), c.Evicted, string(c.State), string(c.Class), findings, c.Explanation,
 		c.Verb, c.RequestURI, c.Group, c.Version, c.Resource, c.Subresource, c.Namespace, c.Name,
 		c.User, c.RealUser, c.Code)
 	row = appendSide(row, c.Entry)
@@ -233,10 +241,10 @@ func ChainRow(c *correlate.Chain) []any {
 func appendSide(row []any, s *correlate.Side) []any {
 	if s == nil {
 		var zero time.Time
-		return append(row, false, "", int32(0), "", "", []string{}, map[string][]string{}, "", []string{},
+		return append(row, false, "", int32(0), "", "", []string{}, map[string][]string{}, "", []string{}, map[string][]string{},
 			[]string{}, "", "", "", zero, zero, []string{}, false)
 	}
 	return append(row, true, s.APIServer, s.Code, s.User, s.UID, strs(s.Groups), extra(s.Extra),
-		s.ImpersonatedUser, strs(s.ImpersonatedGroups), strs(s.SourceIPs), s.UserAgent, s.Message, s.Reason,
+		s.ImpersonatedUser, strs(s.ImpersonatedGroups), extra(s.ImpersonatedExtra), strs(s.SourceIPs), s.UserAgent, s.Message, s.Reason,
 		s.RequestReceived.UTC(), s.Completed.UTC(), strs(s.Stages), s.HasObjects)
 }

@@ -151,6 +151,8 @@ func render(tmpl string, opts SchemaOptions) (string, error) {
 //	{{distributed "events" "cityHash64(audit_id)"}}
 //	                         on a cluster, the Distributed table peertrail.events in front of
 //	                         peertrail.events_local, sharded by the expression; else nothing
+//	{{if cluster}}...{{end}} statements for a cluster only (e.g. altering a Distributed table)
+//	{{Database}}             peertrail
 func schemaFuncs(cluster string) template.FuncMap {
 	return template.FuncMap{
 		"table": func(name string) string {
@@ -178,6 +180,8 @@ func schemaFuncs(cluster string) template.FuncMap {
 			}
 			return "Replicated" + kind + "(" + args + ")"
 		},
+		"cluster":  func() bool { return cluster != "" },
+		"Database": func() string { return Database },
 		"distributed": func(table, shardKey string) string {
 			if cluster == "" {
 				return ""
@@ -310,8 +314,10 @@ var retentionTTL = []struct {
 	{"audit_ids", "received_day", false},
 	{"chains", "toDateTime(first_received)", false},
 	{"events_per_minute", "minute", true},
+	{"request_latency_per_minute", "minute", true},
 	{"apiserver_versions_per_minute", "minute", true},
 	{"chains_per_minute", "minute", true},
+	{"chain_latency_per_minute", "minute", true},
 }
 
 // setRetention changes the tables' TTL when the configured retention differs from the one

@@ -54,7 +54,8 @@ func TestColumnsDocumented(t *testing.T) {
 			t.Errorf("COLUMNS.md does not document %s.%s", row[0], row[1])
 		}
 	}
-	for _, table := range []string{"events", "audit_ids", "chains", "events_per_minute", "apiserver_versions_per_minute", "chains_per_minute", "schema_migrations"} {
+	for _, table := range []string{"events", "audit_ids", "chains", "events_per_minute", "request_latency_per_minute",
+		"apiserver_versions_per_minute", "chains_per_minute", "chain_latency_per_minute", "schema_migrations"} {
 		if !strings.Contains(string(doc), "## `peertrail."+table+"`") {
 			t.Errorf("COLUMNS.md has no section for %s", table)
 		}

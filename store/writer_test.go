@@ -536,6 +536,25 @@ func TestWriteChainsIdempotent(t *testing.T) {
 	if got := scalar(t, s, "SELECT sum(chains) FROM peertrail.chains_per_minute WHERE entry_apiserver = {a:String}", p); got != "50" {
 		t.Errorf("the rollup counts %s chains, want 50", got)
 	}
+	// A late record reopened some chains: the correlator finalises them again with revision 2
+	// (and another class). Chains FINAL has revision 2; the rollup still counts each once.
+	var reopened []correlate.Chain
+	for _, c := range final[:10] {
+		c.Revision, c.Class, c.LastReceived = 2, correlate.ClassBroken, c.LastReceived.Add(30*time.Second)
+		reopened = append(reopened, c)
+	}
+	for range 2 {
+		if err := w.WriteChains(ctx, reopened); err != nil {
+			t.Fatal(err)
+		}
+	}
+	res = query(t, s, "SELECT class, revision, count() AS n FROM peertrail.chains FINAL WHERE entry_apiserver = {a:String} GROUP BY class, revision ORDER BY class", p)
+	if len(res.Rows) != 2 || res.Value(0, "class") != "broken" || res.Value(0, "revision") != "2" || res.Value(0, "n") != "10" || res.Value(1, "n") != "40" {
+		t.Fatalf("after reopening: %v", res.Rows)
+	}
+	if got := scalar(t, s, "SELECT sum(chains) FROM peertrail.chains_per_minute WHERE entry_apiserver = {a:String}", p); got != "50" {
+		t.Errorf("after reopening, the rollup counts %s chains, want 50", got)
+	}
 	// Within one batch, the newest version of a chain wins.
 	mixed := []correlate.Chain{final[0], open[0]}
 	mixed[0].ID, mixed[1].ID = "mixed", "mixed"
@@ -552,7 +571,13 @@ func TestChainVersionOrder(t *testing.T) {
 	open := chainAt("v", at, correlate.StateOpen, at.Add(time.Second))
 	final := chainAt("v", at, correlate.StateFinal, at.Add(time.Second))
 	later := chainAt("v", at, correlate.StateOpen, at.Add(2*time.Second))
-	if !(store.ChainVersion(&open) < store.ChainVersion(&final) && store.ChainVersion(&final) < store.ChainVersion(&later)) {
-		t.Fatalf("versions open %d, final %d, later open %d: want increasing", store.ChainVersion(&open), store.ChainVersion(&final), store.ChainVersion(&later))
+	rev2 := chainAt("v", at, correlate.StateFinal, at.Add(time.Second))
+	rev2.Revision = 2
+	rev2.LastReceived = at // even with an earlier last record (clock trouble), a revision wins
+	order := []correlate.Chain{open, final, later, rev2}
+	for i := 1; i < len(order); i++ {
+		if store.ChainVersion(&order[i-1]) >= store.ChainVersion(&order[i]) {
+			t.Fatalf("version %d: %d, not above the one before (%d)", i, store.ChainVersion(&order[i]), store.ChainVersion(&order[i-1]))
+		}
 	}
 }

@@ -2,10 +2,10 @@
 -- both sides flattened into entry_* and peer_* columns. Every column is documented in
 -- store/COLUMNS.md.
 --
--- The correlator emits a chain more than once (open, then final; again when it replays the
--- spool after a restart). Rows with the same id fold into the one with the highest version
--- ((last_received in µs) * 2 + 1 for a final chain), so a final chain beats every open one
--- and a replayed older one never wins. Read with FINAL (or argMax by version).
+-- A chain can be written more than once: again when the correlator replays the spool after a
+-- restart, with a higher revision when a late record reopened it, as open and then final.
+-- Rows with the same id fold into the one with the highest version (store.ChainVersion:
+-- revision, then last_received, then final over open). Read with FINAL (or argMax by version).
 --
 -- The sorting key holds only what never changes for a chain: the hour it was first received,
 -- its auditID (which makes "the chain of this auditID" a key lookup) and its id.
@@ -14,6 +14,8 @@ CREATE TABLE IF NOT EXISTS {{table "chains"}} {{on_cluster}}
     id                          String,
     audit_id                    String,
     version                     UInt64,
+    revision                    UInt32,
+    evicted                     Bool,
     state                       LowCardinality(String),
     class                       LowCardinality(String),
     findings                    Array(LowCardinality(String)),
@@ -40,6 +42,7 @@ CREATE TABLE IF NOT EXISTS {{table "chains"}} {{on_cluster}}
     entry_extra                 Map(LowCardinality(String), Array(String)),
     entry_impersonated_user     LowCardinality(String),
     entry_impersonated_groups   Array(LowCardinality(String)),
+    entry_impersonated_extra    Map(LowCardinality(String), Array(String)),
     entry_source_ips            Array(String),
     entry_user_agent            LowCardinality(String),
     entry_message               String CODEC(ZSTD(1)),
@@ -58,6 +61,7 @@ CREATE TABLE IF NOT EXISTS {{table "chains"}} {{on_cluster}}
     peer_extra                  Map(LowCardinality(String), Array(String)),
     peer_impersonated_user      LowCardinality(String),
     peer_impersonated_groups    Array(LowCardinality(String)),
+    peer_impersonated_extra     Map(LowCardinality(String), Array(String)),
     peer_source_ips             Array(String),
     peer_user_agent             LowCardinality(String),
     peer_message                String CODEC(ZSTD(1)),

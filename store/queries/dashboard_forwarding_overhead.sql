@@ -1,7 +1,7 @@
 -- title: Forwarding overhead quantiles per minute by apiserver pair
 -- report: no
 -- description: Dashboard panel (time series): p50 and p99 of what the extra hop cost proxied
---   requests, per minute and entry>peer pair, from the chains_per_minute rollup.
+--   requests, per minute and entry>peer pair, from the chain_latency_per_minute rollup.
 SELECT
     minute,
     concat(entry_apiserver, '>', peer_apiserver) AS pair,
@@ -9,7 +9,7 @@ SELECT
     quantilesTDigestMerge(0.5, 0.9, 0.99)(forwarding_overhead_seconds) AS q,
     q[1] AS p50_seconds,
     q[3] AS p99_seconds
-FROM peertrail.chains_per_minute
+FROM peertrail.chain_latency_per_minute
 WHERE minute >= toStartOfMinute({since:DateTime64(6, 'UTC')}) AND minute < {until:DateTime64(6, 'UTC')}
   AND class = 'proxied'
 GROUP BY minute, pair

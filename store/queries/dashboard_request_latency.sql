@@ -1,16 +1,17 @@
 -- title: Request latency quantiles per minute by apiserver
 -- report: no
 -- description: Dashboard panel (time series): p50, p90 and p99 of requestReceived to
---   ResponseComplete per minute per apiserver, merged from the rollup's t-digest states.
+--   ResponseComplete per minute per apiserver, merged from the request_latency_per_minute
+--   rollup's t-digest states.
 SELECT
     minute,
     apiserver,
+    sum(requests) AS requests,
     quantilesTDigestMerge(0.5, 0.9, 0.99)(latency_seconds) AS q,
     q[1] AS p50_seconds,
     q[2] AS p90_seconds,
     q[3] AS p99_seconds
-FROM peertrail.events_per_minute
+FROM peertrail.request_latency_per_minute
 WHERE minute >= toStartOfMinute({since:DateTime64(6, 'UTC')}) AND minute < {until:DateTime64(6, 'UTC')}
-  AND stage = 'ResponseComplete'
 GROUP BY minute, apiserver
 ORDER BY minute, apiserver

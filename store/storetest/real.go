@@ -157,7 +157,7 @@ func chainOf(recs []record.Record, l Label) correlate.Chain {
 		s, ok := sides[r.APIServer]
 		if !ok {
 			s = &correlate.Side{APIServer: r.APIServer, User: r.UserName, UID: r.UserUID, Groups: r.UserGroups, Extra: r.UserExtra,
-				ImpersonatedUser: r.ImpersonatedUser, ImpersonatedGroups: r.ImpersonatedGroups, SourceIPs: r.SourceIPs,
+				ImpersonatedUser: r.ImpersonatedUser, ImpersonatedGroups: r.ImpersonatedGroups, ImpersonatedExtra: r.ImpersonatedExtra, SourceIPs: r.SourceIPs,
 				UserAgent: r.UserAgent, RequestReceived: r.RequestReceivedTimestamp}
 			sides[r.APIServer] = s
 			order = append(order, r.APIServer)
@@ -165,7 +165,7 @@ func chainOf(recs []record.Record, l Label) correlate.Chain {
 		// The RequestReceived event precedes impersonation in the apiserver's filter chain:
 		// only the later stages name the impersonated user (seen in the captures).
 		if s.ImpersonatedUser == "" && r.ImpersonatedUser != "" {
-			s.ImpersonatedUser, s.ImpersonatedGroups = r.ImpersonatedUser, r.ImpersonatedGroups
+			s.ImpersonatedUser, s.ImpersonatedGroups, s.ImpersonatedExtra = r.ImpersonatedUser, r.ImpersonatedGroups, r.ImpersonatedExtra
 		}
 		s.Stages = append(s.Stages, r.Stage)
 		s.Completed = r.StageTimestamp
@@ -207,8 +207,9 @@ func chainOf(recs []record.Record, l Label) correlate.Chain {
 		Verb:     first.Verb, RequestURI: first.RequestURI,
 		Group: first.Group, Version: first.Version, Resource: first.Resource, Subresource: first.Subresource,
 		Namespace: first.Namespace, Name: first.Name,
-		User:    first.UserName,
-		Records: len(recs),
+		User:     first.UserName,
+		Records:  len(recs),
+		Revision: 1,
 	}
 	if l.Note != "" {
 		c.Explanation = l.Expect + ": " + l.Note

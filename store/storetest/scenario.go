@@ -381,6 +381,7 @@ func (b *builder) chain(class correlate.Class, findings []correlate.Finding, ev 
 		User:        ev.User.Username,
 		Code:        first.Code,
 		Records:     2,
+		Revision:    1,
 	}
 	if o := ev.ObjectRef; o != nil {
 		c.Group, c.Version, c.Resource, c.Namespace, c.Name = o.APIGroup, o.APIVersion, o.Resource, o.Namespace, o.Name

@@ -1,14 +1,17 @@
-// Command demoserve loads audit data into an embedded store and serves its ClickHouse HTTP
-// interface, so that `peertrail sql` and `peertrail report` (and Grafana, curl) can be tried
-// and documented before, or without, a live control plane:
+// Command demoserve runs captured audit traffic through peertrail's pipeline (spool, correlator,
+// store writer) into an embedded store and serves its ClickHouse HTTP interface, so that
+// `peertrail sql` and `peertrail report` (and Grafana, curl) can be tried and documented
+// without a live control plane:
 //
 //	go run ./store/storetest/demoserve -listen 127.0.0.1:8123 &
 //	peertrail report --since 24h
 //
-// It loads the real captures under test/testdata/real (audit webhook bodies of real
-// kube-apiservers in each Mixed Version Proxy scenario, with the chains their labels imply) and,
-// with -synthetic, a larger synthetic rolling upgrade in the last hour. The data is kept for
-// MaxRetention, so old captures are not dropped by the TTL.
+// It loads the real captures under test/testdata/real (the audit webhook bodies real
+// kube-apiservers sent in each Mixed Version Proxy scenario) and, with -synthetic, a larger
+// synthetic rolling upgrade in the last hour. Each webhook body is decoded and spooled as the
+// receiver does, in the order peertrail received it; the correlator (correlate.Correlator)
+// joins and classifies the chains and hands them to the store's chain sink, as in serve. The
+// data is kept for store.MaxRetention, so old captures are not dropped by the TTL.
 package main
 
 import (
@@ -21,10 +24,14 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"sort"
+	"sync"
 	"syscall"
 	"time"
 
+	"github.com/peertrail/peertrail/correlate"
 	"github.com/peertrail/peertrail/ingest/record"
+	"github.com/peertrail/peertrail/ingest/spool"
 	"github.com/peertrail/peertrail/store"
 	"github.com/peertrail/peertrail/store/storetest"
 )
@@ -67,34 +74,24 @@ func run() error {
 		return err
 	}
 	defer codec.Close()
-	w := store.NewWriter(s, codec, store.WriterOptions{Logger: log})
-	load := func(name string, sc *storetest.Scenario) error {
-		if err := w.WriteEvents(ctx, sc.Records); err != nil {
-			return err
-		}
-		if err := w.WriteChains(ctx, sc.Chains); err != nil {
-			return err
-		}
-		log.Info("loaded", "data", name, "records", len(sc.Records), "chains", len(sc.Chains))
-		return nil
-	}
+	var posts []storetest.Post
 	if *real != "" {
 		c, err := storetest.LoadCaptures(*real)
 		if err != nil {
 			return err
 		}
-		if err := load("real captures "+*real, &c.Scenario); err != nil {
-			return err
-		}
+		posts = append(posts, c.Posts...)
 	}
 	if *synthetic {
 		sc, err := storetest.Build(storetest.Options{Begin: time.Now().UTC().Add(-time.Hour), Duration: 50 * time.Minute, Background: 3000, Seed: 1})
 		if err != nil {
 			return err
 		}
-		if err := load("synthetic", sc); err != nil {
-			return err
-		}
+		posts = append(posts, sc.Posts...)
+	}
+	sort.SliceStable(posts, func(i, j int) bool { return posts[i].ReceivedAt.Before(posts[j].ReceivedAt) })
+	if err := pipeline(ctx, log, s, codec, posts); err != nil {
+		return err
 	}
 	ln, err := net.Listen("tcp", *listen)
 	if err != nil {
@@ -109,5 +106,74 @@ func run() error {
 	if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}
+	return nil
+}
+
+// pipeline spools the posts as the receiver would and runs the store writer and the correlator
+// over them until both have consumed everything and every chain is final and stored.
+func pipeline(ctx context.Context, log *slog.Logger, s store.Store, codec *record.Codec, posts []storetest.Post) error {
+	dir, err := os.MkdirTemp("", "peertrail-demo-spool-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	sp, err := spool.Open(spool.Options{Dir: dir, MaxBytes: 1 << 34, Sync: spool.SyncNever,
+		Consumers: []string{store.ConsumerName, correlate.ConsumerName}, Logger: log})
+	if err != nil {
+		return err
+	}
+	defer sp.Close()
+	records := 0
+	for _, p := range posts {
+		recs, _, err := record.Decode(p.Body, p.APIServer, p.ReceivedAt)
+		if err != nil {
+			return err
+		}
+		keys := make([]record.Key, len(recs))
+		for i := range recs {
+			keys[i] = recs[i].Key()
+		}
+		frame, err := codec.AppendFrame(nil, p.APIServer, p.ReceivedAt, recs, keys)
+		if err != nil {
+			return err
+		}
+		if _, err := sp.Append(frame); err != nil {
+			return err
+		}
+		records += len(recs)
+	}
+	w := store.NewWriter(s, codec, store.WriterOptions{Logger: log})
+	co := correlate.New(correlate.Config{
+		Options: correlate.DefaultOptions(), Codec: codec, Caps: correlate.NewCapabilities(15 * time.Minute), Sink: w, Log: log,
+	})
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	errc := make(chan error, 2)
+	opts := spool.RunOptions{Idle: 50 * time.Millisecond, CommitEvery: 10 * time.Millisecond}
+	for name, c := range map[string]spool.Consumer{store.ConsumerName: w, correlate.ConsumerName: co} {
+		wg.Go(func() {
+			if err := sp.Run(rctx, name, c, opts); err != nil {
+				errc <- fmt.Errorf("%s: %w", name, err)
+			}
+		})
+	}
+	start := time.Now()
+	for {
+		st := sp.Stats()
+		if st.Lag[store.ConsumerName] == 0 && st.Lag[correlate.ConsumerName] == 0 {
+			break
+		}
+		select {
+		case err := <-errc:
+			return err
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	cancel()
+	wg.Wait()
+	log.Info("loaded through the pipeline", "posts", len(posts), "records", records, "took", time.Since(start).Round(time.Millisecond))
 	return nil
 }
