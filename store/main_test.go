@@ -31,10 +31,16 @@ func TestMain(m *testing.M) {
 		os.Exit(runHelper(mode))
 	}
 	var err error
-	sharedDir, err = os.MkdirTemp("", "peertrail-store-test-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
+	// PEERTRAIL_STORE_TEST_DIR keeps the engine's data between runs (the benchmarks' large
+	// data sets take minutes to build); by default it is a temporary directory.
+	sharedDir = os.Getenv("PEERTRAIL_STORE_TEST_DIR")
+	keep := sharedDir != ""
+	if !keep {
+		sharedDir, err = os.MkdirTemp("", "peertrail-store-test-")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
 	}
 	ctx := context.Background()
 	shared, sharedErr = store.OpenEmbedded(ctx, store.EmbeddedOptions{DataDir: sharedDir})
@@ -50,7 +56,9 @@ func TestMain(m *testing.M) {
 			code = 1
 		}
 	}
-	os.RemoveAll(sharedDir)
+	if !keep {
+		os.RemoveAll(sharedDir)
+	}
 	os.Exit(code)
 }
 

@@ -1,0 +1,497 @@
+package store_test
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/peertrail/peertrail/ingest/record"
+	"github.com/peertrail/peertrail/ingest/spool"
+	"github.com/peertrail/peertrail/simulate"
+	"github.com/peertrail/peertrail/store"
+)
+
+// Benchmarks against the real embedded engine; the figures and the commands are in
+// BENCHMARKS.md (section "store"). Run them alone:
+//
+//	go test ./store -run '^$' -bench . -benchtime 5x -timeout 60m
+//
+// They write into the shared test engine: each insert benchmark its own fresh rows, the
+// lookup benchmarks a 10-million-event data set and the dashboard benchmarks a synthetic day of
+// rollups, built once (minutes) and kept apart from the tests' data by apiserver names and days.
+
+// benchRows is one insert benchmark operation: 250 webhook batches of 400 events (the
+// apiserver's default batch size).
+const (
+	benchBatches  = 250
+	benchPerBatch = 400
+)
+
+var benchSeq struct {
+	mu sync.Mutex
+	n  int
+}
+
+// freshBatches makes benchBatches webhook batches no earlier operation used: new auditIDs, and
+// receive times after everything stored, so the writer inserts them all (nothing to skip).
+func freshBatches(b *testing.B) []record.Batch {
+	b.Helper()
+	benchSeq.mu.Lock()
+	benchSeq.n++
+	n := benchSeq.n
+	benchSeq.mu.Unlock()
+	// Each operation owns one minute, starting a day ahead of the tests' data.
+	base := time.Now().UTC().Truncate(time.Hour).Add(24*time.Hour + time.Duration(n)*time.Minute)
+	clock := base
+	g := simulate.NewEvents(uint64(1000+n), func() time.Time { clock = clock.Add(50 * time.Microsecond); return clock })
+	var out []record.Batch
+	for i := range benchBatches {
+		body, _, err := g.EventList(benchPerBatch)
+		if err != nil {
+			b.Fatal(err)
+		}
+		a := fmt.Sprintf("bench-insert-%c", 'a'+i%3)
+		received := base.Add(time.Duration(i) * 100 * time.Millisecond)
+		recs, _, err := record.Decode(body, a, received)
+		if err != nil {
+			b.Fatal(err)
+		}
+		out = append(out, record.Batch{APIServer: a, ReceivedAt: received, Records: recs})
+	}
+	return out
+}
+
+// BenchmarkInsert compares, on the same rows in the same run, the engine's own bulk insert
+// (RowBinary already encoded, one streaming insert) with the store writer end to end: frames
+// read from an on-disk spool by spool.Run, decoded (zstd, CBOR), turned into rows, encoded
+// and inserted by the Writer, positions committed.
+func BenchmarkInsert(b *testing.B) {
+	s := engine(b)
+	ctx := context.Background()
+	rows := benchBatches * benchPerBatch
+
+	b.Run("engine_bulk_rowbinary", func(b *testing.B) {
+		var bytes int64
+		for i := 0; i < b.N; i++ {
+			b.StopTimer()
+			var all [][]any
+			for _, bt := range freshBatches(b) {
+				for j := range bt.Records {
+					all = append(all, store.EventRow(&bt.Records[j]))
+				}
+			}
+			data, err := store.EncodeRowBinary(store.EventColumns, all)
+			if err != nil {
+				b.Fatal(err)
+			}
+			bytes += int64(len(data))
+			b.StartTimer()
+			if err := s.InsertRowBinary(ctx, store.EventsTable, store.EventColumns, data); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64(rows*b.N)/b.Elapsed().Seconds(), "rows/s")
+		b.ReportMetric(float64(bytes)/float64(b.N)/float64(rows), "RowBinary-bytes/row")
+	})
+
+	b.Run("writer_from_spool", func(b *testing.B) {
+		codec, err := record.NewCodec()
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer codec.Close()
+		for i := 0; i < b.N; i++ {
+			b.StopTimer()
+			batches := freshBatches(b)
+			sp, err := spool.Open(spool.Options{Dir: b.TempDir(), MaxBytes: 1 << 32, Sync: spool.SyncNever, Consumers: []string{store.ConsumerName}})
+			if err != nil {
+				b.Fatal(err)
+			}
+			for _, bt := range batches {
+				keys := make([]record.Key, len(bt.Records))
+				for j := range bt.Records {
+					keys[j] = bt.Records[j].Key()
+				}
+				frame, err := codec.AppendFrame(nil, bt.APIServer, bt.ReceivedAt, bt.Records, keys)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, err := sp.Append(frame); err != nil {
+					b.Fatal(err)
+				}
+			}
+			w := store.NewWriter(s, codec, store.WriterOptions{FlushRows: 50_000, FlushInterval: 20 * time.Millisecond})
+			rctx, cancel := context.WithCancel(ctx)
+			done := make(chan error, 1)
+			b.StartTimer()
+			go func() {
+				done <- sp.Run(rctx, store.ConsumerName, w, spool.RunOptions{Idle: 5 * time.Millisecond, CommitEvery: time.Millisecond})
+			}()
+			for sp.Stats().Lag[store.ConsumerName] != 0 {
+				time.Sleep(time.Millisecond)
+			}
+			b.StopTimer()
+			cancel()
+			if err := <-done; err != nil {
+				b.Fatal(err)
+			}
+			sp.Close()
+			b.StartTimer()
+		}
+		b.ReportMetric(float64(rows*b.N)/b.Elapsed().Seconds(), "rows/s")
+	})
+}
+
+// The 10-million-event data set: 2.5 million forwarded requests over three days, each with
+// four records (entry and peer, RequestReceived and ResponseComplete) and a final chain.
+const (
+	bigRequests = 2_500_000
+	bigEvents   = 4 * bigRequests
+)
+
+var big struct {
+	once  sync.Once
+	err   error
+	start time.Time
+}
+
+// bigAuditID is the auditID of request r, as the generator computes it.
+func bigAuditIDQuery(r int) string {
+	return fmt.Sprintf("SELECT toString(reinterpretAsUUID(MD5(toString(%d))))", r)
+}
+
+func loadBig(b *testing.B) {
+	s := engine(b)
+	big.once.Do(func() {
+		ctx := context.Background()
+		big.start = time.Now().UTC().Truncate(24 * time.Hour).Add(-4 * 24 * time.Hour)
+		start := store.FormatTime(big.start)
+		if scalar(b, s, "SELECT count() FROM peertrail.events WHERE apiserver = 'big-c'", nil) == strconv.Itoa(bigEvents/2) {
+			b.Logf("reusing the 10M-event data set in %s", sharedDir)
+			return // kept from an earlier run (PEERTRAIL_STORE_TEST_DIR)
+		}
+		t0 := time.Now()
+		// One request every 3*86400/2.5M s ≈ 0.1 s; the peer's records 1 ms inside the entry's.
+		big.err = s.Exec(ctx, `INSERT INTO peertrail.events
+    (apiserver, audit_id, stage, level, verb, request_uri, api_group, api_version, resource, namespace, name,
+     user_name, user_uid, user_groups, source_ips, user_agent, code, request_received_timestamp, stage_timestamp,
+     annotations, has_response_object, response_object_bytes, received_at, raw)
+SELECT
+    if(peer, 'big-c', ['big-a', 'big-b'][1 + r % 2]) AS apiserver,
+    toString(reinterpretAsUUID(MD5(toString(r)))) AS audit_id,
+    if(complete, 'ResponseComplete', 'RequestReceived') AS stage,
+    'Metadata' AS level,
+    ['get', 'list', 'watch', 'create', 'update', 'patch', 'delete'][1 + r % 7] AS verb,
+    concat('/apis/', grp, '/v1/namespaces/ns-', toString(r % 50), '/', res, '/obj-', toString(r % 10000)) AS request_uri,
+    ['scheduling.k8s.io', 'apps', 'batch', 'coordination.k8s.io', ''][1 + r % 5] AS grp,
+    'v1' AS api_version,
+    ['podgroups', 'deployments', 'jobs', 'leases', 'pods', 'configmaps', 'secrets', 'services'][1 + r % 8] AS res,
+    concat('ns-', toString(r % 50)) AS namespace,
+    concat('obj-', toString(r % 10000)) AS name,
+    concat('user-', toString(r % 500)) AS user_name,
+    toString(r % 500) AS user_uid,
+    ['system:authenticated'] AS user_groups,
+    if(peer, ['10.1.0.7', '10.0.0.11'], ['10.1.0.7']) AS source_ips,
+    'kubectl/v1.36.3 (linux/amd64) kubernetes/8b1a2c7' AS user_agent,
+    if(complete, [200, 200, 200, 201, 404, 503][1 + r % 6], 0) AS code,
+    t AS request_received_timestamp,
+    if(complete, t + toIntervalMicrosecond(2000 + r % 30000), t) + if(peer, toIntervalMicrosecond(1000), toIntervalMicrosecond(0)) AS stage_timestamp,
+    map('authorization.k8s.io/decision', 'allow') AS annotations,
+    complete AND peer AS has_response_object,
+    if(complete AND peer, 700, 0) AS response_object_bytes,
+    stage_timestamp + toIntervalSecond(1) AS received_at,
+    concat('{"kind":"Event","apiVersion":"audit.k8s.io/v1","level":"Metadata","auditID":"', audit_id, '","stage":"', stage,
+           '","requestURI":"', request_uri, '","verb":"', verb, '","user":{"username":"', user_name,
+           '","groups":["system:authenticated"]},"sourceIPs":["10.1.0.7"],"userAgent":"kubectl/v1.36.3 (linux/amd64) kubernetes/8b1a2c7","objectRef":{"resource":"',
+           res, '","namespace":"', namespace, '","apiGroup":"', grp, '","apiVersion":"v1"},"responseStatus":{"metadata":{},"code":',
+           toString(code), '},"requestReceivedTimestamp":"', toString(t), '","stageTimestamp":"', toString(stage_timestamp), '"}') AS raw
+FROM
+(
+    SELECT number, intDiv(number, 4) AS r, (number % 4) >= 2 AS peer, (number % 2) = 1 AS complete,
+           toDateTime64('`+start+`', 6, 'UTC') + toIntervalMicrosecond(intDiv(r * 259200000000, `+strconv.Itoa(bigRequests)+`)) AS t
+    FROM numbers(`+strconv.Itoa(bigEvents)+`)
+)`)
+		if big.err != nil {
+			return
+		}
+		b.Logf("inserted %d events in %v", bigEvents, time.Since(t0).Round(time.Second))
+		t0 = time.Now()
+		big.err = s.Exec(ctx, `INSERT INTO peertrail.chains
+    (id, audit_id, version, state, class, findings, verb, request_uri, api_group, api_version, resource, user_name, code,
+     has_entry, entry_apiserver, entry_code, entry_user, entry_request_received, entry_completed, entry_stages,
+     has_peer, peer_apiserver, peer_code, peer_user, peer_request_received, peer_completed, peer_stages,
+     entry_duration_seconds, peer_duration_seconds, forwarding_overhead_seconds, request_time, first_received, last_received, records)
+SELECT
+    concat(aid, '/', ea, '/', toString(toUnixTimestamp64Micro(t))) AS id, aid AS audit_id,
+    toUInt64(toUnixTimestamp64Micro(last) * 2 + 1) AS version, 'final', if(code = 503, 'proxy_failed', 'proxied'), [],
+    ['get', 'list', 'watch', 'create', 'update', 'patch', 'delete'][1 + r % 7],
+    concat('/apis/x/v1/obj-', toString(r % 10000)),
+    ['scheduling.k8s.io', 'apps', 'batch', 'coordination.k8s.io', ''][1 + r % 5], 'v1',
+    ['podgroups', 'deployments', 'jobs', 'leases', 'pods', 'configmaps', 'secrets', 'services'][1 + r % 8],
+    concat('user-', toString(r % 500)), code,
+    true, ea, code, concat('user-', toString(r % 500)), t, t + toIntervalMicrosecond(2000 + r % 30000), ['RequestReceived', 'ResponseComplete'],
+    true, 'big-c', code, concat('user-', toString(r % 500)), t + toIntervalMicrosecond(1000), t + toIntervalMicrosecond(1000 + 2000 + r % 30000), ['RequestReceived', 'ResponseComplete'],
+    (2000 + r % 30000) / 1e6, (2000 + r % 30000) / 1e6 - 0.001, 0.001,
+    t, t + toIntervalSecond(1), last, 4
+FROM
+(
+    SELECT number AS r, toString(reinterpretAsUUID(MD5(toString(r)))) AS aid, ['big-a', 'big-b'][1 + r % 2] AS ea,
+           [200, 200, 200, 201, 404, 503][1 + r % 6] AS code,
+           toDateTime64('`+start+`', 6, 'UTC') + toIntervalMicrosecond(intDiv(r * 259200000000, `+strconv.Itoa(bigRequests)+`)) AS t,
+           t + toIntervalMicrosecond(1000 + 2000 + r % 30000) + toIntervalSecond(1) AS last
+    FROM numbers(`+strconv.Itoa(bigRequests)+`)
+)`)
+		if big.err != nil {
+			return
+		}
+		b.Logf("inserted %d chains in %v", bigRequests, time.Since(t0).Round(time.Second))
+		// Let merges settle as they would in a store that has run for days.
+		t0 = time.Now()
+		for _, t := range []string{"events", "chains", "audit_ids"} {
+			if big.err = s.Exec(ctx, "OPTIMIZE TABLE peertrail."+t+" FINAL"); big.err != nil {
+				return
+			}
+		}
+		b.Logf("merged in %v", time.Since(t0).Round(time.Second))
+	})
+	if big.err != nil {
+		b.Fatalf("build the 10M-event data set: %v", big.err)
+	}
+}
+
+// auditIDsForBench returns n auditIDs of the big data set, spread over its three days.
+func auditIDsForBench(b *testing.B, n int) []string {
+	var ids []string
+	for i := range n {
+		r := (i*7919 + 12345) * (bigRequests / n) % bigRequests
+		ids = append(ids, scalar(b, engine(b), bigAuditIDQuery(r), nil))
+	}
+	return ids
+}
+
+// BenchmarkAuditIDLookup fetches all records, and the chain, of one auditID among 10 million
+// events without knowing its day, as the shipped queries do (through the audit_ids lookup),
+// next to the alternatives: the bloom filter skip index alone, and a scan.
+func BenchmarkAuditIDLookup(b *testing.B) {
+	loadBig(b)
+	s := engine(b)
+	ids := auditIDsForBench(b, 64)
+	records, err := store.QueryNamed("audit_id_records")
+	if err != nil {
+		b.Fatal(err)
+	}
+	chain, err := store.QueryNamed("audit_id_chain")
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	cases := []struct {
+		name string
+		want int
+		run  func(id string) (*store.Result, error)
+	}{
+		{"records_via_lookup", 4, func(id string) (*store.Result, error) {
+			return records.Run(ctx, s, map[string]string{"audit_id": id})
+		}},
+		{"chain_via_lookup", 1, func(id string) (*store.Result, error) {
+			return chain.Run(ctx, s, map[string]string{"audit_id": id})
+		}},
+		{"records_bloom_filter_only", 4, func(id string) (*store.Result, error) {
+			return s.Query(ctx, "SELECT stage_timestamp, apiserver, stage, code FROM peertrail.events WHERE audit_id = {id:String} ORDER BY stage_timestamp", map[string]string{"id": id})
+		}},
+		{"records_full_scan", 4, func(id string) (*store.Result, error) {
+			return s.Query(ctx, "SELECT stage_timestamp, apiserver, stage, code FROM peertrail.events WHERE audit_id = {id:String} ORDER BY stage_timestamp SETTINGS use_skip_indexes = 0", map[string]string{"id": id})
+		}},
+		{"chain_without_lookup", 1, func(id string) (*store.Result, error) {
+			return s.Query(ctx, "SELECT id, class FROM peertrail.chains FINAL WHERE audit_id = {id:String}", map[string]string{"id": id})
+		}},
+	}
+	for _, c := range cases {
+		b.Run(c.name, func(b *testing.B) {
+			// Warm the caches once: the target is for a store in use, not a cold start.
+			if _, err := c.run(ids[0]); err != nil {
+				b.Fatal(err)
+			}
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				r, err := c.run(ids[i%len(ids)])
+				if err != nil {
+					b.Fatal(err)
+				}
+				if len(r.Rows) != c.want {
+					b.Fatalf("%s: %d rows, want %d", ids[i%len(ids)], len(r.Rows), c.want)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Microseconds())/1000/float64(b.N), "ms/lookup")
+		})
+	}
+}
+
+// The synthetic day of rollups at 10,000 events/s (864 million events, 432 million requests
+// and chains), as the materialized views would have written it, per minute:
+//
+//   - events_per_minute: 3,150 groups (3 apiservers x 7 verbs x 2 stages x 3 codes x 25
+//     resources) of 190 events, 600,000 events;
+//   - request_latency_per_minute: 21 groups (apiserver x verb) of 14,286 requests, each latency
+//     state a t-digest of 5,000 samples (about the size of a state of 14,286: t-digests stop
+//     growing at a few KiB);
+//   - chains_per_minute: 1,260 groups of 238 chains, 300,000 chains;
+//   - chain_latency_per_minute: 21 groups (class x apiserver pair), three states of 3,000
+//     samples each.
+//
+// The latency states are built an hour at a time to bound the engine's memory.
+const (
+	dayEventGroups   = 3150
+	dayEventsPer     = 190
+	dayLatencyGroups = 21
+	dayLatencyN      = 5000
+	dayChainGroups   = 1260
+	dayChainsPer     = 238
+	dayChainLatGroup = 21
+	dayChainLatN     = 3000
+)
+
+var rollupDay struct {
+	once  sync.Once
+	err   error
+	start time.Time
+}
+
+func loadRollupDay(b *testing.B) {
+	s := engine(b)
+	rollupDay.once.Do(func() {
+		ctx := context.Background()
+		rollupDay.start = time.Now().UTC().Truncate(24 * time.Hour).Add(-8 * 24 * time.Hour)
+		day := store.FormatTime(rollupDay.start)[:19]
+		have := scalar(b, s, "SELECT sum(events) FROM peertrail.events_per_minute WHERE apiserver LIKE 'day-%' AND toDate(minute) = toDate({d:DateTime})", map[string]string{"d": day})
+		if have == strconv.Itoa(1440*dayEventGroups*dayEventsPer) {
+			b.Logf("reusing the day of rollups in %s", sharedDir)
+			return
+		}
+		t0 := time.Now()
+		exec := func(q string, args ...any) bool {
+			rollupDay.err = s.Exec(ctx, fmt.Sprintf(q, args...))
+			return rollupDay.err == nil
+		}
+		ok := exec(`INSERT INTO peertrail.events_per_minute
+SELECT
+    toDateTime('%[1]s', 'UTC') + toIntervalMinute(intDiv(g, %[2]d)) AS minute,
+    ['day-a', 'day-b', 'day-c'][1 + g %% 3] AS apiserver,
+    ['get', 'list', 'watch', 'create', 'update', 'patch', 'delete'][1 + intDiv(g, 3) %% 7] AS verb,
+    ['RequestReceived', 'ResponseComplete'][1 + intDiv(g, 21) %% 2] AS stage,
+    if(stage = 'RequestReceived', 0, [200, 404, 503][1 + intDiv(g, 42) %% 3]) AS code,
+    ['', 'apps', 'batch', 'scheduling.k8s.io', 'coordination.k8s.io'][1 + intDiv(g, 126) %% 5] AS api_group,
+    concat('resource-', toString(intDiv(g, 126) %% 25)) AS resource,
+    toUInt64(%[3]d) AS events
+FROM (SELECT number AS g FROM numbers(%[4]d))`, day, dayEventGroups, dayEventsPer, 1440*dayEventGroups) &&
+			exec(`INSERT INTO peertrail.chains_per_minute
+SELECT
+    toDateTime('%[1]s', 'UTC') + toIntervalMinute(intDiv(g, %[2]d)) AS minute,
+    ['local', 'proxied', 'proxy_failed', 'misleading_404', 'broken', 'internal', 'local'][1 + g %% 7] AS class,
+    ['day-a', 'day-b', 'day-c'][1 + intDiv(g, 7) %% 3] AS entry_apiserver,
+    if(class IN ('proxied', 'broken'), 'day-c', '') AS peer_apiserver,
+    ['', 'apps', 'batch', 'scheduling.k8s.io', 'coordination.k8s.io'][1 + intDiv(g, 21) %% 5] AS api_group,
+    concat('resource-', toString(intDiv(g, 21) %% 20)) AS resource,
+    ['get', 'list', 'create'][1 + intDiv(g, 420) %% 3] AS verb,
+    if(class = 'proxy_failed', 503, 200) AS code,
+    toUInt64(%[3]d) AS chains,
+    if(class = 'broken', map('peer_audit_missing', toUInt64(%[3]d)), map('', toUInt64(0))) AS findings
+FROM (SELECT number AS g FROM numbers(%[4]d))`, day, dayChainGroups, dayChainsPer, 1440*dayChainGroups)
+		if !ok {
+			return
+		}
+		for h := range 24 {
+			lat := 60 * dayLatencyGroups * dayLatencyN
+			ch := 60 * dayChainLatGroup * dayChainLatN
+			ok := exec(`INSERT INTO peertrail.request_latency_per_minute
+SELECT minute, apiserver, verb, toUInt64(intDiv(%[5]d, %[3]d)), quantilesTDigestState(0.5, 0.9, 0.99)(latency)
+FROM
+(
+    SELECT
+        toDateTime('%[1]s', 'UTC') + toIntervalMinute(intDiv(g, %[2]d)) AS minute,
+        ['day-a', 'day-b', 'day-c'][1 + g %% 3] AS apiserver,
+        ['get', 'list', 'watch', 'create', 'update', 'patch', 'delete'][1 + intDiv(g, 3) %% 7] AS verb,
+        (1000 + cityHash64(number) %% 50000) / 1e6 AS latency
+    FROM (SELECT number, intDiv(number, %[4]d) AS g FROM numbers(%[6]d, %[7]d))
+)
+GROUP BY minute, apiserver, verb`, day, dayLatencyGroups, dayLatencyGroups, dayLatencyN, 300_000, h*lat, lat) &&
+				exec(`INSERT INTO peertrail.chain_latency_per_minute
+SELECT minute, class, entry_apiserver, peer_apiserver, toUInt64(intDiv(%[5]d, %[3]d)),
+       quantilesTDigestState(0.5, 0.9, 0.99)(d), quantilesTDigestState(0.5, 0.9, 0.99)(d * 0.8), quantilesTDigestState(0.5, 0.9, 0.99)(d * 0.2)
+FROM
+(
+    SELECT
+        toDateTime('%[1]s', 'UTC') + toIntervalMinute(intDiv(g, %[2]d)) AS minute,
+        ['local', 'proxied', 'proxy_failed', 'misleading_404', 'broken', 'internal', 'local'][1 + g %% 7] AS class,
+        ['day-a', 'day-b', 'day-c'][1 + intDiv(g, 7) %% 3] AS entry_apiserver,
+        if(class IN ('proxied', 'broken'), 'day-c', '') AS peer_apiserver,
+        (1000 + cityHash64(number) %% 50000) / 1e6 AS d
+    FROM (SELECT number, intDiv(number, %[4]d) AS g FROM numbers(%[6]d, %[7]d))
+)
+GROUP BY minute, class, entry_apiserver, peer_apiserver`, day, dayChainLatGroup, dayChainLatGroup, dayChainLatN, 300_000, h*ch, ch)
+			if !ok {
+				return
+			}
+		}
+		b.Logf("built the rollups of a day at 10k events/s in %v", time.Since(t0).Round(time.Second))
+		t0 = time.Now()
+		for _, t := range []string{"events_per_minute", "chains_per_minute", "request_latency_per_minute", "chain_latency_per_minute"} {
+			if rollupDay.err = s.Exec(ctx, "OPTIMIZE TABLE peertrail."+t+" FINAL"); rollupDay.err != nil {
+				return
+			}
+		}
+		b.Logf("merged in %v", time.Since(t0).Round(time.Second))
+	})
+	if rollupDay.err != nil {
+		b.Fatalf("build the rollup day: %v", rollupDay.err)
+	}
+}
+
+// BenchmarkDashboardDay runs each dashboard query over the synthetic day of rollups.
+func BenchmarkDashboardDay(b *testing.B) {
+	loadRollupDay(b)
+	s := engine(b)
+	qs, err := store.Queries()
+	if err != nil {
+		b.Fatal(err)
+	}
+	params := map[string]string{
+		"since": store.FormatTime(rollupDay.start),
+		"until": store.FormatTime(rollupDay.start.Add(24 * time.Hour)),
+	}
+	want := map[string]string{
+		// Sanity: the day's totals as built.
+		"events": "SELECT sum(events) FROM peertrail.events_per_minute WHERE minute >= {since:DateTime64(6, 'UTC')} AND minute < {until:DateTime64(6, 'UTC')}",
+		"chains": "SELECT sum(chains) FROM peertrail.chains_per_minute WHERE minute >= {since:DateTime64(6, 'UTC')} AND minute < {until:DateTime64(6, 'UTC')}",
+	}
+	if got := scalar(b, s, want["events"], params); got != strconv.Itoa(1440*dayEventGroups*dayEventsPer) {
+		b.Fatalf("the day holds %s events, want %d", got, 1440*dayEventGroups*dayEventsPer)
+	}
+	if got := scalar(b, s, want["chains"], params); got != strconv.Itoa(1440*dayChainGroups*dayChainsPer) {
+		b.Fatalf("the day holds %s chains, want %d", got, 1440*dayChainGroups*dayChainsPer)
+	}
+	ctx := context.Background()
+	for _, q := range qs {
+		if len(q.Name) < 10 || q.Name[:10] != "dashboard_" {
+			continue
+		}
+		b.Run(q.Name, func(b *testing.B) {
+			var rows int
+			for i := 0; i < b.N; i++ {
+				r, err := q.Run(ctx, s, params)
+				if err != nil {
+					b.Fatal(err)
+				}
+				rows = len(r.Rows)
+			}
+			if rows == 0 {
+				b.Fatal("no rows")
+			}
+			b.ReportMetric(float64(b.Elapsed().Microseconds())/1000/float64(b.N), "ms/query")
+			b.ReportMetric(float64(rows), "result-rows")
+		})
+	}
+}
