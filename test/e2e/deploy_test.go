@@ -622,19 +622,29 @@ func (c container) localArgs(t *testing.T, dir string, objs []*unstructured.Unst
 }
 
 // staticPodArgs reads deploy/control-plane/<version>/kube-apiserver-args.yaml and maps its
-// paths onto the harness's files; the per-node peer address flags are left to the harness.
-func staticPodArgs(t *testing.T, root, version string, files map[string]string) []string {
+// paths onto the harness's files. The per-node peer address flags are left to the harness,
+// and so are the flags kubeadm sets (the harness sets them too, like kubeadm): given twice,
+// the list-valued --requestheader-*-headers would name each header twice and the peer would
+// record every group twice. Those are returned apart, for checking that the harness has them.
+func staticPodArgs(t *testing.T, root, version string, files map[string]string) (args, preset []string) {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(root, "deploy/control-plane", version, "kube-apiserver-args.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var args []string
-	if err := yaml.Unmarshal(b, &args); err != nil {
+	var list []string
+	if err := yaml.Unmarshal(b, &list); err != nil {
 		t.Fatal(err)
 	}
-	var out []string
-	for _, a := range args {
+	flags, err := deploy.APIServerFlags(version, deploy.DefaultPaths)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubeadmSets := map[string]bool{}
+	for _, f := range flags {
+		kubeadmSets["--"+f.Name] = f.KubeadmDefault
+	}
+	for _, a := range list {
 		name, val, _ := strings.Cut(a, "=")
 		if name == "--peer-advertise-ip" || name == "--peer-advertise-port" {
 			continue
@@ -646,9 +656,13 @@ func staticPodArgs(t *testing.T, root, version string, files map[string]string) 
 			}
 			a = name + "=" + local
 		}
-		out = append(out, a)
+		if kubeadmSets[name] {
+			preset = append(preset, a)
+			continue
+		}
+		args = append(args, a)
 	}
-	return out
+	return args, preset
 }
 
 // checkFlagsKnown checks that every flag of the version's list is one its kube-apiserver has.
@@ -797,12 +811,14 @@ func TestDeployControlPlaneEndToEnd(t *testing.T) {
 			ptDir + "/" + deploy.WebhookKubeconfig: kubeconfigs[name],
 		}
 	}
+	oldArgs, oldPreset := staticPodArgs(t, root, "v1.35", files(oldName))
+	newArgs, newPreset := staticPodArgs(t, root, "v1.36", files(newName))
 	c, err := harness.Start(ctx, t, harness.Config{
 		Dir: filepath.Join(dir, "cluster"),
 		PKI: pki,
 		Servers: []harness.ServerConfig{
-			{Name: oldName, Version: harness.OldVersion, ExtraFlags: staticPodArgs(t, root, "v1.35", files(oldName))},
-			{Name: newName, Version: harness.NewVersion, ExtraFlags: staticPodArgs(t, root, "v1.36", files(newName)),
+			{Name: oldName, Version: harness.OldVersion, ExtraFlags: oldArgs},
+			{Name: newName, Version: harness.NewVersion, ExtraFlags: newArgs,
 				FeatureGates:  map[string]bool{"GenericWorkload": true},
 				RuntimeConfig: map[string]string{"scheduling.k8s.io/v1alpha2": "true"}},
 		},
@@ -812,10 +828,19 @@ func TestDeployControlPlaneEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	preset := map[string][]string{oldName: oldPreset, newName: newPreset}
 	for _, s := range c.Servers() {
 		a, _ := s.Args()
 		if !slices.Contains(a, "--audit-webhook-config-file="+kubeconfigs[s.Name]) || !slices.Contains(a, "--audit-policy-file="+policy) {
 			t.Fatalf("%s does not run with deploy's webhook kubeconfig and policy: %v", s.Name, a)
+		}
+		if len(preset[s.Name]) == 0 {
+			t.Fatalf("%s: no kubeadm-set flags in the list", s.Name)
+		}
+		for _, p := range preset[s.Name] {
+			if !slices.Contains(a, p) {
+				t.Errorf("%s: the harness does not set %s as deploy's list does", s.Name, p)
+			}
 		}
 	}
 	if err := c.WaitPeerProxy(ctx, oldName, depPodGroups); err != nil {
@@ -860,7 +885,7 @@ func TestDeployControlPlaneEndToEnd(t *testing.T) {
 		t.Errorf("chain roles: %+v", chain)
 	}
 	if chain.User != "alice" || chain.RealUser != "admin" || chain.HasFinding(correlate.FindingIdentityMismatch) {
-		t.Errorf("chain identity: user %q real %q findings %v", chain.User, chain.RealUser, chain.Findings)
+		t.Errorf("chain identity: user %q real %q findings %v\nentry %+v\npeer %+v", chain.User, chain.RealUser, chain.Findings, *chain.Entry, *chain.Peer)
 	}
 	// The runbook's command, as an operator runs it.
 	chainCmd := exec.Command(ptBin, "chain", auditID, "--server", base)
@@ -1053,4 +1078,3 @@ func tailOf(path string) string {
 	}
 	return strings.Join(lines, "\n")
 }
-
