@@ -47,9 +47,12 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/yaml"
 
+	"github.com/spf13/pflag"
+
 	"github.com/peertrail/peertrail/correlate"
 	"github.com/peertrail/peertrail/deploy"
 	"github.com/peertrail/peertrail/metrics"
+	"github.com/peertrail/peertrail/store"
 	"github.com/peertrail/peertrail/test/e2e/harness"
 )
 
@@ -756,6 +759,8 @@ func TestDeployControlPlaneEndToEnd(t *testing.T) {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("build peertrail: %v\n%s", err, out)
 	}
+	checkServeFlags(t, ptBin, root)
+	checkClickHouseInit(t, ptBin, root, filepath.Join(dir, "initdb"))
 	stopPT := startPeertrail(t, ptBin, args, filepath.Join(dir, "peertrail.log"))
 	defer stopPT()
 
@@ -979,6 +984,68 @@ func TestDeployControlPlaneEndToEnd(t *testing.T) {
 	}
 	if b, _ := os.ReadFile(c.Server(oldName).AuditLogFile()); bytes.Contains(b, []byte("hunter2")) || bytes.Contains(b, []byte("aHVudGVyMg")) {
 		t.Error("the secret's value is in the audit log")
+	}
+}
+
+// checkServeFlags checks that every argument the builds give peertrail serve is one of its
+// flags. The --clickhouse-* flags of the ClickHouse overlays are store.ServerOptions' flags,
+// which serve registers once the ClickHouse server store is wired into it: until then they are
+// checked against store.ServerOptions.AddFlags, and the test says so.
+func checkServeFlags(t *testing.T, ptBin, root string) {
+	t.Helper()
+	help, err := exec.Command(ptBin, "serve", "--help").CombinedOutput()
+	if err != nil {
+		t.Fatalf("peertrail serve --help: %v\n%s", err, help)
+	}
+	storeFlags := pflag.NewFlagSet("store", pflag.ContinueOnError)
+	(&store.ServerOptions{}).AddFlags(storeFlags)
+	kbin := kustomizeBinary(t)
+	for _, d := range depBuilds {
+		ctr := peertrailContainer(t, one(t, kustomizeBuild(t, kbin, root, d), "Deployment", "peertrail"))
+		if len(ctr.args) == 0 || ctr.args[0] != "serve" {
+			t.Fatalf("deploy/%s: args %v do not start with serve", d, ctr.args)
+		}
+		for _, a := range ctr.args[1:] {
+			name, _, _ := strings.Cut(strings.TrimPrefix(a, "--"), "=")
+			switch {
+			case bytes.Contains(help, []byte("--"+name+" ")):
+			case storeFlags.Lookup(name) != nil:
+				t.Logf("deploy/%s: --%s is a store.ServerOptions flag that peertrail serve does not register yet", d, name)
+			default:
+				t.Errorf("deploy/%s: peertrail serve has no flag --%s", d, name)
+			}
+		}
+	}
+}
+
+// checkClickHouseInit runs the in-cluster ClickHouse's schema init container's args with the
+// peertrail binary and checks it writes the store's DDL where the server's entrypoint reads it.
+func checkClickHouseInit(t *testing.T, ptBin, root, dir string) {
+	t.Helper()
+	sts := one(t, kustomizeBuild(t, kustomizeBinary(t), root, "overlays/clickhouse"), "StatefulSet", "clickhouse")
+	ics, _, _ := unstructured.NestedSlice(sts.Object, "spec", "template", "spec", "initContainers")
+	if len(ics) != 1 {
+		t.Fatalf("want one init container, got %d", len(ics))
+	}
+	args, _, _ := unstructured.NestedStringSlice(ics[0].(map[string]any), "args")
+	const initdb = "/docker-entrypoint-initdb.d"
+	var local []string
+	for _, a := range args {
+		local = append(local, strings.Replace(a, "="+initdb+"/", "="+dir+"/", 1))
+	}
+	if out, err := exec.Command(ptBin, local...).CombinedOutput(); err != nil {
+		t.Fatalf("peertrail %v: %v\n%s", local, err, out)
+	}
+	files, _ := filepath.Glob(filepath.Join(dir, "*.sql"))
+	want, err := exec.Command(ptBin, "schema").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) != 1 {
+		t.Fatalf("init container args %v wrote %v, want one .sql file in %s", args, files, initdb)
+	}
+	if got, _ := os.ReadFile(files[0]); string(got) != string(want) || !bytes.Contains(got, []byte("CREATE TABLE IF NOT EXISTS")) {
+		t.Errorf("%s differs from `peertrail schema`", files[0])
 	}
 }
 
