@@ -1,8 +1,8 @@
 -- title: All records of one auditID
 -- report: no
 -- description: Every audit record any apiserver sent for the auditID, in time order, without
---   knowing its day: the audit_ids lookup names the partitions and sorting-key ranges to read.
---   A client may reuse an Audit-ID, so more than one request can show up.
+--   knowing its day: the audit_ids lookup names the sorting-key ranges of events to read. A
+--   client may reuse an Audit-ID, so more than one request can show up.
 SELECT
     stage_timestamp,
     apiserver,
@@ -17,7 +17,6 @@ SELECT
     received_at
 FROM peertrail.events
 WHERE audit_id = {audit_id:String}
-  AND toDate(received_at) GLOBAL IN (SELECT received_day FROM peertrail.audit_ids WHERE audit_id = {audit_id:String})
   AND (toStartOfHour(stage_timestamp), apiserver, resource) GLOBAL IN
       (SELECT stage_hour, apiserver, resource FROM peertrail.audit_ids WHERE audit_id = {audit_id:String})
 ORDER BY stage_timestamp, apiserver, stage
