@@ -44,6 +44,31 @@ type File struct {
 	Correlate               Correlate   `json:"correlate,omitempty"`
 	Tracing                 Tracing     `json:"tracing,omitempty"`
 	Gate                    Gate        `json:"gate,omitempty"`
+	Store                   Store       `json:"store,omitempty"`
+}
+
+// Store says where records and chains are kept for SQL investigation.
+type Store struct {
+	// Engine is "embedded" (ClickHouse linked as a library, data under dataDir; the default),
+	// "clickhouse" (a ClickHouse server or cluster) or "none" (chains in memory only).
+	Engine string `json:"engine,omitempty"`
+	// LibPath is the embedded engine's libchdb.so ("" looks in the usual places).
+	LibPath string `json:"libPath,omitempty"`
+	// SQLListen is where the embedded engine answers the ClickHouse HTTP interface, read-only
+	// ("" turns it off). Off loopback it needs SQLPasswordFile.
+	SQLListen       string `json:"sqlListen,omitempty"`
+	SQLUser         string `json:"sqlUser,omitempty"`
+	SQLPasswordFile string `json:"sqlPasswordFile,omitempty"`
+	// Retention is how long events and chains are kept.
+	Retention Duration `json:"retention,omitempty"`
+	// ClickHouse server connection, for Engine "clickhouse".
+	DSN          string `json:"clickhouseDSN,omitempty"`
+	User         string `json:"clickhouseUser,omitempty"`
+	PasswordFile string `json:"clickhousePasswordFile,omitempty"`
+	CAFile       string `json:"clickhouseCAFile,omitempty"`
+	CertFile     string `json:"clickhouseCertFile,omitempty"`
+	KeyFile      string `json:"clickhouseKeyFile,omitempty"`
+	Cluster      string `json:"clickhouseCluster,omitempty"`
 }
 
 // Gate sets the thresholds of the upgrade gate.
@@ -134,6 +159,15 @@ func (f File) Validate() error {
 			}
 			subjects[a.CertSubject] = a.Name
 		}
+	}
+	switch f.Store.Engine {
+	case "", "embedded", "none":
+	case "clickhouse":
+		if f.Store.DSN == "" {
+			errs = append(errs, errors.New("store engine clickhouse needs --clickhouse-dsn"))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("store engine %q: want embedded, clickhouse or none", f.Store.Engine))
 	}
 	return errors.Join(errs...)
 }

@@ -28,6 +28,11 @@ func Defaults() File {
 			MaxOpenChains:     1_000_000,
 			CapabilityHorizon: Duration(15 * time.Minute),
 		},
+		Store: Store{
+			Engine:    "embedded",
+			SQLListen: "127.0.0.1:8123",
+			Retention: Duration(30 * 24 * time.Hour),
+		},
 		Gate: Gate{
 			Window:             Duration(10 * time.Minute),
 			MaxProxied5xxRatio: 0.01,

@@ -30,6 +30,7 @@ import (
 	"github.com/peertrail/peertrail/ingest/record"
 	"github.com/peertrail/peertrail/ingest/spool"
 	"github.com/peertrail/peertrail/metrics"
+	"github.com/peertrail/peertrail/store"
 )
 
 // Server is a running peertrail.
@@ -43,6 +44,10 @@ type Server struct {
 	receiver   *ingest.Receiver
 	correlator *correlate.Correlator
 	gate       *gate.Gate
+	store      store.Store
+	writer     *store.Writer
+	sqlHTTP    *http.Server
+	sqlLn      net.Listener
 	http       *http.Server
 	listener   net.Listener
 	scheme     string
@@ -78,7 +83,7 @@ func New(ctx context.Context, cfg config.File, log *slog.Logger) (_ *Server, err
 		MaxBytes:     int64(cfg.Spool.MaxBytes),
 		Sync:         policy,
 		SyncInterval: time.Duration(cfg.Spool.FsyncPeriod),
-		Consumers:    []string{dedup.ConsumerName, correlate.ConsumerName},
+		Consumers:    consumers(cfg),
 		Logger:       log,
 	})
 	if err != nil {
@@ -116,6 +121,17 @@ func New(ctx context.Context, cfg config.File, log *slog.Logger) (_ *Server, err
 	s.receiver = ingest.NewReceiver(opts, s.spool, index, s.codec, dead, log)
 	s.registry.MustRegister(s.receiver.Collectors()...)
 
+	var emb *store.Embedded
+	if s.store, emb, err = s.openStore(ctx, cfg); err != nil {
+		return nil, err
+	}
+	if s.store != nil {
+		s.writer = store.NewWriter(s.store, s.codec, store.WriterOptions{Logger: log})
+		s.registry.MustRegister(s.writer.Collectors()...)
+	}
+	if s.sqlHTTP, s.sqlLn, err = s.sqlServer(cfg, emb); err != nil {
+		return nil, err
+	}
 	if err := s.newCorrelator(ctx, cfg); err != nil {
 		return nil, err
 	}
@@ -127,6 +143,9 @@ func New(ctx context.Context, cfg config.File, log *slog.Logger) (_ *Server, err
 	persister := &dedup.Persister{Dir: keysDir, Horizon: horizon, Log: log}
 	s.runConsumer(bg, dedup.ConsumerName, persister)
 	s.runConsumer(bg, correlate.ConsumerName, s.correlator)
+	if s.writer != nil {
+		s.runConsumer(bg, storeConsumer, s.writer)
+	}
 	s.consumers.Go(func() {
 		t := time.NewTicker(time.Minute)
 		defer t.Stop()
@@ -164,10 +183,14 @@ func (s *Server) newCorrelator(ctx context.Context, cfg config.File) error {
 	opts.Window = time.Duration(cfg.Correlate.ChainWindow)
 	opts.LateWindow = time.Duration(cfg.Correlate.LateWindow)
 	opts.MaxOpen = cfg.Correlate.MaxOpenChains
-	s.correlator = correlate.New(correlate.Config{
+	ccfg := correlate.Config{
 		Options: opts, Codec: s.codec, Caps: caps, Tracer: tracer, Log: s.log,
 		StateFile: filepath.Join(cfg.DataDir, "correlate", "capabilities.json"),
-	})
+	}
+	if s.writer != nil {
+		ccfg.Sink = s.writer
+	}
+	s.correlator = correlate.New(ccfg)
 	s.registry.MustRegister(s.correlator.Collectors()...)
 	return nil
 }
@@ -236,7 +259,11 @@ func receiverOptions(cfg config.File) (ingest.Options, error) {
 func (s *Server) listen() error {
 	mux := http.NewServeMux()
 	s.receiver.Register(mux)
-	correlate.NewAPI(s.correlator, nil).Register(mux)
+	var older correlate.Lookup
+	if s.store != nil {
+		older = chainLookup(s.store)
+	}
+	correlate.NewAPI(s.correlator, older).Register(mux)
 	s.gate.Register(mux)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{Registry: s.registry}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
@@ -285,15 +312,37 @@ func (s *Server) URL() string {
 	return s.scheme + "://" + s.listener.Addr().String()
 }
 
+// SQLURL is the base URL of the embedded store's ClickHouse HTTP interface ("" when off).
+func (s *Server) SQLURL() string {
+	if s.sqlLn == nil {
+		return ""
+	}
+	return "http://" + s.sqlLn.Addr().String()
+}
+
+// consumers are the spool consumers the configuration runs; the spool keeps segments until
+// every one of them has passed.
+func consumers(cfg config.File) []string {
+	c := []string{dedup.ConsumerName, correlate.ConsumerName}
+	if cfg.Store.Engine != "none" {
+		c = append(c, storeConsumer)
+	}
+	return c
+}
+
 // Registry is the server's metrics registry, for the components added by later stages.
 func (s *Server) Registry() *prometheus.Registry { return s.registry }
 
 // Run serves until ctx ends or a component fails, then shuts down gracefully: in-flight
 // webhook requests finish (and are acknowledged) before the spool closes.
 func (s *Server) Run(ctx context.Context) error {
-	serveErr := make(chan error, 1)
+	serveErr := make(chan error, 2)
 	go func() { serveErr <- s.http.Serve(s.listener) }()
-	s.log.Info("peertrail serving", "url", s.URL(), "data_dir", s.cfg.DataDir)
+	if s.sqlHTTP != nil {
+		go func() { serveErr <- s.sqlHTTP.Serve(s.sqlLn) }()
+		s.log.Info("SQL: the ClickHouse HTTP interface of the embedded store, read-only", "url", s.SQLURL())
+	}
+	s.log.Info("peertrail serving", "url", s.URL(), "data_dir", s.cfg.DataDir, "store", s.cfg.Store.Engine)
 	var err error
 	select {
 	case <-ctx.Done():
@@ -304,6 +353,9 @@ func (s *Server) Run(ctx context.Context) error {
 	defer cancel()
 	if serr := s.http.Shutdown(shutdownCtx); serr != nil && err == nil {
 		err = fmt.Errorf("shutdown: %w", serr)
+	}
+	if s.sqlHTTP != nil {
+		s.sqlHTTP.Shutdown(shutdownCtx)
 	}
 	s.cancel()
 	s.consumers.Wait()
@@ -321,8 +373,18 @@ func (s *Server) Run(ctx context.Context) error {
 
 func (s *Server) closeStores() error {
 	var err error
+	if s.store != nil {
+		if cerr := s.store.Close(); cerr != nil {
+			err = fmt.Errorf("close store: %w", cerr)
+		}
+	}
+	if s.sqlLn != nil {
+		s.sqlLn.Close()
+	}
 	if s.spool != nil {
-		err = s.spool.Close()
+		if cerr := s.spool.Close(); cerr != nil && err == nil {
+			err = cerr
+		}
 	}
 	if s.codec != nil {
 		s.codec.Close()

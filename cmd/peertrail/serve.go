@@ -24,6 +24,10 @@ on-disk spool under --data-dir, and fsynced, before it is answered 200; a batch 
 resends is recognised and counted, never stored twice. Invalid items are kept in
 <data-dir>/deadletter and the rest of their batch is accepted.
 
+Every accepted record is also written to the store (embedded ClickHouse by default, under
+--data-dir; a ClickHouse server with --store clickhouse), and the embedded store answers SQL on
+--sql-listen (peertrail sql, peertrail report, Grafana's ClickHouse data source).
+
 Every accepted record is joined with the records other apiservers wrote of the same request
 into a chain (entry and peer), classified (local, proxied, proxy_failed, misleading_404,
 broken, loop, internal) with findings, counted in metrics and optionally traced (OTLP).
@@ -45,6 +49,8 @@ line wins over the file. The file also lists the apiservers:
   limits: {maxBodyBytes: 32Mi, maxInflight: 64, readTimeout: 60s, maxDeadLetterBytes: 1Gi}
   spool: {maxBytes: 10Gi, segmentBytes: 64Mi, fsync: always, fsyncInterval: 1s, dedupHorizon: 10m}
   correlate: {chainWindow: 30s, lateWindow: 5m, maxOpenChains: 1000000, capabilityHorizon: 15m}
+  store: {engine: embedded, sqlListen: 127.0.0.1:8123, retention: 720h,
+          clickhouseDSN: clickhouse://clickhouse:9000, clickhouseCluster: ...}
   tracing: {otlpEndpoint: http://otel-collector:4318}
   gate: {window: 10m, maxProxied5xxRatio: 0.01, minForwarded: 20, maxMisleading404: 0,
          maxBroken: 0, maxIdentityMismatch: 0, maxIngestGap: 2m, maxMinorSkew: 1}`,
@@ -100,6 +106,19 @@ line wins over the file. The file also lists the apiservers:
 	f.IntVar(&cfg.Gate.MaxIdentityMismatch, "gate-max-identity-mismatch", cfg.Gate.MaxIdentityMismatch, "gate: identity mismatches allowed in the window")
 	f.Var(&cfg.Gate.MaxIngestGap, "gate-max-ingest-gap", "gate: longest silence allowed from any apiserver's audit webhook")
 	f.IntVar(&cfg.Gate.MaxMinorSkew, "gate-max-minor-skew", cfg.Gate.MaxMinorSkew, "gate: the version-skew policy, minors apiservers may be apart")
+	f.StringVar(&cfg.Store.Engine, "store", cfg.Store.Engine, "where records and chains are kept for SQL: embedded (ClickHouse as a library, under --data-dir), clickhouse (a server: --clickhouse-dsn) or none")
+	f.StringVar(&cfg.Store.LibPath, "chdb-lib", "", "the embedded engine's libchdb.so (default: $CHDB_LIB_PATH, then the cache scripts/fetch-chdb.sh fills)")
+	f.StringVar(&cfg.Store.SQLListen, "sql-listen", cfg.Store.SQLListen, "where the embedded store answers the ClickHouse HTTP interface, read-only, for peertrail sql, Grafana and curl (\"\" turns it off; off loopback it needs --sql-password-file)")
+	f.StringVar(&cfg.Store.SQLUser, "sql-user", "", "user the SQL interface asks for (with --sql-password-file)")
+	f.StringVar(&cfg.Store.SQLPasswordFile, "sql-password-file", "", "file holding the password of the SQL interface")
+	f.Var(&cfg.Store.Retention, "retention", "how long events and chains are kept in the store (TTL)")
+	f.StringVar(&cfg.Store.DSN, "clickhouse-dsn", "", "ClickHouse server to use with --store clickhouse: clickhouse://host:9000 (native protocol), http(s)://host:8123 (HTTP); ?secure=true for TLS")
+	f.StringVar(&cfg.Store.User, "clickhouse-user", "", "ClickHouse user (default: the DSN's, or $CLICKHOUSE_USER)")
+	f.StringVar(&cfg.Store.PasswordFile, "clickhouse-password-file", "", "file holding the ClickHouse password (default: the DSN's, or $CLICKHOUSE_PASSWORD)")
+	f.StringVar(&cfg.Store.CAFile, "clickhouse-ca-file", "", "CA bundle that verifies the ClickHouse server's certificate (turns TLS on)")
+	f.StringVar(&cfg.Store.CertFile, "clickhouse-cert-file", "", "client certificate for ClickHouse (PEM; turns TLS on)")
+	f.StringVar(&cfg.Store.KeyFile, "clickhouse-key-file", "", "client certificate key for ClickHouse (PEM)")
+	f.StringVar(&cfg.Store.Cluster, "clickhouse-cluster", "", "ClickHouse cluster name: create replicated tables ON CLUSTER with Distributed tables in front")
 	f.StringVar(&cfg.Tracing.OTLPEndpoint, "otlp-endpoint", "", "OTLP/HTTP endpoint (e.g. http://otel-collector:4318) to export each proxied chain as a trace; the trace ID is the auditID")
 	return cmd
 }

@@ -35,12 +35,16 @@ var buildOnce = sync.OnceValues(func() (string, error) {
 })
 
 type process struct {
-	cmd  *exec.Cmd
-	url  string
-	logs *bytes.Buffer
+	cmd    *exec.Cmd
+	url    string
+	sqlURL string // the embedded store's ClickHouse HTTP interface
+	logs   *bytes.Buffer
 }
 
-var servingURL = regexp.MustCompile(`msg="peertrail serving" url=(\S+)`)
+var (
+	servingURL = regexp.MustCompile(`msg="peertrail serving" url=(\S+)`)
+	sqlURL     = regexp.MustCompile(`msg="SQL: [^"]*" url=(\S+)`)
+)
 
 // startBinary runs `peertrail serve` and waits until it reports its URL and is ready.
 func startBinary(t *testing.T, dataDir string, extra ...string) *process {
@@ -49,7 +53,7 @@ func startBinary(t *testing.T, dataDir string, extra ...string) *process {
 	if err != nil {
 		t.Fatal(err)
 	}
-	args := append([]string{"serve", "--insecure-http", "--listen", "127.0.0.1:0", "--accept-unknown-apiservers", "--data-dir", dataDir}, extra...)
+	args := append([]string{"serve", "--insecure-http", "--listen", "127.0.0.1:0", "--sql-listen", "127.0.0.1:0", "--accept-unknown-apiservers", "--data-dir", dataDir}, extra...)
 	cmd := exec.Command(bin, args...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
@@ -65,6 +69,9 @@ func startBinary(t *testing.T, dataDir string, extra ...string) *process {
 		for sc.Scan() {
 			line := sc.Text()
 			p.logs.WriteString(line + "\n")
+			if m := sqlURL.FindStringSubmatch(line); m != nil {
+				p.sqlURL = m[1]
+			}
 			if m := servingURL.FindStringSubmatch(line); m != nil {
 				urlc <- m[1]
 			}

@@ -203,8 +203,78 @@ func TestRealCapturesClassifyInAnyOrder(t *testing.T) {
 				}
 			}
 			checkScenarios(t, p.url, scenarios)
+			checkStore(t, p, scenarios)
 		})
 	}
+}
+
+// checkStore asks the embedded store, through its ClickHouse HTTP interface, for the chains of
+// the labelled requests: each must be there once, with the class the API gave it.
+func checkStore(t *testing.T, p *process, scenarios []scenario) {
+	t.Helper()
+	if p.sqlURL == "" {
+		t.Fatalf("peertrail did not report its SQL interface:\n%s", p.logs)
+	}
+	want := map[string]correlate.Class{}
+	for _, s := range scenarios {
+		for _, l := range s.Requests {
+			if c, _, ok := expectation(l); ok {
+				want[l.AuditID] = c
+			}
+		}
+	}
+	// The writer flushes chains as they become final; wait until all of them are there.
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		rows := sqlRows(t, p.sqlURL, "SELECT audit_id, class, count() FROM peertrail.chains FINAL GROUP BY audit_id, class FORMAT TabSeparated")
+		got := map[string]correlate.Class{}
+		dup := ""
+		for _, r := range rows {
+			if r[2] != "1" {
+				dup = r[0]
+			}
+			got[r[0]] = correlate.Class(r[1])
+		}
+		if dup != "" {
+			t.Fatalf("chain of %s stored more than once after FINAL", dup)
+		}
+		missing := 0
+		for id, class := range want {
+			if g, ok := got[id]; !ok {
+				missing++
+			} else if g != class {
+				t.Fatalf("store says %s for %s, want %s", g, id, class)
+			}
+		}
+		if missing == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d labelled chains never reached the store", missing)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func sqlRows(t *testing.T, base, query string) [][]string {
+	t.Helper()
+	resp, err := http.Post(base+"/", "text/plain", strings.NewReader(query))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var b bytes.Buffer
+	b.ReadFrom(resp.Body)
+	if resp.StatusCode != 200 {
+		t.Fatalf("SQL %q: %d %s", query, resp.StatusCode, b.String())
+	}
+	var rows [][]string
+	for _, line := range strings.Split(strings.TrimSpace(b.String()), "\n") {
+		if line != "" {
+			rows = append(rows, strings.Split(line, "\t"))
+		}
+	}
+	return rows
 }
 
 // TestRealCapturesSurviveARestart kills peertrail with SIGKILL halfway through the replay:
@@ -228,7 +298,8 @@ func TestRealCapturesSurviveARestart(t *testing.T) {
 			postFile(t, p.url, s, ps)
 		}
 	}
-	// Chains final before the kill are no longer in memory; check the ones that were open
-	// at the kill and everything after it.
-	checkScenarios(t, p.url, scenarios[half-1:])
+	// Chains still open at the kill, and everything after it, come from memory; chains final
+	// before it are no longer in memory and the API answers them from the store.
+	checkScenarios(t, p.url, scenarios)
+	checkStore(t, p, scenarios)
 }

@@ -217,6 +217,7 @@ func exactlyOnce(t *testing.T, recs []record.Record, want map[record.Key]sent) {
 func baseConfig(t *testing.T, dir string) config.File {
 	cfg := config.Defaults()
 	cfg.Listen = "127.0.0.1:0"
+	cfg.Store.SQLListen = "127.0.0.1:0"
 	cfg.DataDir = filepath.Join(dir, "data")
 	return cfg
 }
