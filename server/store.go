@@ -120,4 +120,3 @@ func chainLookup(st store.Store) correlate.Lookup {
 		return c, nil
 	}
 }
-
