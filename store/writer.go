@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sort"
 	"strconv"
 	"sync"
 	"time"
@@ -308,14 +309,36 @@ func (w *Writer) WriteChains(ctx context.Context, chains []correlate.Chain) erro
 	return nil
 }
 
+// chainLookupChunk bounds the chains whose stored versions one query looks up: the ids travel
+// as a query parameter, which the HTTP protocol puts in the URL (ClickHouse accepts 1 MiB).
+const chainLookupChunk = 5000
+
 // storedChainVersions returns the highest stored version of each chain in latest.
 func (w *Writer) storedChainVersions(ctx context.Context, chains []correlate.Chain, latest map[string]int) (map[string]uint64, error) {
+	idx := make([]int, 0, len(latest))
+	for _, i := range latest {
+		idx = append(idx, i)
+	}
+	// In order of first receipt, so that each chunk spans a short time range.
+	sort.Slice(idx, func(a, b int) bool { return chains[idx[a]].FirstReceived.Before(chains[idx[b]].FirstReceived) })
+	out := make(map[string]uint64, len(latest))
+	for len(idx) > 0 {
+		n := min(len(idx), chainLookupChunk)
+		if err := w.lookupChainVersions(ctx, chains, idx[:n], out); err != nil {
+			return nil, err
+		}
+		idx = idx[n:]
+	}
+	return out, nil
+}
+
+func (w *Writer) lookupChainVersions(ctx context.Context, chains []correlate.Chain, idx []int, out map[string]uint64) error {
 	var lo, hi time.Time
-	ids := make([]string, 0, len(latest))
+	ids := make([]string, 0, len(idx))
 	auditIDs := map[string]bool{}
-	for id, i := range latest {
+	for _, i := range idx {
 		c := &chains[i]
-		ids = append(ids, id)
+		ids = append(ids, c.ID)
 		auditIDs[c.AuditID] = true
 		if lo.IsZero() || c.FirstReceived.Before(lo) {
 			lo = c.FirstReceived
@@ -336,17 +359,16 @@ WHERE first_received >= {lo:DateTime64(6, 'UTC')} AND first_received <= {hi:Date
 GROUP BY id`,
 		map[string]string{"lo": FormatTime(lo), "hi": FormatTime(hi), "audit_ids": arrayLiteral(aids), "ids": arrayLiteral(ids)})
 	if err != nil {
-		return nil, fmt.Errorf("store: look up stored chain versions: %w", err)
+		return fmt.Errorf("store: look up stored chain versions: %w", err)
 	}
-	out := make(map[string]uint64, len(res.Rows))
 	for _, row := range res.Rows {
 		v, err := strconv.ParseUint(row[1], 10, 64)
 		if err != nil {
-			return nil, fmt.Errorf("store: stored chain version %q: %w", row[1], err)
+			return fmt.Errorf("store: stored chain version %q: %w", row[1], err)
 		}
 		out[row[0]] = v
 	}
-	return out, nil
+	return nil
 }
 
 // Pending is how many records wait in memory for the next flush.

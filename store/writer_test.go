@@ -581,3 +581,82 @@ func TestChainVersionOrder(t *testing.T) {
 		}
 	}
 }
+
+// Clients choose their own Audit-IDs: quotes, backslashes, tabs and newlines in them must not
+// break the chain sink's lookups (the ids travel as an array parameter, in the URL over HTTP),
+// through either store.
+func TestWriteChainsOddAuditIDs(t *testing.T) {
+	ctx := context.Background()
+	codec := newCodec(t)
+	srv := httpServer(t, store.HTTPOptions{UnsafeAllowWrites: true})
+	server, err := store.OpenServer(ctx, store.ServerOptions{DSN: "http://" + hostPort(t, srv)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer server.Close()
+	odd := []string{`it's`, `back\slash`, "tab\there", "new\nline", `[']`, `\'`, "ünïcødé", `{"json":1}`, `a,b`, "%2F&x=1"}
+	for n, s := range map[string]store.Store{"embedded": engine(t), "server": server} {
+		t.Run(n, func(t *testing.T) {
+			base := time.Now().UTC().Truncate(time.Hour).Add(-15 * time.Hour)
+			apiserver := "odd-" + n
+			var chains []correlate.Chain
+			for i, id := range odd {
+				c := chainAt(id, base.Add(time.Duration(i)*time.Second), correlate.StateFinal, base.Add(time.Duration(i+2)*time.Second))
+				c.ID = n + "/" + c.ID
+				c.Entry.APIServer = apiserver
+				chains = append(chains, c)
+			}
+			w := store.NewWriter(s, codec, store.WriterOptions{})
+			for range 2 {
+				if err := w.WriteChains(ctx, chains); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if got := counter(t, w, metrics.StoreRowsSkippedTotal, "chains"); got != float64(len(odd)) {
+				t.Errorf("the second write skipped %v chains, want %d", got, len(odd))
+			}
+			r := query(t, engine(t), "SELECT audit_id FROM peertrail.chains WHERE entry_apiserver = {a:String} ORDER BY first_received", map[string]string{"a": apiserver})
+			if len(r.Rows) != len(odd) {
+				t.Fatalf("%d rows, want %d", len(r.Rows), len(odd))
+			}
+			for i, row := range r.Rows {
+				if row[0] != odd[i] {
+					t.Errorf("audit_id %q came back as %q", odd[i], row[0])
+				}
+			}
+		})
+	}
+}
+
+// A large batch of chains (the correlator hands over whatever is pending) is looked up in
+// chunks, small enough for a URL when the store speaks HTTP.
+func TestWriteChainsLargeBatch(t *testing.T) {
+	ctx := context.Background()
+	codec := newCodec(t)
+	srv := httpServer(t, store.HTTPOptions{UnsafeAllowWrites: true})
+	server, err := store.OpenServer(ctx, store.ServerOptions{DSN: "http://" + hostPort(t, srv)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer server.Close()
+	base := time.Now().UTC().Truncate(time.Hour).Add(-16 * time.Hour)
+	const n = 12_000
+	chains := make([]correlate.Chain, n)
+	for i := range chains {
+		at := base.Add(time.Duration(i) * 200 * time.Millisecond)
+		chains[i] = chainAt(fmt.Sprintf("large-%06d-4a1b2c3d-0000-4000-8000-00000000abcd", i), at, correlate.StateFinal, at.Add(2*time.Second))
+		chains[i].Entry.APIServer = "large-a"
+	}
+	w := store.NewWriter(server, codec, store.WriterOptions{})
+	for range 2 {
+		if err := w.WriteChains(ctx, chains); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := counter(t, w, metrics.StoreRowsSkippedTotal, "chains"); got != n {
+		t.Errorf("the second write skipped %v chains, want %d", got, n)
+	}
+	if got := scalar(t, engine(t), "SELECT count() FROM peertrail.chains WHERE entry_apiserver = 'large-a'", nil); got != strconv.Itoa(n) {
+		t.Errorf("%s rows, want %d", got, n)
+	}
+}
