@@ -37,11 +37,13 @@ type NamedQuery struct {
 	// Params are the names of its placeholders, sorted.
 	Params []string
 	SQL    string
+	// types are the placeholders' ClickHouse types, by name.
+	types map[string]string
 }
 
 var (
 	headerLine  = regexp.MustCompile(`^--\s*([a-z]+):\s*(.*)$`)
-	placeholder = regexp.MustCompile(`\{([A-Za-z_][A-Za-z0-9_]*):`)
+	placeholder = regexp.MustCompile(`\{([A-Za-z_][A-Za-z0-9_]*):\s*([^}]+)\}`)
 )
 
 // Queries returns the canned queries, sorted by name.
@@ -110,12 +112,17 @@ func parseNamedQuery(name, text string) (NamedQuery, error) {
 	if q.Title == "" {
 		return q, fmt.Errorf("store: query %s has no -- title: header", name)
 	}
-	seen := map[string]bool{}
+	q.types = map[string]string{}
 	for _, m := range placeholder.FindAllStringSubmatch(q.SQL, -1) {
-		if !seen[m[1]] {
-			seen[m[1]] = true
-			q.Params = append(q.Params, m[1])
+		t := strings.TrimSpace(m[2])
+		if prev, ok := q.types[m[1]]; ok {
+			if prev != t {
+				return q, fmt.Errorf("store: query %s: parameter %s is %s and %s", name, m[1], prev, t)
+			}
+			continue
 		}
+		q.types[m[1]] = t
+		q.Params = append(q.Params, m[1])
 	}
 	sort.Strings(q.Params)
 	if q.Report {
@@ -134,13 +141,19 @@ func Window(now time.Time, d time.Duration) map[string]string {
 }
 
 // Run runs the query on s with params; a parameter the query needs and params lacks is an
-// error that names it.
+// error that names it. Unlike Store.Query, Run takes a String parameter as the plain value
+// (an auditID exactly as the client sent it) and escapes it; parameters of other types are in
+// ClickHouse's text form (DateTime64 as FormatTime writes it). Parameters the query does not
+// use are ignored.
 func (q NamedQuery) Run(ctx context.Context, s Store, params map[string]string) (*Result, error) {
 	used := map[string]string{}
 	for _, p := range q.Params {
 		v, ok := params[p]
 		if !ok {
 			return nil, fmt.Errorf("store: query %s needs parameter %q", q.Name, p)
+		}
+		if unwrapType(q.types[p]) == "String" {
+			v = EscapeTSV(v)
 		}
 		used[p] = v
 	}

@@ -316,3 +316,35 @@ func TestEveryShippedQuery(t *testing.T) {
 		t.Errorf("check for %s, which is not a shipped query", name)
 	}
 }
+
+// NamedQuery.Run takes String parameters as plain values: a client-chosen Audit-ID with a
+// backslash, a tab or a quote finds its records.
+func TestNamedQueryStringParameters(t *testing.T) {
+	s := engine(t)
+	ctx := context.Background()
+	codec := newCodec(t)
+	tr := newTraffic(t, "oddid", 17, 1, 3)
+	odd := []string{`C:\temp\x`, "tab\there", `it's`}
+	var recs []record.Record
+	for i, id := range odd {
+		r := tr.batches[0].Records[i]
+		r.AuditID = id
+		recs = append(recs, r)
+	}
+	if err := store.NewWriter(s, codec, store.WriterOptions{}).WriteEvents(ctx, recs); err != nil {
+		t.Fatal(err)
+	}
+	q, err := store.QueryNamed("audit_id_records")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, id := range odd {
+		r, err := q.Run(ctx, s, map[string]string{"audit_id": id, "unused": "x"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(r.Rows) != 1 || r.Value(0, "stage_timestamp") != store.FormatTime(recs[i].StageTimestamp) {
+			t.Errorf("records of %q: %v", id, r.Rows)
+		}
+	}
+}

@@ -67,7 +67,7 @@ parameters, given with --param), e.g. all records of one auditID. Like sql, it a
 			if since <= until {
 				return errors.New("--since must reach further back than --until")
 			}
-			params, err := f.paramMap()
+			params, err := f.paramMap(false)
 			if err != nil {
 				return err
 			}

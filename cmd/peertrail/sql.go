@@ -51,15 +51,20 @@ func (f *queryFlags) open(ctx context.Context) (store.Store, error) {
 	return s, nil
 }
 
-func (f *queryFlags) paramMap() (map[string]string, error) {
+// paramMap returns the --param values as given. escape prepares them for Store.Query, which
+// takes parameters as ClickHouse parses them: escaped as in TabSeparated (named queries escape
+// their String parameters themselves).
+func (f *queryFlags) paramMap(escape bool) (map[string]string, error) {
 	m := map[string]string{}
 	for _, p := range f.params {
 		k, v, ok := strings.Cut(p, "=")
 		if !ok || k == "" {
 			return nil, fmt.Errorf("--param %q: want name=value", p)
 		}
-		// Parameter values are parsed as escaped text by ClickHouse.
-		m[k] = store.EscapeTSV(v)
+		if escape {
+			v = store.EscapeTSV(v)
+		}
+		m[k] = v
 	}
 	return m, nil
 }
@@ -99,7 +104,7 @@ events, chains, audit_ids, events_per_minute, chains_per_minute, apiserver_versi
 			if strings.TrimSpace(q) == "" {
 				return errors.New("no query")
 			}
-			params, err := f.paramMap()
+			params, err := f.paramMap(true)
 			if err != nil {
 				return err
 			}
