@@ -1,5 +1,10 @@
 package store_test
 
-import "strconv"
+import (
+	"errors"
+	"strconv"
+)
 
 func itoa(n int) string { return strconv.Itoa(n) }
+
+func errorsAs(err error, target any) bool { return errors.As(err, target) }
