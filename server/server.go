@@ -330,6 +330,9 @@ func consumers(cfg config.File) []string {
 	return c
 }
 
+// Store is the server's store (nil with engine "none").
+func (s *Server) Store() store.Store { return s.store }
+
 // Registry is the server's metrics registry, for the components added by later stages.
 func (s *Server) Registry() *prometheus.Registry { return s.registry }
 

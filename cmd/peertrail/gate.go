@@ -63,16 +63,7 @@ Thresholds are peertrail serve's --gate-* flags.`,
 			case "json":
 				out.Write(body)
 			case "text", "":
-				tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-				fmt.Fprintf(tw, "verdict:\t%s (window %s)\n", strings.ToUpper(v.Verdict), v.Window)
-				for _, c := range v.Checks {
-					mark := "ok"
-					if !c.OK {
-						mark = "FAIL"
-					}
-					fmt.Fprintf(tw, "  %s\t%s\t%s\n", mark, c.Name, c.Detail)
-				}
-				tw.Flush()
+				printVerdict(out, v)
 			default:
 				return fmt.Errorf("-o %q: want text or json", output)
 			}
@@ -91,3 +82,16 @@ Thresholds are peertrail serve's --gate-* flags.`,
 type exitError struct{ code int }
 
 func (e exitError) Error() string { return fmt.Sprintf("exit status %d", e.code) }
+
+func printVerdict(out io.Writer, v gate.Verdict) {
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "verdict:\t%s (window %s)\n", strings.ToUpper(v.Verdict), v.Window)
+	for _, c := range v.Checks {
+		mark := "ok"
+		if !c.OK {
+			mark = "FAIL"
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\n", mark, c.Name, c.Detail)
+	}
+	tw.Flush()
+}

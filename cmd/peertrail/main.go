@@ -64,6 +64,6 @@ proxied, proxy failed, misleading 404, broken, loop), and stores and exports the
 	}
 	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	root.PersistentFlags().StringVar(&g.logFormat, "log-format", "text", "log format: text or json")
-	root.AddCommand(newServeCommand(g), newChainCommand(g), newGateCommand(g), newSimulateCommand(g), newLoadgenCommand(g), newSQLCommand(g), newReportCommand(g), newSchemaCommand(g), newGenerateCommand(g), newDeployCommand(g))
+	root.AddCommand(newServeCommand(g), newDemoCommand(g), newChainCommand(g), newGateCommand(g), newSimulateCommand(g), newLoadgenCommand(g), newSQLCommand(g), newReportCommand(g), newSchemaCommand(g), newGenerateCommand(g), newDeployCommand(g))
 	return root
 }

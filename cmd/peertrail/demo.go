@@ -1,0 +1,267 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/peertrail/peertrail/config"
+	"github.com/peertrail/peertrail/correlate"
+	"github.com/peertrail/peertrail/gate"
+	"github.com/peertrail/peertrail/server"
+	"github.com/peertrail/peertrail/simulate"
+	"github.com/peertrail/peertrail/store"
+	"github.com/peertrail/peertrail/store/chdb"
+)
+
+type demoFlags struct {
+	listen, sqlListen string
+	dataDir           string
+	duration          time.Duration
+	rate              float64
+	seed              uint64
+	keepRunning       bool
+}
+
+func newDemoCommand(_ *globalFlags) *cobra.Command {
+	f := &demoFlags{}
+	cmd := &cobra.Command{
+		Use:   "demo",
+		Short: "Watch peertrail follow a simulated rolling upgrade with faults, on the embedded store",
+		Long: `demo shows what peertrail does, on one machine, with nothing to set up: it fetches the embedded
+ClickHouse engine if it is missing (scripts/fetch-chdb.sh, once), starts peertrail serve on
+loopback with the embedded store, and plays a rolling upgrade of three kube-apiservers from
+1.35 to 1.36 through the kube-apiserver's own audit webhook client, with faults: an old server
+without the Mixed Version Proxy, a new server SIGKILLed mid-upgrade, lost and late audit
+batches, a broken identity header on some forwards, impersonation.
+
+Then it prints what a user of peertrail sees: the chains by class and apiserver pair, the
+misleading 404s, broken chains and identity problems it found (and how that compares with the
+faults the simulation injected), the upgrade gate's verdict, and where the SQL endpoint, the
+metrics and the dashboards are. With --keep-running it stays up for you to explore.`,
+		Example: `  go run ./cmd/peertrail demo
+  go run ./cmd/peertrail demo --duration 3m --keep-running`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runDemo(cmd.Context(), f, cmd.OutOrStdout(), cmd.ErrOrStderr())
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.listen, "listen", "127.0.0.1:8443", "where peertrail listens (webhook, API, metrics)")
+	fl.StringVar(&f.sqlListen, "sql-listen", "127.0.0.1:8123", "where the embedded store answers SQL (ClickHouse HTTP interface)")
+	fl.StringVar(&f.dataDir, "data-dir", "", "data directory (default: a temporary one, removed at the end)")
+	fl.DurationVar(&f.duration, "duration", 75*time.Second, "length of the simulated upgrade")
+	fl.Float64Var(&f.rate, "rate", 60, "client requests per second")
+	fl.Uint64Var(&f.seed, "seed", 1, "random seed")
+	fl.BoolVar(&f.keepRunning, "keep-running", false, "keep peertrail running after the report, until interrupted")
+	return cmd
+}
+
+func runDemo(ctx context.Context, f *demoFlags, out, errOut io.Writer) error {
+	if err := ensureEngine(ctx, errOut); err != nil {
+		return err
+	}
+	dataDir := f.dataDir
+	if dataDir == "" {
+		tmp, err := os.MkdirTemp("", "peertrail-demo")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(tmp)
+		dataDir = filepath.Join(tmp, "data")
+	}
+	cfg := config.Defaults()
+	cfg.Listen, cfg.InsecureHTTP, cfg.AcceptUnknownAPIServers = f.listen, true, true
+	cfg.DataDir, cfg.Store.SQLListen = dataDir, f.sqlListen
+	// The simulated apiservers send a batch every second: a short window closes chains quickly.
+	cfg.Correlate.ChainWindow = config.Duration(5 * time.Second)
+	// Only warnings: the demo's own output is the point.
+	log := slog.New(slog.NewTextHandler(errOut, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	srv, err := server.New(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	runCtx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(runCtx) }()
+	defer func() {
+		stop()
+		if err := <-done; err != nil {
+			fmt.Fprintln(errOut, "peertrail:", err)
+		}
+	}()
+	fmt.Fprintf(out, "peertrail is receiving audit webhooks at %s/audit/<apiserver>, store: embedded ClickHouse (SQL at %s)\n\n", srv.URL(), srv.SQLURL())
+
+	up := simulate.DefaultUpgrade()
+	up.Duration, up.Rate, up.Seed = f.duration, f.rate, f.seed
+	up.Faults = simulate.Faults{DropPeerAudit: 0.03, IdentityMismatch: 0.03, Impersonation: 0.1,
+		KillPeer: true, KillFor: 15 * time.Second, MVPOff: true}
+	wdir, err := os.MkdirTemp("", "peertrail-demo-webhooks")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(wdir)
+	fmt.Fprintf(out, "Playing a rolling upgrade of 3 kube-apiservers, %s -> %s, for %s (%.0f requests/s):\n", up.From, up.To, up.Duration, up.Rate)
+	fmt.Fprintln(out, "  kas-1 runs without the Mixed Version Proxy, kas-3 is SIGKILLed early on, some audit is lost, late or duplicated.")
+	truths, err := simulateUpgrade(ctx, up, simulate.WebhookOptions{URL: srv.URL(), Dir: wdir, BatchWait: time.Second,
+		Late: 0.03, LateBy: 4 * time.Second, Duplicate: 0.05, Seed: f.seed}, errOut)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(out, "\nWaiting for the last chains to close...")
+	sc, err := simulate.Score(ctx, http.DefaultClient, srv.URL(), truths, 2*time.Minute)
+	if err != nil {
+		return err
+	}
+	// The store writer flushes once a second.
+	time.Sleep(1500 * time.Millisecond)
+
+	fmt.Fprintln(out, "\n=== What peertrail saw (peertrail report)")
+	if err := demoReport(ctx, out, srv.Store()); err != nil {
+		return err
+	}
+	fmt.Fprintln(out, "\n=== The faults the simulation injected, and what peertrail made of them")
+	fmt.Fprintln(out, "truth:", simulate.Summary(truths))
+	printScorecard(out, sc)
+
+	fmt.Fprintln(out, "\n=== The upgrade gate (peertrail gate): may the next apiserver be replaced?")
+	if err := demoGate(ctx, out, srv.URL()); err != nil {
+		return err
+	}
+
+	// An example to look at: a misleading 404 peertrail recognised as one.
+	example := ""
+	for _, t := range truths {
+		if t.Class != "misleading_404" {
+			continue
+		}
+		if c, err := fetchChain(ctx, srv.URL(), t.AuditID); err == nil && c.Class == "misleading_404" {
+			example = t.AuditID
+			break
+		}
+	}
+	fmt.Fprintf(out, `
+=== Explore
+  one request:   peertrail chain %s --server %s
+  SQL:           peertrail sql --server %s 'SELECT class, count() FROM peertrail.chains FINAL GROUP BY class'
+  report:        peertrail report --server %s --since 1h
+  metrics:       %s/metrics   (Prometheus; alert rules in alerts/generated/)
+  dashboards:    dashboards/generated/*.json for Grafana: a Prometheus data source scraping %s,
+                 and a ClickHouse data source (grafana-clickhouse-datasource, HTTP) at %s
+`, example, srv.URL(), srv.SQLURL(), srv.SQLURL(), srv.URL(), srv.URL(), srv.SQLURL())
+	if f.keepRunning {
+		fmt.Fprintln(out, "\npeertrail keeps running; press Ctrl-C to stop.")
+		<-ctx.Done()
+	}
+	return nil
+}
+
+// ensureEngine makes sure the embedded engine's library is at hand, fetching it with the
+// repository's script when it is missing.
+func ensureEngine(ctx context.Context, errOut io.Writer) error {
+	if p := os.Getenv("CHDB_LIB_PATH"); p != "" {
+		return nil
+	}
+	if _, err := os.Stat(chdb.DefaultLibPath()); err == nil {
+		return nil
+	}
+	script, err := findUp(filepath.Join("scripts", "fetch-chdb.sh"))
+	if err != nil {
+		return fmt.Errorf("the embedded ClickHouse engine (libchdb.so) is not in %s, and scripts/fetch-chdb.sh was not found to fetch it: run the demo from the peertrail repository, or set CHDB_LIB_PATH", chdb.DefaultLibPath())
+	}
+	fmt.Fprintln(errOut, "Fetching the embedded ClickHouse engine once (chDB 26.7, ~178 MB from npm)...")
+	cmd := exec.CommandContext(ctx, script)
+	cmd.Stderr = errOut
+	path, err := cmd.Output()
+	if err != nil {
+		return fmt.Errorf("%s: %w", script, err)
+	}
+	return os.Setenv("CHDB_LIB_PATH", strings.TrimSpace(string(path)))
+}
+
+// findUp looks for rel in the working directory and its parents.
+func findUp(rel string) (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		p := filepath.Join(dir, rel)
+		if _, err := os.Stat(p); err == nil {
+			return p, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", os.ErrNotExist
+		}
+		dir = parent
+	}
+}
+
+func demoReport(ctx context.Context, out io.Writer, s store.Store) error {
+	if s == nil {
+		return errors.New("no store")
+	}
+	params := store.Window(time.Now().UTC(), time.Hour)
+	for _, name := range []string{"chains_by_class", "misleading_404s", "proxy_failures", "broken_chains", "identity_mismatches"} {
+		q, err := store.QueryNamed(name)
+		if err != nil {
+			return err
+		}
+		res, err := q.Run(ctx, s, params)
+		if err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		fmt.Fprintf(out, "\n-- %s\n", q.Title)
+		if err := render(out, res, "table"); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func demoGate(ctx context.Context, out io.Writer, base string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/api/v1/gate", nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	var v gate.Verdict
+	if err := json.NewDecoder(resp.Body).Decode(&v); err != nil {
+		return fmt.Errorf("gate verdict: %w", err)
+	}
+	printVerdict(out, v)
+	return nil
+}
+
+func fetchChain(ctx context.Context, base, auditID string) (*correlate.Chain, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/api/v1/chains/"+auditID, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("chain %s: %s", auditID, resp.Status)
+	}
+	var c correlate.Chain
+	return &c, json.NewDecoder(resp.Body).Decode(&c)
+}
