@@ -32,6 +32,7 @@ type demoFlags struct {
 	rate              float64
 	seed              uint64
 	keepRunning       bool
+	real              bool
 }
 
 func newDemoCommand(_ *globalFlags) *cobra.Command {
@@ -65,6 +66,7 @@ metrics and the dashboards are. With --keep-running it stays up for you to explo
 	fl.Float64Var(&f.rate, "rate", 60, "client requests per second")
 	fl.Uint64Var(&f.seed, "seed", 1, "random seed")
 	fl.BoolVar(&f.keepRunning, "keep-running", false, "keep peertrail running after the report, until interrupted")
+	fl.BoolVar(&f.real, "real", false, "use real kube-apiservers (v1.35.4, v1.36.3, built by scripts/build-kube.sh) and etcd instead of the simulation")
 	return cmd
 }
 
@@ -103,26 +105,24 @@ func runDemo(ctx context.Context, f *demoFlags, out, errOut io.Writer) error {
 	}()
 	fmt.Fprintf(out, "peertrail is receiving audit webhooks at %s/audit/<apiserver>, store: embedded ClickHouse (SQL at %s)\n\n", srv.URL(), srv.SQLURL())
 
-	up := simulate.DefaultUpgrade()
-	up.Duration, up.Rate, up.Seed = f.duration, f.rate, f.seed
-	up.Faults = simulate.Faults{DropPeerAudit: 0.03, IdentityMismatch: 0.03, Impersonation: 0.1,
-		KillPeer: true, KillFor: 15 * time.Second, MVPOff: true}
-	wdir, err := os.MkdirTemp("", "peertrail-demo-webhooks")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(wdir)
-	fmt.Fprintf(out, "Playing a rolling upgrade of 3 kube-apiservers, %s -> %s, for %s (%.0f requests/s):\n", up.From, up.To, up.Duration, up.Rate)
-	fmt.Fprintln(out, "  kas-1 runs without the Mixed Version Proxy, kas-3 is SIGKILLed early on, some audit is lost, late or duplicated.")
-	truths, err := simulateUpgrade(ctx, up, simulate.WebhookOptions{URL: srv.URL(), Dir: wdir, BatchWait: time.Second,
-		Late: 0.03, LateBy: 4 * time.Second, Duplicate: 0.05, Seed: f.seed}, errOut)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintln(out, "\nWaiting for the last chains to close...")
-	sc, err := simulate.Score(ctx, http.DefaultClient, srv.URL(), truths, 2*time.Minute)
-	if err != nil {
-		return err
+	var truths []simulate.Truth
+	var sc *simulate.Scorecard
+	if f.real {
+		dir, err := os.MkdirTemp("", "peertrail-demo-real")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		fmt.Fprintln(out, "Rolling upgrade on real kube-apiservers (etcd and kube-apiserver on loopback):")
+		if err := realUpgrade(ctx, srv.URL(), dir, out); err != nil {
+			return err
+		}
+		fmt.Fprintln(out, "\nWaiting for the last chains to close...")
+		time.Sleep(time.Duration(cfg.Correlate.ChainWindow) + 3*time.Second)
+	} else {
+		if truths, sc, err = simulatedDemo(ctx, f, srv.URL(), out, errOut); err != nil {
+			return err
+		}
 	}
 	// The store writer flushes once a second.
 	time.Sleep(1500 * time.Millisecond)
@@ -131,9 +131,11 @@ func runDemo(ctx context.Context, f *demoFlags, out, errOut io.Writer) error {
 	if err := demoReport(ctx, out, srv.Store()); err != nil {
 		return err
 	}
-	fmt.Fprintln(out, "\n=== The faults the simulation injected, and what peertrail made of them")
-	fmt.Fprintln(out, "truth:", simulate.Summary(truths))
-	printScorecard(out, sc)
+	if sc != nil {
+		fmt.Fprintln(out, "\n=== The faults the simulation injected, and what peertrail made of them")
+		fmt.Fprintln(out, "truth:", simulate.Summary(truths))
+		printScorecard(out, *sc)
+	}
 
 	fmt.Fprintln(out, "\n=== The upgrade gate (peertrail gate): may the next apiserver be replaced?")
 	if err := demoGate(ctx, out, srv.URL()); err != nil {
@@ -141,15 +143,9 @@ func runDemo(ctx context.Context, f *demoFlags, out, errOut io.Writer) error {
 	}
 
 	// An example to look at: a misleading 404 peertrail recognised as one.
-	example := ""
-	for _, t := range truths {
-		if t.Class != "misleading_404" {
-			continue
-		}
-		if c, err := fetchChain(ctx, srv.URL(), t.AuditID); err == nil && c.Class == "misleading_404" {
-			example = t.AuditID
-			break
-		}
+	example := "<auditID>"
+	if c, err := listChains(ctx, srv.URL(), "misleading_404"); err == nil && len(c) > 0 {
+		example = c[0].AuditID
 	}
 	fmt.Fprintf(out, `
 === Explore
@@ -249,8 +245,8 @@ func demoGate(ctx context.Context, out io.Writer, base string) error {
 	return nil
 }
 
-func fetchChain(ctx context.Context, base, auditID string) (*correlate.Chain, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/api/v1/chains/"+auditID, nil)
+func listChains(ctx context.Context, base string, class correlate.Class) ([]*correlate.Chain, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/api/v1/chains?limit=1&class="+string(class), nil)
 	if err != nil {
 		return nil, err
 	}
@@ -260,8 +256,34 @@ func fetchChain(ctx context.Context, base, auditID string) (*correlate.Chain, er
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("chain %s: %s", auditID, resp.Status)
+		return nil, fmt.Errorf("chains: %s", resp.Status)
 	}
-	var c correlate.Chain
-	return &c, json.NewDecoder(resp.Body).Decode(&c)
+	var l struct{ Chains []*correlate.Chain }
+	return l.Chains, json.NewDecoder(resp.Body).Decode(&l)
+}
+
+// simulatedDemo plays the simulated upgrade and scores peertrail against its truth.
+func simulatedDemo(ctx context.Context, f *demoFlags, url string, out, errOut io.Writer) ([]simulate.Truth, *simulate.Scorecard, error) {
+	up := simulate.DefaultUpgrade()
+	up.Duration, up.Rate, up.Seed = f.duration, f.rate, f.seed
+	up.Faults = simulate.Faults{DropPeerAudit: 0.03, IdentityMismatch: 0.03, Impersonation: 0.1,
+		KillPeer: true, KillFor: 15 * time.Second, MVPOff: true}
+	wdir, err := os.MkdirTemp("", "peertrail-demo-webhooks")
+	if err != nil {
+		return nil, nil, err
+	}
+	defer os.RemoveAll(wdir)
+	fmt.Fprintf(out, "Playing a rolling upgrade of 3 kube-apiservers, %s -> %s, for %s (%.0f requests/s):\n", up.From, up.To, up.Duration, up.Rate)
+	fmt.Fprintln(out, "  kas-1 runs without the Mixed Version Proxy, kas-3 is SIGKILLed early on, some audit is lost, late or duplicated.")
+	truths, err := simulateUpgrade(ctx, up, simulate.WebhookOptions{URL: url, Dir: wdir, BatchWait: time.Second,
+		Late: 0.03, LateBy: 4 * time.Second, Duplicate: 0.05, Seed: f.seed}, errOut)
+	if err != nil {
+		return nil, nil, err
+	}
+	fmt.Fprintln(out, "\nWaiting for the last chains to close...")
+	sc, err := simulate.Score(ctx, http.DefaultClient, url, truths, 2*time.Minute)
+	if err != nil {
+		return nil, nil, err
+	}
+	return truths, &sc, nil
 }
