@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"compress/gzip"
 	"compress/zlib"
 	"context"
@@ -339,7 +340,7 @@ func (h *HTTPHandler) serve(w http.ResponseWriter, r *http.Request) (string, err
 	ctx := r.Context()
 	switch {
 	case insert:
-		res, err = h.insert(ctx, text, r, body)
+		res, err = h.insert(ctx, text, body)
 	case h.opts.UnsafeAllowWrites && !isRead(text):
 		res, err = h.engine.Exec(ctx, "USE "+quoteIdent(database)+";\n"+text, format, nilIfEmpty(queryParams))
 	default:
@@ -495,9 +496,9 @@ func isRead(q string) bool {
 	return err == nil && rq.keyword != ""
 }
 
-func (h *HTTPHandler) insert(ctx context.Context, text string, r *http.Request, data []byte) (*chdb.Result, error) {
+func (h *HTTPHandler) insert(ctx context.Context, text string, data []byte) (*chdb.Result, error) {
 	m := insertFormat.FindStringSubmatch(text)
-	return h.engine.Insert(ctx, m[1], m[2], strings.NewReader(string(data)))
+	return h.engine.Insert(ctx, m[1], m[2], bytes.NewReader(data))
 }
 
 func nilIfEmpty(m map[string]string) map[string]string {
