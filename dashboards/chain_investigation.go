@@ -108,14 +108,14 @@ WHERE $__timeFilter(minute) AND class = '%s'
 GROUP BY time, answered_by
 ORDER BY time, answered_by`, correlate.ClassMisleading404))).
 		WithPanel(chGraph(graph{title: "Forwarding overhead p50 / p99 per minute", unit: "s",
-			description: "What the extra hop cost proxied requests, per minute and entry -> peer pair (t-digest states merged from the rollup)."}, fmt.Sprintf(`
+			description: "What the extra hop cost proxied requests, per minute and entry -> peer pair (t-digest states merged from the chain_latency_per_minute rollup)."}, fmt.Sprintf(`
 SELECT time, pair, q[1] AS p50, q[3] AS p99
 FROM
 (
     SELECT minute AS time,
            concat(entry_apiserver, ' -> ', peer_apiserver) AS pair,
            quantilesTDigestMerge(0.5, 0.9, 0.99)(forwarding_overhead_seconds) AS q
-    FROM peertrail.chains_per_minute
+    FROM peertrail.chain_latency_per_minute
     WHERE $__timeFilter(minute) AND class = '%s'
     GROUP BY time, pair
 )
