@@ -81,8 +81,9 @@ By default it asks a running ` + "`peertrail serve`" + ` through its ClickHouse 
 the serving process answers. With --clickhouse-dsn it queries a ClickHouse server directly.
 
 The tables are in the database peertrail (the default database of the serve endpoint):
-events, chains, audit_ids, events_per_minute, chains_per_minute, apiserver_versions_per_minute
-(see store/COLUMNS.md). Read chains with FINAL. Placeholders {name:Type} take their values from
+events, chains, audit_ids and the per-minute rollups events_per_minute, request_latency_per_minute,
+apiserver_versions_per_minute, chains_per_minute and chain_latency_per_minute (see
+store/COLUMNS.md). Read chains with FINAL. Placeholders {name:Type} take their values from
 --param name=value. Without an argument the query is read from standard input.`,
 		Example: `  peertrail sql 'SELECT class, count() FROM chains FINAL GROUP BY class'
   peertrail sql --format json --param id=4a1b2c3d-... \
