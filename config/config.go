@@ -45,6 +45,8 @@ type File struct {
 	Tracing                 Tracing     `json:"tracing,omitempty"`
 	Gate                    Gate        `json:"gate,omitempty"`
 	Store                   Store       `json:"store,omitempty"`
+	// EnablePprof serves Go's profiler under /debug/pprof/ (for performance investigations).
+	EnablePprof bool `json:"enablePprof,omitempty"`
 }
 
 // Store says where records and chains are kept for SQL investigation.

@@ -132,8 +132,9 @@ type chainState struct {
 	evicted  bool
 	res      *result // the classification it was last finalised with
 
-	prev, next *chainState // LRU of open chains, or FIFO of recent final chains
-	sameID     *chainState // other chains with the same auditID
+	prev, next   *chainState // LRU of open chains, or FIFO of recent final chains
+	pprev, pnext *chainState // open chains in order of firstPos (see Joiner.byPos)
+	sameID       *chainState // other chains with the same auditID
 }
 
 func (c *chainState) watching() bool {
@@ -297,6 +298,9 @@ type Joiner struct {
 	chains map[string]*chainState
 	lru    list // open chains, least recently updated first
 	done   list // recent final chains, oldest first
+	// byPos holds the open chains in order of the spool position of their first record, so
+	// that SafePosition reads the oldest without scanning every open chain.
+	posHead, posTail *chainState
 	nOpen  int
 	nDone  int
 	in     *interner
@@ -402,8 +406,45 @@ func (j *Joiner) newChain(r *record.Record, pos spool.Position, recv int64) *cha
 	c.sameID = j.chains[r.AuditID]
 	j.chains[r.AuditID] = c
 	j.lru.pushBack(c)
+	j.posInsert(c)
 	j.nOpen++
 	return c
+}
+
+// posInsert puts c into byPos at its place: at the tail for a new chain (positions only grow),
+// further in for a reopened one.
+func (j *Joiner) posInsert(c *chainState) {
+	at := j.posTail
+	for at != nil && at.firstPos > c.firstPos {
+		at = at.pprev
+	}
+	c.pprev = at
+	if at == nil {
+		c.pnext = j.posHead
+		j.posHead = c
+	} else {
+		c.pnext = at.pnext
+		at.pnext = c
+	}
+	if c.pnext != nil {
+		c.pnext.pprev = c
+	} else {
+		j.posTail = c
+	}
+}
+
+func (j *Joiner) posRemove(c *chainState) {
+	if c.pprev != nil {
+		c.pprev.pnext = c.pnext
+	} else {
+		j.posHead = c.pnext
+	}
+	if c.pnext != nil {
+		c.pnext.pprev = c.pprev
+	} else {
+		j.posTail = c.pprev
+	}
+	c.pprev, c.pnext = nil, nil
 }
 
 // ID is stable across replays: a hash of the auditID and the first record's apiserver and
@@ -488,6 +529,7 @@ func (j *Joiner) reopen(c *chainState) {
 	j.nDone--
 	c.final = false
 	j.lru.pushBack(c)
+	j.posInsert(c)
 	j.nOpen++
 	j.Reopened++
 }
@@ -521,6 +563,7 @@ func (j *Joiner) Due(now int64) []*chainState {
 // finalise moves c from the open chains to the recent final ones.
 func (j *Joiner) finalise(c *chainState) {
 	j.lru.remove(c)
+	j.posRemove(c)
 	j.nOpen--
 	c.final = true
 	c.emitted++
@@ -566,15 +609,12 @@ func (j *Joiner) expireRecent() {
 // restart, replaying from it rebuilds every open chain. Running watches do not hold it back
 // (their completion record alone is enough to classify them). ok is false when nothing is open.
 func (j *Joiner) SafePosition() (pos spool.Position, ok bool) {
-	for c := j.lru.head; c != nil; c = c.next {
-		if c.watching() {
-			continue
-		}
-		if !ok || c.firstPos < pos {
-			pos, ok = c.firstPos, true
+	for c := j.posHead; c != nil; c = c.pnext {
+		if !c.watching() {
+			return c.firstPos, true
 		}
 	}
-	return pos, ok
+	return 0, false
 }
 
 // lookup returns the chains (open first, then recent final ones) with auditID.

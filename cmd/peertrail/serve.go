@@ -119,6 +119,7 @@ line wins over the file. The file also lists the apiservers:
 	f.StringVar(&cfg.Store.CertFile, "clickhouse-cert-file", "", "client certificate for ClickHouse (PEM; turns TLS on)")
 	f.StringVar(&cfg.Store.KeyFile, "clickhouse-key-file", "", "client certificate key for ClickHouse (PEM)")
 	f.StringVar(&cfg.Store.Cluster, "clickhouse-cluster", "", "ClickHouse cluster name: create replicated tables ON CLUSTER with Distributed tables in front")
+	f.BoolVar(&cfg.EnablePprof, "enable-pprof", false, "serve Go's profiler under /debug/pprof/ on the listen address (performance investigations only)")
 	f.StringVar(&cfg.Tracing.OTLPEndpoint, "otlp-endpoint", "", "OTLP/HTTP endpoint (e.g. http://otel-collector:4318) to export each proxied chain as a trace; the trace ID is the auditID")
 	return cmd
 }
