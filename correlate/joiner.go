@@ -301,10 +301,10 @@ type Joiner struct {
 	// byPos holds the open chains in order of the spool position of their first record, so
 	// that SafePosition reads the oldest without scanning every open chain.
 	posHead, posTail *chainState
-	nOpen  int
-	nDone  int
-	in     *interner
-	now    int64 // stream time: the latest receipt seen, Unix ns
+	nOpen            int
+	nDone            int
+	in               *interner
+	now              int64 // stream time: the latest receipt seen, Unix ns
 
 	// Evicted counts chains finalised early because MaxOpen was reached.
 	Evicted int64
