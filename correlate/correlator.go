@@ -26,6 +26,7 @@ import (
 
 	"github.com/peertrail/peertrail/ingest/record"
 	"github.com/peertrail/peertrail/ingest/spool"
+	"github.com/peertrail/peertrail/internal/fsutil"
 )
 
 // ConsumerName is the correlator's spool consumer name.
@@ -146,7 +147,10 @@ func (co *Correlator) checkpointLocked(safe spool.Position, force bool) spool.Po
 	}
 	b, err := json.Marshal(co.caps)
 	if err == nil {
-		err = writeFileAtomic(co.stateFile, b)
+		err = os.MkdirAll(filepath.Dir(co.stateFile), 0o750)
+	}
+	if err == nil {
+		err = fsutil.WriteFileAtomic(co.stateFile, b)
 	}
 	if err != nil {
 		co.log.Warn("correlate: saving the capability view", "file", co.stateFile, "err", err)
@@ -154,17 +158,6 @@ func (co *Correlator) checkpointLocked(safe spool.Position, force bool) spool.Po
 	}
 	co.lastSave, co.savedChanges, co.savedSafe = co.now(), changes, safe
 	return safe
-}
-
-func writeFileAtomic(path string, data []byte) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
-		return err
-	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, data, 0o640); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
 }
 
 // Close saves the capability view, offers pending chains to the sink once more and stops the

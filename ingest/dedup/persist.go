@@ -15,6 +15,7 @@ import (
 
 	"github.com/peertrail/peertrail/ingest/record"
 	"github.com/peertrail/peertrail/ingest/spool"
+	"github.com/peertrail/peertrail/internal/fsutil"
 )
 
 // ConsumerName is the spool consumer name of the Persister.
@@ -96,40 +97,12 @@ func (p *Persister) flush(upTo spool.Position) error {
 		buf = append(buf, k[:]...)
 	}
 	name := filepath.Join(p.Dir, fmt.Sprintf("%d-%d.keys", p.minute, uint64(upTo)))
-	if err := writeFileSync(name, buf); err != nil {
+	if err := fsutil.WriteFileAtomic(name, buf); err != nil {
 		return fmt.Errorf("dedup: write key file: %w", err)
 	}
 	p.keys = p.keys[:0]
 	p.safe = upTo
 	return nil
-}
-
-func writeFileSync(name string, data []byte) error {
-	tmp := name + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o640)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, name); err != nil {
-		return err
-	}
-	d, err := os.Open(filepath.Dir(name))
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }
 
 func (p *Persister) expire() error {

@@ -30,6 +30,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/peertrail/peertrail/internal/fsutil"
 	"github.com/peertrail/peertrail/metrics"
 )
 
@@ -573,7 +574,7 @@ func (s *Spool) sync() error {
 			}
 		}
 		if err == nil && dirDirty {
-			err = syncDir(s.opts.Dir)
+			err = fsutil.SyncDir(s.opts.Dir)
 		}
 	}
 	for _, f := range files[:rotated] {
@@ -591,18 +592,6 @@ func (s *Spool) sync() error {
 		return s.failed
 	}
 	s.advanceLocked(target)
-	return nil
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("open directory for fsync: %w", err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("fsync directory %s: %w", dir, err)
-	}
 	return nil
 }
 
@@ -634,7 +623,7 @@ func (s *Spool) Commit(consumer string, pos Position) error {
 	if pos <= old {
 		return nil
 	}
-	if err := writeFileAtomic(s.positionFile(consumer), []byte(strconv.FormatUint(uint64(pos), 10)+"\n")); err != nil {
+	if err := fsutil.WriteFileAtomic(s.positionFile(consumer), []byte(strconv.FormatUint(uint64(pos), 10)+"\n")); err != nil {
 		return fmt.Errorf("spool: commit position of %s: %w", consumer, err)
 	}
 	s.mu.Lock()
@@ -643,29 +632,6 @@ func (s *Spool) Commit(consumer string, pos Position) error {
 	}
 	s.mu.Unlock()
 	return s.deletePassed()
-}
-
-func writeFileAtomic(path string, data []byte) error {
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o640)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return err
-	}
-	return syncDir(filepath.Dir(path))
 }
 
 // deletePassed removes every segment, other than the active one, that ends at or before the
@@ -693,7 +659,7 @@ func (s *Spool) deletePassed() error {
 			return fmt.Errorf("spool: delete passed segment: %w", err)
 		}
 	}
-	return syncDir(s.opts.Dir)
+	return fsutil.SyncDir(s.opts.Dir)
 }
 
 // Stats is a snapshot of the spool's state.
