@@ -59,7 +59,7 @@ const (
 	ruClientIP = "127.0.0.2"
 	ruServerIP = "127.0.0.1"
 
-	ruChainWindow = 3 * time.Second
+	ruChainWindow = 5 * time.Second
 	ruUnresolved  = "Error getting ip and port info of the remote server while proxying"
 )
 
@@ -73,6 +73,7 @@ type ruWant struct {
 	peers          []string // proxied: the peer is one of these; nil: no peer
 	code           int      // what the client got (the chain's and the entry's code)
 	peerCode       int      // proxied: the peer's code (default code)
+	peerReason     string   // proxied: the peer's status reason, when set (the entry has none)
 	user, realUser string   // checked when user is set
 	entryPanic     bool     // the entry recorded Panic (a proxied watch the client cancelled)
 	sentAt         time.Time
@@ -202,7 +203,7 @@ func TestRollingUpgrade(t *testing.T) {
 	r.expect(r.do(ruB, "admin", "GET", ruPG+"/pg-1", "", nil), ruWant{what: "get", class: correlate.ClassProxied, entry: ruB, peers: toC, code: 200})
 	r.expect(r.do(ruA, "admin", "GET", ruPG+"?watch=true&timeoutSeconds=1", "", nil), ruWant{what: "watch ended by the server (timeoutSeconds=1)", class: correlate.ClassProxied, entry: ruA, peers: toC, code: 200})
 	r.expect(r.watchCancel(ruB, "admin", ruPG+"?watch=1"), ruWant{what: "watch cancelled by the client after its first event", class: correlate.ClassProxied, entry: ruB, peers: toC, code: 200, entryPanic: true})
-	r.expect(r.do(ruB, "admin", "GET", ruPG+"/does-not-exist", "", nil), ruWant{what: "get of a missing object: the peer's 404, proxied", class: correlate.ClassProxied, entry: ruB, peers: toC, code: 404})
+	r.expect(r.do(ruB, "admin", "GET", ruPG+"/does-not-exist", "", nil), ruWant{what: "get of a missing object: the peer's 404, proxied", class: correlate.ClassProxied, entry: ruB, peers: toC, code: 404, peerReason: "NotFound"})
 
 	// 2. new -> old: kas-c (batch/v1 off) forwards jobs to a 1.35 server.
 	r.scenario = "proxied new->old"
@@ -210,7 +211,7 @@ func TestRollingUpgrade(t *testing.T) {
 	r.expect(r.do(ruC, "admin", "POST", ruJobs, job("job-1"), nil), ruWant{what: "create", class: correlate.ClassProxied, entry: ruC, peers: toOld, code: 201})
 	r.expect(r.do(ruC, "admin", "GET", ruJobs+"/job-1", "", nil), ruWant{what: "get", class: correlate.ClassProxied, entry: ruC, peers: toOld, code: 200})
 	r.expect(r.do(ruC, "admin", "GET", ruJobs+"?watch=true&timeoutSeconds=1", "", nil), ruWant{what: "watch ended by the server", class: correlate.ClassProxied, entry: ruC, peers: toOld, code: 200})
-	r.expect(r.do(ruC, "admin", "GET", ruJobs+"/missing-job", "", nil), ruWant{what: "get of a missing object", class: correlate.ClassProxied, entry: ruC, peers: toOld, code: 404})
+	r.expect(r.do(ruC, "admin", "GET", ruJobs+"/missing-job", "", nil), ruWant{what: "get of a missing object", class: correlate.ClassProxied, entry: ruC, peers: toOld, code: 404, peerReason: "NotFound"})
 	r.expect(r.do(ruC, "bob", "GET", ruJobs, "", nil), ruWant{what: "list as bob (client certificate)", class: correlate.ClassProxied, entry: ruC, peers: toOld, code: 200, user: "bob"})
 
 	// 3. Denied at the entry: never forwarded.
@@ -321,10 +322,14 @@ func TestRollingUpgrade(t *testing.T) {
 	r.expect(r.do(ruB, "admin", "POST", ruPG, pg("pg-upgraded"), nil), ruWant{what: "creates one itself", class: correlate.ClassLocal, entry: ruB, code: 201})
 	r.expect(r.do(ruB, "bob", "GET", ruPG+"/pg-1", "", nil), ruWant{what: "reads one kas-c created", class: correlate.ClassLocal, entry: ruB, code: 200, user: "bob"})
 	r.expect(r.do(ruB, "admin", "GET", ruJobs+"/job-1", "", nil), ruWant{what: "and still serves jobs", class: correlate.ClassLocal, entry: ruB, code: 200})
-	for i := 0; i < 4; i++ {
-		r.expect(r.do(ruA, "admin", "GET", ruPG+"/pg-upgraded", "", nil), ruWant{what: "kas-a forwards podgroups to either 1.36 server", class: correlate.ClassProxied, entry: ruA, peers: []string{ruB, ruC}, code: 200})
-		r.expect(r.do(ruC, "admin", "GET", ruJobs+"/job-1", "", nil), ruWant{what: "kas-c forwards jobs to kas-a or the upgraded kas-b", class: correlate.ClassProxied, entry: ruC, peers: toOld, code: 200})
-	}
+	// The other servers pick the upgraded kas-b as a peer once they have its discovery again
+	// (each picks at random among the servers of a resource).
+	r.forwardUntil(ruB, func() ruWant {
+		return ruWant{what: "kas-a forwards podgroups to either 1.36 server", class: correlate.ClassProxied, entry: ruA, peers: []string{ruB, ruC}, code: 200}
+	}, func() ruResp { return r.do(ruA, "admin", "GET", ruPG+"/pg-upgraded", "", nil) })
+	r.forwardUntil(ruB, func() ruWant {
+		return ruWant{what: "kas-c forwards jobs to kas-a or the upgraded kas-b (new -> new)", class: correlate.ClassProxied, entry: ruC, peers: toOld, code: 200}
+	}, func() ruResp { return r.do(ruC, "admin", "GET", ruJobs+"/job-1", "", nil) })
 	r.waitAPIServers(map[string]string{ruA: harness.OldVersion, ruB: harness.NewVersion, ruC: harness.NewVersion},
 		map[string]bool{ruA: false, ruB: true, ruC: true})
 
@@ -452,6 +457,35 @@ func (r *ruTest) watchCancel(server, identity, path string) ruResp {
 	resp.Body.Close()
 	r.t.Logf("%s WATCH %s as %s -> %d, cancelled after %.60s (%s)", server, path, identity, res.code, line, res.auditID)
 	return res
+}
+
+// forwardUntil sends requests (each expected as want says) until one is forwarded to peer,
+// as the chain API shows as soon as both records are in (up to a minute).
+func (r *ruTest) forwardUntil(peer string, want func() ruWant, send func() ruResp) {
+	r.t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for n := 1; ; n++ {
+		res := send()
+		r.expect(res, want())
+		var got string
+		if err := pollUntil(r.ctx, 30*time.Second, func() (bool, error) {
+			c, _, err := r.pt.chain(r.ctx, res.auditID)
+			if err == nil && c != nil && c.Peer != nil {
+				got = c.Peer.APIServer
+			}
+			return got != "", r.pt.exited()
+		}); err != nil {
+			r.t.Fatalf("%s: %s: no peer record of %s: %v", r.scenario, want().what, res.auditID, err)
+		}
+		if got == peer {
+			r.t.Logf("%s: forwarded to %s at the %d. request", want().what, peer, n)
+			return
+		}
+		if time.Now().After(deadline) {
+			r.t.Errorf("%s: %s: never forwarded to %s in %d requests", r.scenario, want().what, peer, n)
+			return
+		}
+	}
 }
 
 func (r *ruTest) must(res ruResp, code int) {
@@ -661,6 +695,9 @@ func (r *ruTest) verify() {
 		}
 		if c.Peer != nil {
 			w.chainPeer = c.Peer.APIServer
+			if w.peerReason != "" && (c.Peer.Reason != w.peerReason || c.Entry == nil || c.Entry.Reason != "") {
+				bad = append(bad, fmt.Sprintf("peer reason %q, entry reason %q: want the status on the peer's side only (%s)", c.Peer.Reason, sideReason(c.Entry), w.peerReason))
+			}
 		}
 		if w.entryPanic {
 			if c.Entry == nil || !slices.Contains(c.Entry.Stages, "Panic") {
@@ -675,6 +712,8 @@ func (r *ruTest) verify() {
 		if len(bad) > 0 {
 			b, _ := json.MarshalIndent(c, "", "  ")
 			t.Errorf("%s: chain API: %s\n%s", where, strings.Join(bad, "; "), b)
+		} else {
+			t.Logf("%s: %s %s -> %s %d %v", where, c.Class, sideName(c.Entry), sideName(c.Peer), c.Code, c.Findings)
 		}
 	}
 
@@ -698,13 +737,14 @@ func (r *ruTest) verify() {
 		HasPeer        bool     `json:"has_peer"`
 		PeerAPIServer  string   `json:"peer_apiserver"`
 		PeerCode       int      `json:"peer_code"`
+		PeerReason     string   `json:"peer_reason"`
 		Explanation    string   `json:"explanation"`
 	}
 	rows := map[string][]chainRow{}
 	err := pollUntil(r.ctx, deadline, func() (bool, error) {
 		var got []chainRow
 		if err := r.pt.sql(r.ctx, `SELECT audit_id, state, class, findings, code, user_name, real_user, has_entry, entry_apiserver,
-			entry_code, entry_stages, has_peer, peer_apiserver, peer_code, explanation
+			entry_code, entry_stages, has_peer, peer_apiserver, peer_code, peer_reason, explanation
 			FROM peertrail.chains FINAL WHERE audit_id IN (`+sqlStrings(t, ids)+`)`, &got); err != nil {
 			return false, err
 		}
@@ -742,6 +782,9 @@ func (r *ruTest) verify() {
 		}
 		if row.HasPeer != (len(w.peers) > 0) || row.PeerAPIServer != w.chainPeer || row.HasPeer && row.PeerCode != w.peerCode {
 			bad = append(bad, fmt.Sprintf("peer %q (has_peer %v, code %d), want %q (the chain API's) code %d", row.PeerAPIServer, row.HasPeer, row.PeerCode, w.chainPeer, w.peerCode))
+		}
+		if w.peerReason != "" && row.PeerReason != w.peerReason {
+			bad = append(bad, fmt.Sprintf("peer_reason %q, want %q", row.PeerReason, w.peerReason))
 		}
 		if w.entryPanic {
 			if !slices.Contains(row.EntryStages, "Panic") {
@@ -1199,6 +1242,13 @@ func sideName(s *correlate.Side) string {
 		return "none"
 	}
 	return s.APIServer
+}
+
+func sideReason(s *correlate.Side) string {
+	if s == nil {
+		return ""
+	}
+	return s.Reason
 }
 
 func sideCode(s *correlate.Side) int32 {
