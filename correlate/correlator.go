@@ -189,7 +189,7 @@ func (co *Correlator) Consume(ctx context.Context, entries []spool.Entry) (spool
 		}
 	}
 	for _, e := range entries {
-		b, err := co.codec.DecodeFrame(e.Payload)
+		b, err := co.codec.DecodeFrameWithoutRaw(e.Payload)
 		if err != nil {
 			co.m.badFrames.Inc()
 			co.log.Error("correlate: undecodable spool frame skipped", "position", e.Pos, "err", err)

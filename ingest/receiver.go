@@ -9,6 +9,7 @@
 package ingest
 
 import (
+	"bytes"
 	"compress/gzip"
 	"context"
 	"crypto/subtle"
@@ -74,6 +75,9 @@ type Receiver struct {
 
 	lastMu sync.Mutex
 	last   map[string]time.Time // last accepted batch per apiserver
+
+	// bodies recycles request body buffers: a batch is a third of a megabyte, 25 a second.
+	bodies sync.Pool
 }
 
 // NewReceiver returns a receiver writing to sp, remembering keys in ix and dead letters in dl.
@@ -92,7 +96,8 @@ func NewReceiver(opts Options, sp *spool.Spool, ix *dedup.Index, codec *record.C
 	return &Receiver{
 		opts: opts, known: known, spool: sp, index: ix, codec: codec, dead: dl, log: log,
 		m: newReceiverMetrics(), slots: make(chan struct{}, opts.MaxInflight), now: time.Now,
-		last: map[string]time.Time{},
+		last:   map[string]time.Time{},
+		bodies: sync.Pool{New: func() any { return new(bytes.Buffer) }},
 	}
 }
 
@@ -110,7 +115,8 @@ type answer struct {
 	code      int
 	apiserver string // established sender, or metrics.UnknownAPIServer
 	msg       string
-	retry     bool // add Retry-After
+	retry     bool          // add Retry-After
+	buf       *bytes.Buffer // the body's buffer, to recycle
 }
 
 func (rc *Receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -180,6 +186,8 @@ func (rc *Receiver) serve(w http.ResponseWriter, r *http.Request, start time.Tim
 	if body == nil {
 		return a
 	}
+	// Nothing keeps the body once it is decoded (records own copies of their events).
+	defer rc.putBody(a.buf)
 	return rc.accept(r.Context(), body, name, r.RemoteAddr, start)
 }
 
@@ -238,16 +246,33 @@ func (rc *Receiver) readBody(w http.ResponseWriter, r *http.Request, name string
 			msg: fmt.Sprintf("unsupported Content-Encoding %q (want gzip or none)", enc)}
 	}
 	// Read one byte past the limit so that a decoded body over it is recognised (a gzip bomb).
-	body, err := io.ReadAll(io.LimitReader(src, limit+1))
+	buf := rc.bodies.Get().(*bytes.Buffer)
+	buf.Reset()
+	if r.ContentLength > 0 && src == io.Reader(counted) {
+		buf.Grow(int(r.ContentLength) + 1)
+	}
+	_, err := buf.ReadFrom(io.LimitReader(src, limit+1))
+	body := buf.Bytes()
 	rc.m.bytes.WithLabelValues(name).Add(float64(counted.n))
 	if err != nil {
+		rc.putBody(buf)
 		return nil, rc.readError(name, err, "body")
 	}
 	if int64(len(body)) > limit {
+		rc.putBody(buf)
 		return nil, answer{code: http.StatusRequestEntityTooLarge, apiserver: name,
 			msg: fmt.Sprintf("decoded body exceeds the limit of %d bytes", limit)}
 	}
-	return body, answer{}
+	return body, answer{buf: buf}
+}
+
+// maxPooledBody bounds the buffers kept for reuse, so that one huge body does not stay.
+const maxPooledBody = 4 << 20
+
+func (rc *Receiver) putBody(buf *bytes.Buffer) {
+	if buf.Cap() <= maxPooledBody {
+		rc.bodies.Put(buf)
+	}
 }
 
 func (rc *Receiver) readError(name string, err error, what string) answer {

@@ -130,6 +130,9 @@ func appendRecord(b []byte, r *Record) []byte {
 type reader struct {
 	b   []byte
 	err error
+	// skipRaw leaves Record.Raw nil: consumers that never look at the raw event (the
+	// correlator) do not pay for copying it.
+	skipRaw bool
 }
 
 func (r *reader) uvarint() uint64 {
@@ -175,7 +178,7 @@ func (r *reader) str() string { return string(r.take(r.uvarint())) }
 
 func (r *reader) bytes() []byte {
 	p := r.take(r.uvarint())
-	if len(p) == 0 {
+	if len(p) == 0 || r.skipRaw {
 		return nil
 	}
 	return append([]byte(nil), p...)

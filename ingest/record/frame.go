@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/klauspost/compress/s2"
@@ -42,9 +43,14 @@ type Batch struct {
 	Records    []Record
 }
 
-// Codec encodes and decodes frames. It is safe for concurrent use and holds no resources;
-// it exists so that the frame format has one owner.
-type Codec struct{}
+// Codec encodes and decodes frames. It is safe for concurrent use; it holds only buffers.
+type Codec struct {
+	// scratch recycles the uncompressed records of a frame being encoded: they are garbage
+	// the moment they are compressed, and a batch's worth is most of a megabyte.
+	scratch sync.Pool
+}
+
+const maxPooledScratch = 8 << 20
 
 // NewCodec returns a Codec.
 func NewCodec() (*Codec, error) { return &Codec{}, nil }
@@ -58,10 +64,20 @@ func (c *Codec) AppendFrame(dst []byte, apiserver string, receivedAt time.Time, 
 	if len(keys) != len(records) {
 		return dst, fmt.Errorf("frame: %d keys for %d records", len(keys), len(records))
 	}
-	body := binary.AppendUvarint(make([]byte, 0, 2048*len(records)), uint64(len(records))+1) // as reader.count reads it
+	scratch := c.scratch.Get()
+	var body []byte
+	if p, ok := scratch.(*[]byte); ok {
+		body = (*p)[:0]
+	}
+	body = binary.AppendUvarint(body, uint64(len(records))+1) // as reader.count reads it
 	for i := range records {
 		body = appendRecord(body, &records[i])
 	}
+	defer func() {
+		if cap(body) <= maxPooledScratch {
+			c.scratch.Put(&body)
+		}
+	}()
 	dst = append(dst, frameVersion)
 	dst = binary.AppendUvarint(dst, uint64(len(apiserver)))
 	dst = append(dst, apiserver...)
@@ -118,7 +134,13 @@ func ParseHeader(frame []byte) (FrameHeader, error) {
 }
 
 // DecodeFrame decodes a whole frame. The returned batch does not alias frame.
-func (c *Codec) DecodeFrame(frame []byte) (Batch, error) {
+func (c *Codec) DecodeFrame(frame []byte) (Batch, error) { return c.decodeFrame(frame, false) }
+
+// DecodeFrameWithoutRaw decodes a frame but leaves every Record.Raw nil, for consumers that do
+// not keep the raw events.
+func (c *Codec) DecodeFrameWithoutRaw(frame []byte) (Batch, error) { return c.decodeFrame(frame, true) }
+
+func (c *Codec) decodeFrame(frame []byte, skipRaw bool) (Batch, error) {
 	h, err := ParseHeader(frame)
 	if err != nil {
 		return Batch{}, err
@@ -132,7 +154,7 @@ func (c *Codec) DecodeFrame(frame []byte) (Batch, error) {
 	if err != nil {
 		return Batch{}, fmt.Errorf("%w: decompress: %v", ErrBadFrame, err)
 	}
-	r := reader{b: body}
+	r := reader{b: body, skipRaw: skipRaw}
 	n, _ := r.count()
 	if n > maxFrameRecords {
 		return Batch{}, fmt.Errorf("%w: %d records", ErrBadFrame, n)
