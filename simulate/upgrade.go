@@ -376,7 +376,8 @@ func (u *Upgrade) request(now time.Time) {
 		truth.Findings = append(truth.Findings, "impersonation_flattened")
 	}
 	if u.rng.Float64() < u.cfg.Faults.IdentityMismatch {
-		peerReq.groups = []string{"system:authenticated"}
+		// A group no simulated user has, so the peer's identity always differs.
+		peerReq.groups = append(slices.Clone(req.groups), "system:injected-by-a-broken-proxy")
 		truth.Findings = append(truth.Findings, "identity_mismatch")
 		truth.Faults = append(truth.Faults, "identity_mismatch")
 	}
