@@ -76,8 +76,9 @@ type Receiver struct {
 	lastMu sync.Mutex
 	last   map[string]time.Time // last accepted batch per apiserver
 
-	// bodies recycles request body buffers: a batch is a third of a megabyte, 25 a second.
-	bodies sync.Pool
+	// bodies and frames recycle request bodies and encoded frames: a batch is a third of a
+	// megabyte, 25 a second.
+	bodies, frames sync.Pool
 }
 
 // NewReceiver returns a receiver writing to sp, remembering keys in ix and dead letters in dl.
@@ -98,6 +99,7 @@ func NewReceiver(opts Options, sp *spool.Spool, ix *dedup.Index, codec *record.C
 		m: newReceiverMetrics(), slots: make(chan struct{}, opts.MaxInflight), now: time.Now,
 		last:   map[string]time.Time{},
 		bodies: sync.Pool{New: func() any { return new(bytes.Buffer) }},
+		frames: sync.Pool{New: func() any { return new([]byte) }},
 	}
 }
 
@@ -325,7 +327,15 @@ func (rc *Receiver) accept(ctx context.Context, body []byte, name, remote string
 		keys[i] = recs[i].Key()
 	}
 	// Encode outside the lock on the bet that nothing is a duplicate, which is the common case.
-	frame, err := rc.codec.AppendFrame(nil, name, start, recs, keys)
+	fbuf := rc.frames.Get().(*[]byte)
+	frame, err := rc.codec.AppendFrame((*fbuf)[:0], name, start, recs, keys)
+	// The spool copies the frame; once appended it is the next batch's buffer.
+	defer func() {
+		if cap(frame) <= maxPooledBody {
+			*fbuf = frame
+			rc.frames.Put(fbuf)
+		}
+	}()
 	if err != nil {
 		return answer{code: http.StatusInternalServerError, apiserver: name, msg: err.Error()}
 	}

@@ -130,8 +130,8 @@ func appendRecord(b []byte, r *Record) []byte {
 type reader struct {
 	b   []byte
 	err error
-	// skipRaw leaves Record.Raw nil: consumers that never look at the raw event (the
-	// correlator) do not pay for copying it.
+	// skipRaw leaves Record.Raw and Record.Annotations nil: consumers that never look at them
+	// (the correlator) do not pay for copying them.
 	skipRaw bool
 }
 
@@ -226,6 +226,12 @@ func (r *reader) extra() map[string][]string {
 func (r *reader) annotations() map[string]string {
 	n, isNil := r.count()
 	if isNil {
+		return nil
+	}
+	if r.skipRaw {
+		for range 2 * n {
+			r.take(r.uvarint())
+		}
 		return nil
 	}
 	m := make(map[string]string, n)

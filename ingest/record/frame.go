@@ -136,8 +136,8 @@ func ParseHeader(frame []byte) (FrameHeader, error) {
 // DecodeFrame decodes a whole frame. The returned batch does not alias frame.
 func (c *Codec) DecodeFrame(frame []byte) (Batch, error) { return c.decodeFrame(frame, false) }
 
-// DecodeFrameWithoutRaw decodes a frame but leaves every Record.Raw nil, for consumers that do
-// not keep the raw events.
+// DecodeFrameWithoutRaw decodes a frame but leaves every Record.Raw and Record.Annotations nil,
+// for consumers that look at neither (the correlator).
 func (c *Codec) DecodeFrameWithoutRaw(frame []byte) (Batch, error) { return c.decodeFrame(frame, true) }
 
 func (c *Codec) decodeFrame(frame []byte, skipRaw bool) (Batch, error) {
@@ -150,7 +150,17 @@ func (c *Codec) decodeFrame(frame []byte, skipRaw bool) (Batch, error) {
 	if n, err := s2.DecodedLen(h.body); err != nil || n > maxDecodedBody {
 		return Batch{}, fmt.Errorf("%w: compressed body (%d bytes decoded, %v)", ErrBadFrame, n, err)
 	}
-	body, err := s2.Decode(nil, h.body)
+	// The decompressed records are garbage once decoded (strings are copied out of them).
+	var buf []byte
+	if p, ok := c.scratch.Get().(*[]byte); ok {
+		buf = *p
+	}
+	body, err := s2.Decode(buf[:cap(buf)], h.body)
+	defer func() {
+		if cap(body) <= maxPooledScratch {
+			c.scratch.Put(&body)
+		}
+	}()
 	if err != nil {
 		return Batch{}, fmt.Errorf("%w: decompress: %v", ErrBadFrame, err)
 	}
