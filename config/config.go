@@ -164,6 +164,9 @@ func (f File) Validate() error {
 	}
 	switch f.Store.Engine {
 	case "", "embedded", "none":
+		if f.Store.DSN != "" {
+			errs = append(errs, fmt.Errorf("a ClickHouse DSN is set but the store engine is %q: add --store clickhouse (or drop --clickhouse-dsn)", f.Store.Engine))
+		}
 	case "clickhouse":
 		if f.Store.DSN == "" {
 			errs = append(errs, errors.New("store engine clickhouse needs --clickhouse-dsn"))
