@@ -26,6 +26,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -537,6 +538,8 @@ type container struct {
 	args    []string
 	mounts  map[string]string // mountPath -> volume name
 	volumes map[string]map[string]any
+	// sqlListen replaces the --sql-listen address when run here.
+	sqlListen string
 }
 
 func peertrailContainer(t *testing.T, dep *unstructured.Unstructured) container {
@@ -609,6 +612,9 @@ func (c container) localArgs(t *testing.T, dir string, objs []*unstructured.Unst
 	for _, a := range c.args {
 		if strings.HasPrefix(a, "--listen=") {
 			a = "--listen=" + listen
+		}
+		if strings.HasPrefix(a, "--sql-listen=") {
+			a = "--sql-listen=" + c.sqlListen
 		}
 		for _, p := range paths {
 			if i := strings.Index(a, "="+p); i >= 0 && (len(a) == i+1+len(p) || a[i+1+len(p)] == '/') {
@@ -749,9 +755,15 @@ func TestDeployControlPlaneEndToEnd(t *testing.T) {
 	}
 	listen := fmt.Sprintf("127.0.0.1:%d", port)
 	base := "https://" + listen
+	sqlPort, err := harness.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctr.sqlListen = fmt.Sprintf("127.0.0.1:%d", sqlPort)
 	args := ctr.localArgs(t, filepath.Join(dir, "peertrail"), objs, map[string]map[string][]byte{
 		"peertrail-tls":      {"tls.crt": serving.CertPEM, "tls.key": serving.KeyPEM, "ca.crt": pki.ServerCA.CertPEM},
 		"peertrail-audit-ca": {"ca.crt": auditCA.CertPEM},
+		"peertrail-sql":      {"password": []byte("grafana-secret\n")},
 	}, listen)
 	ptBin := filepath.Join(dir, "peertrail-bin")
 	build := exec.Command("go", "build", "-o", ptBin, "./cmd/peertrail")
@@ -785,6 +797,22 @@ func TestDeployControlPlaneEndToEnd(t *testing.T) {
 	}
 	if code := httpCode(t, hc, "POST", base+"/audit/"+oldName); code != http.StatusUnauthorized {
 		t.Errorf("POST /audit without a client certificate: %d, want 401", code)
+	}
+	// Grafana's view of the embedded store (components/grafana-sql): the SQL interface asks for
+	// the password from the Secret, and answers with it.
+	sqlURL := "http://" + ctr.sqlListen + "/?query=" + url.QueryEscape("SELECT count() FROM peertrail.events")
+	if code := httpCode(t, hc, "GET", sqlURL); code != http.StatusUnauthorized && code != http.StatusForbidden {
+		t.Errorf("SQL without the password: %d, want 401 or 403", code)
+	}
+	req, _ := http.NewRequest(http.MethodGet, sqlURL, nil)
+	req.SetBasicAuth("grafana", "grafana-secret")
+	if resp, err := hc.Do(req); err != nil {
+		t.Errorf("SQL with the password: %v", err)
+	} else {
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Errorf("SQL with the password: %d", resp.StatusCode)
+		}
 	}
 
 	// The webhook kubeconfigs, written by the command the runbook uses.
