@@ -18,57 +18,57 @@ import (
 type Record struct {
 	// APIServer is the name of the apiserver that sent the event (from the webhook path or
 	// the client certificate), not anything the event says about itself.
-	APIServer string `cbor:"1,keyasint" json:"apiserver"`
-	AuditID   string `cbor:"2,keyasint" json:"audit_id"`
-	Stage     string `cbor:"3,keyasint" json:"stage"`
-	Level     string `cbor:"4,keyasint" json:"level"`
-	Verb      string `cbor:"5,keyasint" json:"verb"`
+	APIServer string `json:"apiserver"`
+	AuditID   string `json:"audit_id"`
+	Stage     string `json:"stage"`
+	Level     string `json:"level"`
+	Verb      string `json:"verb"`
 
-	RequestURI  string `cbor:"6,keyasint" json:"request_uri"`
-	Group       string `cbor:"7,keyasint" json:"group"`
-	Version     string `cbor:"8,keyasint" json:"version"`
-	Resource    string `cbor:"9,keyasint" json:"resource"`
-	Subresource string `cbor:"10,keyasint" json:"subresource,omitempty"`
-	Namespace   string `cbor:"11,keyasint" json:"namespace,omitempty"`
-	Name        string `cbor:"12,keyasint" json:"name,omitempty"`
+	RequestURI  string `json:"request_uri"`
+	Group       string `json:"group"`
+	Version     string `json:"version"`
+	Resource    string `json:"resource"`
+	Subresource string `json:"subresource,omitempty"`
+	Namespace   string `json:"namespace,omitempty"`
+	Name        string `json:"name,omitempty"`
 
-	UserName   string              `cbor:"13,keyasint" json:"user"`
-	UserUID    string              `cbor:"14,keyasint" json:"user_uid,omitempty"`
-	UserGroups []string            `cbor:"15,keyasint" json:"user_groups,omitempty"`
-	UserExtra  map[string][]string `cbor:"16,keyasint" json:"user_extra,omitempty"`
+	UserName   string              `json:"user"`
+	UserUID    string              `json:"user_uid,omitempty"`
+	UserGroups []string            `json:"user_groups,omitempty"`
+	UserExtra  map[string][]string `json:"user_extra,omitempty"`
 
-	ImpersonatedUser   string              `cbor:"17,keyasint" json:"impersonated_user,omitempty"`
-	ImpersonatedUID    string              `cbor:"18,keyasint" json:"impersonated_uid,omitempty"`
-	ImpersonatedGroups []string            `cbor:"19,keyasint" json:"impersonated_groups,omitempty"`
-	ImpersonatedExtra  map[string][]string `cbor:"20,keyasint" json:"impersonated_extra,omitempty"`
+	ImpersonatedUser   string              `json:"impersonated_user,omitempty"`
+	ImpersonatedUID    string              `json:"impersonated_uid,omitempty"`
+	ImpersonatedGroups []string            `json:"impersonated_groups,omitempty"`
+	ImpersonatedExtra  map[string][]string `json:"impersonated_extra,omitempty"`
 	// ImpersonationConstraint is authenticationMetadata.impersonationConstraint (constrained
 	// impersonation, 1.35+).
-	ImpersonationConstraint string `cbor:"21,keyasint" json:"impersonation_constraint,omitempty"`
+	ImpersonationConstraint string `json:"impersonation_constraint,omitempty"`
 
-	SourceIPs []string `cbor:"22,keyasint" json:"source_ips"`
-	UserAgent string   `cbor:"23,keyasint" json:"user_agent"`
+	SourceIPs []string `json:"source_ips"`
+	UserAgent string   `json:"user_agent"`
 
 	// Code is responseStatus.code; 0 when the stage has no response yet (RequestReceived).
-	Code    int32  `cbor:"24,keyasint" json:"code"`
-	Status  string `cbor:"25,keyasint" json:"status,omitempty"`
-	Reason  string `cbor:"26,keyasint" json:"reason,omitempty"`
-	Message string `cbor:"27,keyasint" json:"message,omitempty"`
+	Code    int32  `json:"code"`
+	Status  string `json:"status,omitempty"`
+	Reason  string `json:"reason,omitempty"`
+	Message string `json:"message,omitempty"`
 
-	RequestReceivedTimestamp time.Time `cbor:"28,keyasint" json:"request_received_timestamp"`
-	StageTimestamp           time.Time `cbor:"29,keyasint" json:"stage_timestamp"`
+	RequestReceivedTimestamp time.Time `json:"request_received_timestamp"`
+	StageTimestamp           time.Time `json:"stage_timestamp"`
 
-	Annotations map[string]string `cbor:"30,keyasint" json:"annotations,omitempty"`
+	Annotations map[string]string `json:"annotations,omitempty"`
 
-	HasRequestObject    bool  `cbor:"31,keyasint" json:"has_request_object"`
-	RequestObjectBytes  int64 `cbor:"32,keyasint" json:"request_object_bytes"`
-	HasResponseObject   bool  `cbor:"33,keyasint" json:"has_response_object"`
-	ResponseObjectBytes int64 `cbor:"34,keyasint" json:"response_object_bytes"`
+	HasRequestObject    bool  `json:"has_request_object"`
+	RequestObjectBytes  int64 `json:"request_object_bytes"`
+	HasResponseObject   bool  `json:"has_response_object"`
+	ResponseObjectBytes int64 `json:"response_object_bytes"`
 
 	// ReceivedAt is when peertrail received the batch that carried this event.
-	ReceivedAt time.Time `cbor:"35,keyasint" json:"received_at"`
+	ReceivedAt time.Time `json:"received_at"`
 
 	// Raw is the event's JSON exactly as it appeared in the EventList, unknown fields included.
-	Raw []byte `cbor:"36,keyasint" json:"-"`
+	Raw []byte `json:"-"`
 }
 
 // Key identifies one audit event for duplicate detection. The apiserver retries whole batches,
