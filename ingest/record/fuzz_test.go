@@ -47,6 +47,18 @@ func FuzzDecode(f *testing.F) {
 		if len(recs)+len(inv) != len(env.Items) {
 			t.Fatalf("%d items became %d records and %d invalid", len(env.Items), len(recs), len(inv))
 		}
+		// Each item keeps exactly the bytes encoding/json's RawMessage gives it.
+		for i, ri, ii := 0, 0, 0; i < len(env.Items); i++ {
+			var raw []byte
+			if ii < len(inv) && inv[ii].Index == i {
+				raw, ii = inv[ii].Raw, ii+1
+			} else {
+				raw, ri = recs[ri].Raw, ri+1
+			}
+			if !bytes.Equal(raw, env.Items[i]) {
+				t.Fatalf("item %d kept as %q, encoding/json's RawMessage is %q", i, raw, env.Items[i])
+			}
+		}
 		for _, r := range recs {
 			if r.AuditID == "" || r.Stage == "" || r.StageTimestamp.IsZero() || r.APIServer != "kas-a" || len(r.Raw) == 0 {
 				t.Fatalf("record without its identifying fields: %+v", r)
