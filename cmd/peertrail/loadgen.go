@@ -26,6 +26,7 @@ type loadgenFlags struct {
 	rate        int
 	batch       int
 	duration    time.Duration
+	warmup      time.Duration
 	caFile      string
 	insecureTLS bool
 	tokenFile   string
@@ -44,8 +45,9 @@ ResponseComplete, realistic users, resources and annotations, every auditID uniq
 <url>/audit/<apiserver>, one sender per apiserver, on a fixed schedule (open loop: a slow
 receiver does not slow the schedule, its latency shows). It reports accepted events per second
 and the acknowledge latency distribution. Use it to size a deployment or to check a change.`,
-		Example: `  peertrail loadgen --url https://peertrail:8443 --ca-file ca.crt --rate 10000 --duration 60s`,
-		Args:    cobra.NoArgs,
+		Example: `  peertrail loadgen --url https://peertrail:8443 --ca-file ca.crt --rate 10000 --duration 60s
+  peertrail loadgen --url http://127.0.0.1:18443 --warmup 60s --duration 30s   # steady state`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runLoadgen(cmd.Context(), f, cmd.OutOrStdout())
 		},
@@ -55,7 +57,9 @@ and the acknowledge latency distribution. Use it to size a deployment or to chec
 	fl.StringVar(&f.apiservers, "apiservers", "kas-a,kas-b,kas-c", "comma-separated apiserver names to send as")
 	fl.IntVar(&f.rate, "rate", 10000, "events per second, over all apiservers")
 	fl.IntVar(&f.batch, "batch", 400, "events per EventList (the apiserver's default batch size is 400)")
-	fl.DurationVar(&f.duration, "duration", 30*time.Second, "how long to send")
+	fl.DurationVar(&f.duration, "duration", 30*time.Second, "how long to send and measure")
+	fl.DurationVar(&f.warmup, "warmup", 0, "send at the same rate for this long first, without measuring: a receiver's first\n"+
+		"minute (heap growing, the correlator's chain window filling) is slower than its steady state")
 	fl.StringVar(&f.caFile, "ca-file", "", "CA bundle to verify the receiver's certificate")
 	fl.BoolVar(&f.insecureTLS, "insecure-skip-tls-verify", false, "do not verify the receiver's certificate")
 	fl.StringVar(&f.tokenFile, "token-file", "", "bearer token file")
@@ -96,7 +100,9 @@ func runLoadgen(ctx context.Context, f *loadgenFlags, out io.Writer) error {
 		res       = LoadResult{Codes: map[string]int{}}
 	)
 	start := time.Now()
-	deadline := start.Add(f.duration)
+	measureFrom := start.Add(f.warmup)
+	deadline := measureFrom.Add(f.duration)
+	warmupRefused := 0
 	var wg sync.WaitGroup
 	for si, name := range names {
 		tmpl, err := simulate.NewTemplate(simulate.NewEvents(uint64(si+1), nil), f.batch)
@@ -117,6 +123,7 @@ func runLoadgen(ctx context.Context, f *loadgenFlags, out io.Writer) error {
 					}
 				}
 				late := time.Since(next) > interval
+				measured := !next.Before(measureFrom)
 				body := tmpl.Render(si, seq)
 				inflight.Go(func() {
 					t0 := time.Now()
@@ -124,6 +131,12 @@ func runLoadgen(ctx context.Context, f *loadgenFlags, out io.Writer) error {
 					lat := time.Since(t0)
 					mu.Lock()
 					defer mu.Unlock()
+					if !measured {
+						if code != "200" {
+							warmupRefused += f.batch
+						}
+						return
+					}
 					res.Batches++
 					res.EventsSent += f.batch
 					res.Codes[code]++
@@ -140,7 +153,7 @@ func runLoadgen(ctx context.Context, f *loadgenFlags, out io.Writer) error {
 		})
 	}
 	wg.Wait()
-	res.Seconds = time.Since(start).Seconds()
+	res.Seconds = time.Since(measureFrom).Seconds()
 	res.AckedPerSec = float64(res.EventsAcked) / res.Seconds
 	slices.Sort(latencies)
 	q := func(p float64) float64 {
@@ -160,6 +173,9 @@ func runLoadgen(ctx context.Context, f *loadgenFlags, out io.Writer) error {
 	fmt.Fprintf(out, "answers: %v; batches sent late: %d\n", res.Codes, res.Late)
 	fmt.Fprintf(out, "ack latency ms: p50 %.2f  p90 %.2f  p99 %.2f  max %.2f\n",
 		res.LatencyP50ms, res.LatencyP90ms, res.LatencyP99ms, res.LatencyMaxms)
+	if warmupRefused > 0 {
+		return fmt.Errorf("%d events sent during the warm-up were not acknowledged", warmupRefused)
+	}
 	if res.EventsAcked < res.EventsSent {
 		return fmt.Errorf("%d of %d events were not acknowledged", res.EventsSent-res.EventsAcked, res.EventsSent)
 	}
