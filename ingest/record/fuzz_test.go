@@ -22,6 +22,12 @@ func seedBodies(f *testing.F) {
 	f.Add([]byte(`{"kind":"EventList","apiVersion":"audit.k8s.io/v1","items":[{"auditID":"a","stage":"ResponseComplete","stageTimestamp":"2026-11-29T10:00:00.000001Z"}]}`))
 	f.Add([]byte(`{"kind":"EventList","apiVersion":"audit.k8s.io/v1","items":[null,1,"x",{}]}`))
 	f.Add([]byte(`{}`))
+	// Timestamps the fast path must hand back to encoding/json, or reject as it does.
+	f.Add([]byte(`{"kind":"EventList","apiVersion":"audit.k8s.io/v1","items":[` +
+		`{"auditID":"a","stage":"ResponseComplete","stageTimestamp":"2026-11-29T10:00:00.000001\u005a","requestReceivedTimestamp":null},` +
+		`{"auditID":"b","stage":"ResponseComplete","stageTimestamp":"2026-11-29T11:00:00.5+01:00","StageTimestamp":"2026-11-29T10:00:00Z"},` +
+		`{"auditID":"c","stage":"ResponseComplete","stageTimestamp":"2026-11-29 10:00:00"},` +
+		`{"auditID":"d","stage":"ResponseComplete","stageTimestamp":1}]}`))
 }
 
 // FuzzDecode checks that no body makes Decode panic, that the fast decoder agrees with
