@@ -83,6 +83,7 @@ type Gate struct {
 	MaxIdentityMismatch int      `json:"maxIdentityMismatch,omitempty"`
 	MaxIngestGap        Duration `json:"maxIngestGap,omitempty"`
 	MaxMinorSkew        int      `json:"maxMinorSkew,omitempty"`
+	ForgetAfter         Duration `json:"forgetAfter,omitempty"`
 }
 
 // Correlate tunes how records are joined into chains.

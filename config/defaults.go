@@ -39,6 +39,7 @@ func Defaults() File {
 			MinForwarded:       20,
 			MaxIngestGap:       Duration(2 * time.Minute),
 			MaxMinorSkew:       1,
+			ForgetAfter:        Duration(30 * time.Minute),
 		},
 	}
 }

@@ -34,6 +34,11 @@ type Thresholds struct {
 	MaxIngestGap time.Duration `json:"max_ingest_gap"`
 	// MaxMinorSkew is the version-skew policy: HA apiservers at most this many minors apart.
 	MaxMinorSkew int `json:"max_minor_skew"`
+	// ForgetAfter is how long an apiserver that is not configured (Sources.Expected) stays in
+	// the ingest-gap and version-skew checks after it was last heard from. An upgrade that
+	// replaces machines under new names retires the old names; without this they would hold
+	// the gate at pause for good. Configured apiservers are never forgotten.
+	ForgetAfter time.Duration `json:"forget_after"`
 }
 
 // DefaultThresholds are peertrail serve's defaults.
@@ -44,6 +49,7 @@ func DefaultThresholds() Thresholds {
 		MinForwarded:       20,
 		MaxIngestGap:       2 * time.Minute,
 		MaxMinorSkew:       1,
+		ForgetAfter:        30 * time.Minute,
 	}
 }
 
@@ -128,7 +134,8 @@ func (g *Gate) Evaluate() Verdict {
 	count(metrics.CheckBrokenChains, tot.Chains[correlate.ClassBroken], g.t.MaxBroken, "broken chains")
 	count(metrics.CheckIdentity, tot.Findings[correlate.FindingIdentityMismatch], g.t.MaxIdentityMismatch, "identity mismatches")
 
-	v.Checks = append(v.Checks, g.ingestGap(now), g.versionSkew())
+	watched, forgotten := g.watched(now)
+	v.Checks = append(v.Checks, g.ingestGap(now, watched, forgotten), g.versionSkew(watched))
 
 	v.Proceed = true
 	for _, c := range v.Checks {
@@ -144,19 +151,38 @@ func (g *Gate) Evaluate() Verdict {
 	return v
 }
 
-func (g *Gate) ingestGap(now time.Time) Check {
-	c := Check{Name: metrics.CheckIngestGap, Threshold: g.t.MaxIngestGap.Seconds(), OK: true}
-	last := g.src.LastBatches()
-	names := map[string]bool{}
+// watched returns the apiservers the ingest-gap and version-skew checks look at: the
+// configured ones, and any other heard from within ForgetAfter. forgotten are the others.
+func (g *Gate) watched(now time.Time) (watched map[string]bool, forgotten []string) {
+	watched = map[string]bool{}
 	for _, n := range g.src.Expected {
-		names[n] = true
+		watched[n] = true
+	}
+	heard := map[string]time.Time{}
+	for n, t := range g.src.LastBatches() {
+		heard[n] = t
 	}
 	for _, s := range g.src.APIServers() {
-		names[s.Name] = true
+		if t, ok := heard[s.Name]; !ok || s.LastSeen.After(t) {
+			heard[s.Name] = s.LastSeen
+		}
 	}
-	for n := range last {
-		names[n] = true
+	for n, t := range heard {
+		switch {
+		case watched[n]:
+		case g.t.ForgetAfter <= 0 || now.Sub(t) <= g.t.ForgetAfter:
+			watched[n] = true
+		default:
+			forgotten = append(forgotten, n)
+		}
 	}
+	sort.Strings(forgotten)
+	return watched, forgotten
+}
+
+func (g *Gate) ingestGap(now time.Time, names map[string]bool, forgotten []string) Check {
+	c := Check{Name: metrics.CheckIngestGap, Threshold: g.t.MaxIngestGap.Seconds(), OK: true}
+	last := g.src.LastBatches()
 	var silent []string
 	for n := range names {
 		seen := last[n]
@@ -178,6 +204,9 @@ func (g *Gate) ingestGap(now time.Time) Check {
 	} else {
 		c.Detail = fmt.Sprintf("every one of %d apiservers sent audit within %s", len(names), g.t.MaxIngestGap)
 	}
+	if len(forgotten) > 0 {
+		c.Detail += fmt.Sprintf("; no longer watched, silent for over %s and not configured: %s", g.t.ForgetAfter, strings.Join(forgotten, ", "))
+	}
 	return c
 }
 
@@ -192,11 +221,14 @@ func minor(v string) (int, bool) {
 	return m, err == nil
 }
 
-func (g *Gate) versionSkew() Check {
+func (g *Gate) versionSkew(watched map[string]bool) Check {
 	c := Check{Name: metrics.CheckVersionSkew, Threshold: float64(g.t.MaxMinorSkew), OK: true}
 	lo, hi := -1, -1
 	var versions []string
 	for _, s := range g.src.APIServers() {
+		if !watched[s.Name] {
+			continue
+		}
 		m, ok := minor(s.Version)
 		if !ok {
 			continue

@@ -126,3 +126,35 @@ func TestMinor(t *testing.T) {
 		}
 	}
 }
+
+// TestRetiredApiserverIsForgotten: an upgrade that replaces a machine under a new name leaves
+// the old name silent; once it is silent for ForgetAfter it stops holding the gate, unless it is
+// configured.
+func TestRetiredApiserverIsForgotten(t *testing.T) {
+	retire := func(f *fixture, silentFor time.Duration) {
+		f.servers = append(f.servers, correlate.ServerInfo{Name: "kas-old", Version: "v1.34.9", LastSeen: now.Add(-silentFor)})
+		f.last["kas-old"] = now.Add(-silentFor)
+	}
+	f := healthy()
+	retire(f, 10*time.Minute)
+	if got := failing(f.gate().Evaluate()); len(got) != 2 || got[0] != metrics.CheckIngestGap || got[1] != metrics.CheckVersionSkew {
+		t.Fatalf("an apiserver silent for 10m (v1.34 among v1.35/v1.36): failing %v, want the ingest gap and the skew", got)
+	}
+
+	f = healthy()
+	retire(f, 45*time.Minute)
+	v := f.gate().Evaluate()
+	if !v.Proceed {
+		t.Fatalf("an unconfigured apiserver silent for 45m still holds the gate: %v", v.Reasons)
+	}
+	if d := v.Checks[4].Detail; v.Checks[4].Name != metrics.CheckIngestGap || !strings.Contains(d, "kas-old") {
+		t.Fatalf("the ingest-gap check does not say kas-old is no longer watched: %q", d)
+	}
+
+	f = healthy()
+	retire(f, 45*time.Minute)
+	f.expected = []string{"kas-a", "kas-b", "kas-old"}
+	if v := f.gate().Evaluate(); v.Proceed {
+		t.Fatal("a configured apiserver silent for 45m was forgotten")
+	}
+}

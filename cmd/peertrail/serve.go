@@ -53,7 +53,7 @@ line wins over the file. The file also lists the apiservers:
           clickhouseDSN: clickhouse://clickhouse:9000, clickhouseCluster: ...}
   tracing: {otlpEndpoint: http://otel-collector:4318}
   gate: {window: 10m, maxProxied5xxRatio: 0.01, minForwarded: 20, maxMisleading404: 0,
-         maxBroken: 0, maxIdentityMismatch: 0, maxIngestGap: 2m, maxMinorSkew: 1}`,
+         maxBroken: 0, maxIdentityMismatch: 0, maxIngestGap: 2m, maxMinorSkew: 1, forgetAfter: 30m}`,
 		Example: `  # TLS, apiservers authenticated by client certificates, names from a config file
   peertrail serve --config /etc/peertrail/config.yaml \
     --tls-cert-file tls.crt --tls-key-file tls.key --client-ca-file apiserver-audit-ca.crt
@@ -106,6 +106,9 @@ line wins over the file. The file also lists the apiservers:
 	f.IntVar(&cfg.Gate.MaxIdentityMismatch, "gate-max-identity-mismatch", cfg.Gate.MaxIdentityMismatch, "gate: identity mismatches allowed in the window")
 	f.Var(&cfg.Gate.MaxIngestGap, "gate-max-ingest-gap", "gate: longest silence allowed from any apiserver's audit webhook")
 	f.IntVar(&cfg.Gate.MaxMinorSkew, "gate-max-minor-skew", cfg.Gate.MaxMinorSkew, "gate: the version-skew policy, minors apiservers may be apart")
+	f.IntVar(&cfg.Gate.MinForwarded, "gate-min-forwarded", cfg.Gate.MinForwarded, "gate: forwarded requests needed before the 5xx ratio counts as a ratio (fewer still pause on failures)")
+	f.Var(&cfg.Gate.ForgetAfter, "gate-forget-after", "gate: an apiserver not in the config and silent this long leaves the ingest-gap and\n"+
+		"version-skew checks (an upgrade that replaces machines under new names retires the old ones); configured apiservers are never forgotten")
 	f.StringVar(&cfg.Store.Engine, "store", cfg.Store.Engine, "where records and chains are kept for SQL: embedded (ClickHouse as a library, under --data-dir), clickhouse (a server: --clickhouse-dsn) or none")
 	f.StringVar(&cfg.Store.LibPath, "chdb-lib", "", "the embedded engine's libchdb.so (default: $CHDB_LIB_PATH, then the cache scripts/fetch-chdb.sh fills)")
 	f.StringVar(&cfg.Store.SQLListen, "sql-listen", cfg.Store.SQLListen, "where the embedded store answers the ClickHouse HTTP interface, read-only, for peertrail sql, Grafana and curl (\"\" turns it off; off loopback it needs --sql-password-file)")
