@@ -17,7 +17,10 @@ import (
 )
 
 func newChainCommand(_ *globalFlags) *cobra.Command {
-	var server, output string
+	var (
+		srv    serverFlags
+		output string
+	)
 	cmd := &cobra.Command{
 		Use:   "chain AUDIT_ID",
 		Short: "Show what happened to one request: its entry and peer records, class and findings",
@@ -31,14 +34,18 @@ class and findings, and the latencies.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
 			defer cancel()
-			u := strings.TrimRight(server, "/") + "/api/v1/chains/" + url.PathEscape(args[0])
+			u := strings.TrimRight(srv.server, "/") + "/api/v1/chains/" + url.PathEscape(args[0])
 			req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 			if err != nil {
 				return err
 			}
-			resp, err := http.DefaultClient.Do(req)
+			client, err := srv.client(30 * time.Second)
 			if err != nil {
-				return fmt.Errorf("ask %s: %w (is peertrail serve running there? --server sets its address)", server, err)
+				return err
+			}
+			resp, err := client.Do(req)
+			if err != nil {
+				return fmt.Errorf("ask %s: %w (is peertrail serve running there? --server sets its address)", srv.server, err)
 			}
 			defer resp.Body.Close()
 			body, err := io.ReadAll(resp.Body)
@@ -67,7 +74,7 @@ class and findings, and the latencies.`,
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&server, "server", "http://127.0.0.1:8443", "base URL of a running peertrail serve")
+	srv.register(cmd.Flags())
 	cmd.Flags().StringVarP(&output, "output", "o", "text", "output format: text or json")
 	return cmd
 }

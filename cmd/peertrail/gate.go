@@ -19,7 +19,10 @@ import (
 const exitPause = 3
 
 func newGateCommand(_ *globalFlags) *cobra.Command {
-	var server, output string
+	var (
+		srv    serverFlags
+		output string
+	)
 	cmd := &cobra.Command{
 		Use:   "gate",
 		Short: "Ask whether the upgrade may replace the next apiserver (exit 0 = proceed)",
@@ -33,18 +36,22 @@ and prints it with every check. The exit status is what an upgrade script acts o
 
 Thresholds are peertrail serve's --gate-* flags.`,
 		Example: `  # In a rolling-upgrade script, before replacing the next apiserver:
-  until peertrail gate --server https://peertrail.kube-system:8443; do sleep 30; done`,
+  until peertrail gate --server https://peertrail.kube-system:8443 --ca-file ca.crt; do sleep 30; done`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
 			defer cancel()
-			req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(server, "/")+"/api/v1/gate", nil)
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(srv.server, "/")+"/api/v1/gate", nil)
 			if err != nil {
 				return err
 			}
-			resp, err := http.DefaultClient.Do(req)
+			client, err := srv.client(30 * time.Second)
 			if err != nil {
-				return fmt.Errorf("ask %s: %w", server, err)
+				return err
+			}
+			resp, err := client.Do(req)
+			if err != nil {
+				return fmt.Errorf("ask %s: %w", srv.server, err)
 			}
 			defer resp.Body.Close()
 			body, err := io.ReadAll(resp.Body)
@@ -73,7 +80,7 @@ Thresholds are peertrail serve's --gate-* flags.`,
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&server, "server", "http://127.0.0.1:8443", "base URL of a running peertrail serve")
+	srv.register(cmd.Flags())
 	cmd.Flags().StringVarP(&output, "output", "o", "text", "output format: text or json")
 	return cmd
 }

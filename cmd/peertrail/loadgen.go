@@ -3,8 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -201,23 +199,9 @@ func post(ctx context.Context, c *http.Client, url, token string, body []byte) s
 }
 
 func loadgenClient(f *loadgenFlags) (*http.Client, string, error) {
-	tc := &tls.Config{InsecureSkipVerify: f.insecureTLS} //nolint:gosec // opt-in flag for test receivers
-	if f.caFile != "" {
-		pem, err := os.ReadFile(f.caFile)
-		if err != nil {
-			return nil, "", err
-		}
-		tc.RootCAs = x509.NewCertPool()
-		if !tc.RootCAs.AppendCertsFromPEM(pem) {
-			return nil, "", fmt.Errorf("%s holds no PEM certificate", f.caFile)
-		}
-	}
-	if f.certFile != "" {
-		kp, err := tls.LoadX509KeyPair(f.certFile, f.keyFile)
-		if err != nil {
-			return nil, "", err
-		}
-		tc.Certificates = []tls.Certificate{kp}
+	tc, err := clientTLS(f.caFile, f.insecureTLS, f.certFile, f.keyFile)
+	if err != nil {
+		return nil, "", err
 	}
 	var token string
 	if f.tokenFile != "" {

@@ -1,0 +1,63 @@
+package main
+
+import (
+	"encoding/pem"
+	"errors"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/peertrail/peertrail/correlate"
+	"github.com/peertrail/peertrail/gate"
+)
+
+// TestGateAndChainReachATLSServe: serve listens with TLS by default, so gate and chain must
+// verify it with --ca-file; the gate's exit status follows the verdict.
+func TestGateAndChainReachATLSServe(t *testing.T) {
+	broken := 0
+	g := gate.New(gate.DefaultThresholds(), gate.Sources{
+		Recent: func(time.Duration) correlate.Totals {
+			return correlate.Totals{Chains: map[correlate.Class]int{correlate.ClassBroken: broken}, Findings: map[correlate.Finding]int{}}
+		},
+		APIServers:  func() []correlate.ServerInfo { return nil },
+		LastBatches: func() map[string]time.Time { return map[string]time.Time{"kas-a": time.Now()} },
+		Started:     time.Now(),
+	}, slog.New(slog.DiscardHandler))
+	mux := http.NewServeMux()
+	g.Register(mux)
+	mux.HandleFunc("GET /api/v1/chains/{id}", func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusNotFound)
+		w.Write([]byte(`{"error":"no chain with auditID ` + r.PathValue("id") + `"}`))
+	})
+	srv := httptest.NewTLSServer(mux)
+	defer srv.Close()
+	ca := filepath.Join(t.TempDir(), "ca.crt")
+	if err := os.WriteFile(ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	if _, err := runCLI(t, "gate", "--server", srv.URL); err == nil || !strings.Contains(err.Error(), "certificate") {
+		t.Fatalf("gate without --ca-file: %v, want a certificate error", err)
+	}
+	out, err := runCLI(t, "gate", "--server", srv.URL, "--ca-file", ca)
+	if err != nil || !strings.Contains(out, "PROCEED") {
+		t.Fatalf("gate --ca-file on a healthy window: %v\n%s", err, out)
+	}
+	broken = 2
+	out, err = runCLI(t, "gate", "--server", srv.URL, "--ca-file", ca)
+	var exit exitError
+	if !errors.As(err, &exit) || exit.code != exitPause || !strings.Contains(out, "broken_chains") {
+		t.Fatalf("gate with broken chains: %v, want exit %d\n%s", err, exitPause, out)
+	}
+	if _, err := runCLI(t, "gate", "--server", srv.URL, "--insecure-skip-tls-verify"); !errors.As(err, &exit) {
+		t.Fatalf("gate --insecure-skip-tls-verify: %v", err)
+	}
+	if _, err := runCLI(t, "chain", "abc", "--server", srv.URL, "--ca-file", ca); err == nil || !strings.Contains(err.Error(), "no chain with auditID abc") {
+		t.Fatalf("chain --ca-file of an unknown auditID: %v", err)
+	}
+}
