@@ -182,10 +182,22 @@ func (k *DefaultClassifier) isAddressOf(ip, apiserver string) bool {
 
 func complete(s *Side) bool { return s.Code != 0 }
 
+// apiserverHops counts the apiserver addresses that end s's sourceIPs, the client's own (the
+// first, which may be any host's, an apiserver's too) aside: each is one forwarding.
+func (k *DefaultClassifier) apiserverHops(s *Side) int {
+	n := 0
+	for i := len(s.SourceIPs) - 1; i >= 1 && k.Caps.IsAPIServerAddress(s.SourceIPs[i]); i-- {
+		n++
+	}
+	return n
+}
+
 func (k *DefaultClassifier) pair(c *Chain, roles string) {
 	e, p := c.Entry, c.Peer
-	// A second hop: the peer's record shows two apiserver hops after the client.
-	if h := hops(e.SourceIPs, p.SourceIPs); h >= 2 {
+	// A second hop: a record shows two apiserver hops after the client, counted against the
+	// other side's record or by the addresses themselves (the first hop's record may be missing).
+	h := max(hops(e.SourceIPs, p.SourceIPs), k.apiserverHops(p), k.apiserverHops(e))
+	if h >= 2 {
 		c.Class = ClassLoop
 		c.Explanation = fmt.Sprintf("%s's record shows %d hops after the client: forwarded more than once", p.APIServer, h)
 		return
@@ -274,6 +286,14 @@ func (k *DefaultClassifier) single(c *Chain, s *Side) {
 		c.Entry = s
 		c.Class = ClassInternal
 		c.Explanation = fmt.Sprintf("peer discovery: another apiserver fetched %s from %s", c.RequestURI, s.APIServer)
+		return
+	}
+	if h := k.apiserverHops(s); h >= 2 {
+		c.Peer = s
+		c.Class = ClassLoop
+		c.Findings = append(c.Findings, FindingEntryAuditMissing)
+		c.Explanation = fmt.Sprintf("%s's record shows %d apiserver hops after the client (%s): forwarded more than once, the earlier records missing",
+			s.APIServer, h, strings.Join(s.SourceIPs[len(s.SourceIPs)-h:], " -> "))
 		return
 	}
 	if k.isPeerRecord(c, s) {

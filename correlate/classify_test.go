@@ -393,6 +393,34 @@ func TestClassesAndFindings(t *testing.T) {
 		},
 		class: ClassLoop,
 	}, {
+		name: "loop: a lone record that proves a second hop",
+		records: func(h *harness) string {
+			r := podgroups("x2", at)
+			h.feed(r.records(sideOpts{apiserver: "kas-b", sourceIPs: []string{client, addrA, addrC}, code: 200, objects: true, start: 3 * time.Millisecond, end: 10 * time.Millisecond}))
+			return r.id
+		},
+		class:    ClassLoop,
+		findings: []Finding{FindingEntryAuditMissing},
+	}, {
+		name: "loop: the second and third hops recorded, the first hop's record missing",
+		records: func(h *harness) string {
+			r := podgroups("x3", at)
+			third := r.records(sideOpts{apiserver: "kas-b", sourceIPs: []string{client, addrA, addrC}, code: 200, objects: true, start: 3 * time.Millisecond, end: 10 * time.Millisecond})
+			h.feed(r.peer("kas-c", addrA, 200), third)
+			return r.id
+		},
+		class: ClassLoop,
+	}, {
+		name: "proxied: the client runs on an apiserver's host (its address first), one hop",
+		records: func(h *harness) string {
+			r := podgroups("x4", at)
+			entry := r.records(sideOpts{apiserver: "kas-a", sourceIPs: []string{addrC}, code: 200, start: 0, end: 12 * time.Millisecond})
+			peer := r.records(sideOpts{apiserver: "kas-c", sourceIPs: []string{addrC, addrA}, code: 200, objects: true, start: 3 * time.Millisecond, end: 10 * time.Millisecond})
+			h.feed(entry, peer)
+			return r.id
+		},
+		class: ClassProxied,
+	}, {
 		name: "internal: a peer's discovery fetch",
 		records: func(h *harness) string {
 			r := req{id: "i1", verb: "get", uri: "/apis", user: userAPIServer, groups: []string{"system:masters"}, at: at}
