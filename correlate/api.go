@@ -14,19 +14,28 @@ import (
 // returns (nil, nil) when there is none.
 type Lookup func(ctx context.Context, auditID string) (*Chain, error)
 
+// ListLookup lists the stored chains that match f (whose Since is set), newest first, at most
+// f.Limit of them.
+type ListLookup func(ctx context.Context, f Filter) ([]*Chain, error)
+
 // API serves the chains over HTTP:
 //
 //	GET /api/v1/chains/{auditID}  the most recent chain with that auditID (404 when unknown)
-//	GET /api/v1/chains?class=&finding=&apiserver=&since=&limit=  chains in memory, newest first
+//	GET /api/v1/chains?class=&finding=&apiserver=&since=&limit=  newest first: the chains in
+//	    memory (open, and final ones for the late window), and with since= the stored ones too
 //	GET /api/v1/apiservers        what each apiserver was seen to serve and whether it proxied
 type API struct {
 	co *Correlator
-	// older is consulted when a chain is no longer in memory; may be nil.
-	older Lookup
+	// older and olderList are consulted for chains no longer in memory; may be nil.
+	older     Lookup
+	olderList ListLookup
 }
 
-// NewAPI returns the API over co, falling back to older for chains it no longer holds.
-func NewAPI(co *Correlator, older Lookup) *API { return &API{co: co, older: older} }
+// NewAPI returns the API over co, falling back to older and olderList (the store) for chains
+// it no longer holds.
+func NewAPI(co *Correlator, older Lookup, olderList ListLookup) *API {
+	return &API{co: co, older: older, olderList: olderList}
+}
 
 // Register adds the API's routes to mux.
 func (a *API) Register(mux *http.ServeMux) {
@@ -97,12 +106,41 @@ func (a *API) list(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	chains := a.co.List(f)
+	var warning string
+	// Final chains leave memory after the late window; a since= reaching further (the runbooks
+	// ask for 15 or 30 minutes) must not silently return only the last few minutes.
+	if a.olderList != nil && !f.Since.IsZero() && len(chains) < f.Limit {
+		stored, err := a.olderList(r.Context(), f)
+		if err != nil {
+			warning = "only the chains in memory (the last few minutes): the store could not be asked: " + err.Error()
+		} else {
+			chains = mergeChains(chains, stored, f.Limit)
+		}
+	}
 	if chains == nil {
 		chains = []*Chain{}
 	}
 	writeJSON(w, http.StatusOK, struct {
-		Chains []*Chain `json:"chains"`
-	}{chains})
+		Chains  []*Chain `json:"chains"`
+		Warning string   `json:"warning,omitempty"`
+	}{chains, warning})
+}
+
+// mergeChains adds the stored chains that memory does not hold (memory's are newer versions),
+// newest first, at most limit.
+func mergeChains(memory, stored []*Chain, limit int) []*Chain {
+	seen := make(map[string]bool, len(memory))
+	for _, c := range memory {
+		seen[c.ID] = true
+	}
+	out := memory
+	for _, c := range stored {
+		if !seen[c.ID] {
+			out = append(out, c)
+		}
+	}
+	slices.SortStableFunc(out, func(a, b *Chain) int { return b.LastReceived.Compare(a.LastReceived) })
+	return out[:min(len(out), limit)]
 }
 
 func (a *API) apiservers(w http.ResponseWriter, _ *http.Request) {

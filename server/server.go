@@ -260,11 +260,14 @@ func receiverOptions(cfg config.File) (ingest.Options, error) {
 func (s *Server) listen() error {
 	mux := http.NewServeMux()
 	s.receiver.Register(mux)
-	var older correlate.Lookup
+	var (
+		older     correlate.Lookup
+		olderList correlate.ListLookup
+	)
 	if s.store != nil {
-		older = chainLookup(s.store)
+		older, olderList = chainLookup(s.store), chainList(s.store)
 	}
-	correlate.NewAPI(s.correlator, older).Register(mux)
+	correlate.NewAPI(s.correlator, older, olderList).Register(mux)
 	s.gate.Register(mux)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{Registry: s.registry}))
 	if s.cfg.EnablePprof {

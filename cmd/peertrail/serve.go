@@ -34,8 +34,9 @@ broken, loop, internal) with findings, counted in metrics and optionally traced 
 
 Endpoints on the same port: GET /metrics (Prometheus), GET /healthz, GET /readyz (ready while
 the spool is writable and has room), GET /api/v1/chains/<auditID>, GET /api/v1/chains?class=
-&finding=&apiserver=&since=&limit=, GET /api/v1/apiservers, GET /api/v1/gate (the upgrade
-gate's verdict: proceed or pause, with reasons).
+&finding=&apiserver=&since=&limit= (newest first; memory holds open chains and final ones for
+--late-window, since= reaches into the store), GET /api/v1/apiservers, GET /api/v1/gate (the
+upgrade gate's verdict: proceed or pause, with reasons).
 
 Settings come from flags and from an optional YAML file (--config); a flag given on the command
 line wins over the file. The file also lists the apiservers:
