@@ -222,6 +222,26 @@ func TestKill9LosesNothingAcknowledged(t *testing.T) {
 			t.Fatalf("resend of batch %d: %d %v", i, code, err)
 		}
 	}
+	// The consumers resumed after each kill: the store, fed from the spool, must hold every
+	// event exactly once too, and the correlator must have made one chain of each request.
+	total := 0
+	for _, b := range batches {
+		total += len(b.keys)
+	}
+	want := fmt.Sprint(total)
+	var got []string
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(500 * time.Millisecond) {
+		rows := sqlRows(t, p.sqlURL, "SELECT count(), uniqExact(apiserver, audit_id, stage, stage_timestamp), "+
+			"(SELECT count() FROM peertrail.chains FINAL WHERE state = 'final') FROM peertrail.events FORMAT TabSeparated")
+		got = rows[0]
+		if got[0] == want && got[2] == want || time.Now().After(deadline) {
+			break
+		}
+	}
+	if got[0] != want || got[1] != want || got[2] != want {
+		t.Errorf("after the kills the store holds %s event rows (%s distinct) and %s final chains; %s events were sent, one request each",
+			got[0], got[1], got[2], want)
+	}
 	p.cmd.Process.Signal(syscall.SIGTERM)
 	if err := p.cmd.Wait(); err != nil {
 		t.Fatalf("graceful stop: %v\n%s", err, p.logs)
