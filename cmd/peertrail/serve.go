@@ -77,8 +77,13 @@ line wins over the file. The file also lists the apiservers:
 			return srv.Run(cmd.Context())
 		},
 	}
-	f := cmd.Flags()
-	f.StringVar(&configFile, "config", "", "YAML configuration file (apiserver list, TLS, limits); flags given on the command line win over it")
+	cmd.Flags().StringVar(&configFile, "config", "", "YAML configuration file (apiserver list, TLS, limits); flags given on the command line win over it")
+	bindServeFlags(cmd.Flags(), &cfg)
+	return cmd
+}
+
+// bindServeFlags binds serve's flags to cfg's fields, with cfg's values as defaults.
+func bindServeFlags(f *pflag.FlagSet, cfg *config.File) {
 	f.StringVar(&cfg.Listen, "listen", cfg.Listen, "address to listen on for the webhook, metrics, health and APIs")
 	f.StringVar(&cfg.DataDir, "data-dir", cfg.DataDir, "directory for the spool, the duplicate index and the dead letters")
 	f.BoolVar(&cfg.AcceptUnknownAPIServers, "accept-unknown-apiservers", false, "accept batches from apiserver names not in the config file (otherwise 403)")
@@ -125,7 +130,6 @@ line wins over the file. The file also lists the apiservers:
 	f.StringVar(&cfg.Store.Cluster, "clickhouse-cluster", "", "ClickHouse cluster name: create replicated tables ON CLUSTER with Distributed tables in front")
 	f.BoolVar(&cfg.EnablePprof, "enable-pprof", false, "serve Go's profiler under /debug/pprof/ on the listen address (performance investigations only)")
 	f.StringVar(&cfg.Tracing.OTLPEndpoint, "otlp-endpoint", "", "OTLP/HTTP endpoint (e.g. http://otel-collector:4318) to export each proxied chain as a trace; the trace ID is the auditID")
-	return cmd
 }
 
 // applyConfigFile loads the file over cfg, then re-applies the flags given on the command line,
