@@ -29,16 +29,15 @@ const (
 
 // Spool: the on-disk write-ahead log between the receiver and its consumers.
 const (
-	SpoolBytes                = "peertrail_spool_bytes"
-	SpoolCapacityBytes        = "peertrail_spool_capacity_bytes"
-	SpoolSegments             = "peertrail_spool_segments"
-	SpoolWrittenBytesTotal    = "peertrail_spool_written_bytes_total"
-	SpoolSyncDurationSeconds  = "peertrail_spool_sync_duration_seconds"
-	SpoolRecoveredBytesTotal  = "peertrail_spool_truncated_bytes_total"
-	SpoolCorruptFramesTotal   = "peertrail_spool_corrupt_frames_total"
-	SpoolConsumerLagBytes     = "peertrail_spool_consumer_lag_bytes"
-	SpoolConsumerErrorsTotal  = "peertrail_spool_consumer_errors_total"
-	SpoolConsumerLastCommitTS = "peertrail_spool_consumer_last_commit_timestamp_seconds"
+	SpoolBytes               = "peertrail_spool_bytes"
+	SpoolCapacityBytes       = "peertrail_spool_capacity_bytes"
+	SpoolSegments            = "peertrail_spool_segments"
+	SpoolWrittenBytesTotal   = "peertrail_spool_written_bytes_total"
+	SpoolSyncDurationSeconds = "peertrail_spool_sync_duration_seconds"
+	SpoolRecoveredBytesTotal = "peertrail_spool_truncated_bytes_total"
+	SpoolCorruptFramesTotal  = "peertrail_spool_corrupt_frames_total"
+	SpoolConsumerLagBytes    = "peertrail_spool_consumer_lag_bytes"
+	SpoolConsumerErrorsTotal = "peertrail_spool_consumer_errors_total"
 )
 
 // Label names.
