@@ -163,6 +163,8 @@ func TestRollingUpgrade(t *testing.T) {
 	c, err := harness.Start(ctx, t, harness.Config{
 		Dir: filepath.Join(dir, "cluster"),
 		PKI: pki,
+		// The audit policy users deploy (Metadata, no bodies): what peertrail must work from.
+		AuditPolicyFile: filepath.Join(depRepoRoot(t), "deploy/control-plane/audit-policy.yaml"),
 		Servers: []harness.ServerConfig{
 			{Name: ruA, Version: harness.OldVersion, ExtraFlags: webhookFlags[ruA]},
 			{Name: ruB, Version: harness.OldVersion, ExtraFlags: webhookFlags[ruB]},
@@ -234,7 +236,7 @@ func TestRollingUpgrade(t *testing.T) {
 	r.expect(r.do(ruC, "admin", "GET", "/apis/widgets.example.com/v1/widgets", "", nil), ruWant{what: "a group nobody serves (1.36 entry)", class: correlate.ClassLocal, entry: ruC, code: 404})
 	r.expect(r.do(ruA, "admin", "GET", ruPG, "", map[string]string{"x-kubernetes-peer-proxied": "true"}),
 		ruWant{what: "the client sent x-kubernetes-peer-proxied: true: not forwarded; audit cannot show the header, so peertrail calls it misleading", class: correlate.ClassMisleading404, entry: ruA, code: 404})
-	r.expect(r.do(ruA, "admin", "GET", "/api/v1/namespaces/"+ruNS+"/configmaps/missing", "", nil), ruWant{what: "a missing object of a resource the entry serves", class: correlate.ClassLocal, entry: ruA, code: 404})
+	r.expect(r.do(ruA, "admin", "GET", "/apis/rbac.authorization.k8s.io/v1/clusterroles/missing", "", nil), ruWant{what: "a missing object of a resource the entry serves", class: correlate.ClassLocal, entry: ruA, code: 404})
 
 	// What peertrail learned about the apiservers so far.
 	r.waitAPIServers(map[string]string{ruA: harness.OldVersion, ruB: harness.OldVersion, ruC: harness.NewVersion},
@@ -522,7 +524,8 @@ func (r *ruTest) expect(res ruResp, w ruWant) {
 // record reaches peertrail after every earlier one (the webhook sends in order).
 func (r *ruTest) flush(server string) {
 	r.t.Helper()
-	res := r.do(server, "admin", "GET", "/api/v1/namespaces/"+ruNS, "", nil)
+	// Not a core read: the shipped audit policy does not record those (never forwarded).
+	res := r.do(server, "admin", "GET", "/apis/rbac.authorization.k8s.io/v1/clusterroles", "", nil)
 	if res.err != nil || res.code != 200 || res.auditID == "" {
 		r.t.Fatalf("flush marker on %s: %d %v", server, res.code, res.err)
 	}
