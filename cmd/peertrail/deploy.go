@@ -21,7 +21,7 @@ audit webhook kubeconfig and the audit policy. The Kustomize base and overlays, 
 kube-apiserver flags per version and the runbook are in the repository's deploy/ directory.`,
 		Args: cobra.NoArgs,
 	}
-	cmd.AddCommand(newDeployWebhookConfigCommand(), newDeployAuditPolicyCommand(), newDeployGenerateCommand(), newDeployClickHouseInitCommand())
+	cmd.AddCommand(newDeployWebhookConfigCommand(), newDeployAuditPolicyCommand(), newDeployGenerateCommand(), newDeployClickHouseInitCommand(), newDeployAPIServerMonitorCommand())
 	return cmd
 }
 
@@ -71,6 +71,48 @@ contents in the kubeconfig instead.`,
 	for _, n := range []string{"apiserver", "url", "ca"} {
 		_ = cmd.MarkFlagRequired(n)
 	}
+	return cmd
+}
+
+func newDeployAPIServerMonitorCommand() *cobra.Command {
+	var (
+		pairs     []string
+		namespace string
+		out       string
+	)
+	cmd := &cobra.Command{
+		Use:   "apiserver-monitor --apiserver NAME=ADDRESS ... [--namespace NS] [-o FILE]",
+		Short: "Write a ServiceMonitor that scrapes the kube-apiservers with peertrail's names as their apiserver label",
+		Long: `apiserver-monitor writes a prometheus-operator ServiceMonitor that scrapes every kube-apiserver
+behind the default/kubernetes Service (the endpoints are the apiservers' --advertise-address)
+and sets the label apiserver on each target to the name peertrail knows it by (the <NAME> of
+its webhook URL /audit/<NAME>). The ingest-gap and webhook-error alerts and the MVP rollout
+dashboard join the apiservers' own metrics (apiserver_audit_event_total,
+apiserver_audit_error_total, apiserver_rerouted_request_total, ...) with peertrail's on that
+label; without it they see nothing. List every apiserver, and regenerate when one is replaced.
+
+Prometheus needs RBAC to read /metrics of the apiservers (kube-prometheus grants it); the
+ServiceMonitor authenticates with Prometheus' service account token.`,
+		Example: `  peertrail deploy apiserver-monitor --apiserver cp-1=10.0.0.11 --apiserver cp-2=10.0.0.12 \
+    --apiserver cp-3=10.0.0.13 --namespace monitoring | kubectl apply -f -`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			targets, err := deploy.ParseAPIServerTargets(pairs)
+			if err != nil {
+				return err
+			}
+			b, err := deploy.APIServerMonitor(namespace, targets)
+			if err != nil {
+				return err
+			}
+			return writeOut(cmd, out, b, 0o644)
+		},
+	}
+	f := cmd.Flags()
+	f.StringArrayVar(&pairs, "apiserver", nil, "NAME=ADDRESS: peertrail's name for an apiserver and its advertise address (repeat for each)")
+	f.StringVar(&namespace, "namespace", "monitoring", "namespace of the ServiceMonitor (one your Prometheus selects)")
+	f.StringVarP(&out, "output", "o", "", "file to write (default: standard output)")
+	_ = cmd.MarkFlagRequired("apiserver")
 	return cmd
 }
 

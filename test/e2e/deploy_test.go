@@ -407,6 +407,25 @@ func TestDeployManifestsAccepted(t *testing.T) {
 				}
 			}
 		}
+		// What `peertrail deploy apiserver-monitor` writes.
+		targets, err := deploy.ParseAPIServerTargets([]string{"cp-old=10.0.0.11", "cp-new=fd00::12"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := deploy.APIServerMonitor(depNamespace, targets)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mon := &unstructured.Unstructured{}
+		if err := yaml.Unmarshal(b, &mon.Object); err != nil {
+			t.Fatal(err)
+		}
+		if err := cl.apply(ctx, mon, true); err != nil {
+			t.Errorf("%s: the apiserver-monitor ServiceMonitor refused: %v", server, err)
+		}
+		if w := cl.warn.take(); len(w) > 0 {
+			t.Errorf("%s: the apiserver-monitor ServiceMonitor: warnings %q", server, w)
+		}
 	}
 	// Nothing but the namespace was stored by the dry runs.
 	if _, err := admin.dyn.Resource(schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}).Namespace(depNamespace).Get(ctx, "peertrail", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
