@@ -17,8 +17,11 @@ import (
 // Errors returned by this package. Match them with errors.Is.
 var (
 	// ErrLibraryNotFound: no libchdb.so at any of the places Open looks.
-	ErrLibraryNotFound = errors.New("chdb: libchdb.so not found: run scripts/fetch-chdb.sh to download chDB " +
-		Version + " into the cache (or point Options.LibPath or $CHDB_LIB_PATH at a libchdb.so)")
+	// Its text is for the people who run peertrail: the serve flag --chdb-lib (store.libPath in
+	// the config file) and $CHDB_LIB_PATH, not the Go field they end up in.
+	ErrLibraryNotFound = errors.New("chdb: libchdb.so not found: run scripts/fetch-chdb.sh (from the peertrail " +
+		"repository) to download chDB " + Version + " into the cache, or point `peertrail serve --chdb-lib` " +
+		"(store.libPath in the config file) or $CHDB_LIB_PATH at a libchdb.so")
 	// ErrIncompatibleLibrary: the library loaded but lacks a C entry point this package needs.
 	ErrIncompatibleLibrary = errors.New("chdb: incompatible libchdb.so")
 	// ErrAlreadyOpen: Open was called while another Engine of this process is still open.

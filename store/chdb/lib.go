@@ -39,7 +39,7 @@ func DefaultLibPath() string {
 // library. Every miss wraps ErrLibraryNotFound.
 func resolveLibPath(explicit string) (string, error) {
 	if explicit != "" {
-		return existing(explicit, "Options.LibPath")
+		return existing(explicit, "--chdb-lib (Options.LibPath)")
 	}
 	if env := os.Getenv("CHDB_LIB_PATH"); env != "" {
 		return existing(env, "$CHDB_LIB_PATH")
@@ -54,7 +54,7 @@ func resolveLibPath(explicit string) (string, error) {
 		}
 		tried = append(tried, p)
 	}
-	return "", fmt.Errorf("%w (looked in Options.LibPath, $CHDB_LIB_PATH, %q)", ErrLibraryNotFound, tried)
+	return "", fmt.Errorf("%w (neither --chdb-lib nor $CHDB_LIB_PATH is set; looked in %q)", ErrLibraryNotFound, tried)
 }
 
 func existing(p, source string) (string, error) {
