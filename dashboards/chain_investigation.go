@@ -53,6 +53,10 @@ func sqlList[T ~string](values ...T) string {
 // what names a chain's target: core/v1/pods, or the URI of a non-resource request.
 const what = "if(resource = '', request_uri, concat(if(api_group = '', 'core', api_group), '/', api_version, '/', resource))"
 
+// rollupWhat names the group/resource of an events_per_minute row: core/pods, or
+// non-resource (the rollup does not keep the URI).
+const rollupWhat = "if(resource = '', 'non-resource', concat(if(api_group = '', 'core', api_group), '/', resource))"
+
 // auditIDLink opens this dashboard on the chain of the auditID in the cell.
 func auditIDLink() dashboard.DynamicConfigValue {
 	return dashboard.DynamicConfigValue{Id: "links", Value: []map[string]any{{
@@ -133,6 +137,38 @@ FROM
 ARRAY JOIN mapKeys(m) AS finding, mapValues(m) AS n
 GROUP BY time, finding
 ORDER BY time, finding`)).
+		// Every request, chained or not (the events rollups; store/queries/dashboard_*.sql
+		// are the same queries for a time window).
+		WithPanel(chGraph(graph{title: "Requests per minute by apiserver", width: third,
+			description: "Completed requests (ResponseComplete records) per minute per apiserver (the events_per_minute rollup). A forwarded request counts at its entry and its peer."}, `
+SELECT minute AS time, apiserver, sum(events) AS requests
+FROM peertrail.events_per_minute
+WHERE $__timeFilter(minute) AND stage = 'ResponseComplete'
+GROUP BY time, apiserver
+ORDER BY time, apiserver`)).
+		WithPanel(chGraph(graph{title: "404s and 5xx per minute by resource", width: third, bars: true,
+			description: "Requests answered 404 (not_found) and 5xx (server_errors) per minute, by the apiserver that answered and the group/resource (the events_per_minute rollup)."}, `
+SELECT minute AS time,
+       concat(apiserver, ' ', `+rollupWhat+`) AS answered_by,
+       sumIf(events, code = 404) AS not_found,
+       sumIf(events, code >= 500) AS server_errors
+FROM peertrail.events_per_minute
+WHERE $__timeFilter(minute) AND stage = 'ResponseComplete' AND (code = 404 OR code >= 500)
+GROUP BY time, answered_by
+ORDER BY time, answered_by`)).
+		WithPanel(chGraph(graph{title: "Request latency p50 / p90 / p99 per minute", width: third, unit: "s",
+			description: "requestReceived to ResponseComplete per minute per apiserver (t-digest states merged from the request_latency_per_minute rollup). A forwarded request's entry includes the hop."}, `
+SELECT time, apiserver, q[1] AS p50, q[2] AS p90, q[3] AS p99
+FROM
+(
+    SELECT minute AS time,
+           apiserver,
+           quantilesTDigestMerge(0.5, 0.9, 0.99)(latency_seconds) AS q
+    FROM peertrail.request_latency_per_minute
+    WHERE $__timeFilter(minute)
+    GROUP BY time, apiserver
+)
+ORDER BY time, apiserver`)).
 		WithRow(dashboard.NewRowBuilder("Find the requests")).
 		WithPanel(chTable("Recent broken and failed chains", "Forwarded requests that failed (proxy_failed: the entry answered an error instead of reaching the peer) or lost one side's audit record (broken), newest first. Click an auditID to open its chain.",
 			full, 10, fmt.Sprintf(`
@@ -153,6 +189,8 @@ WHERE $__timeFilter(first_received)
   AND (class IN (%s) OR hasAny(findings, [%s]))
 ORDER BY request_time DESC
 LIMIT 200`, what, failedOrBroken, missing))).
+		// GLOBAL LEFT JOIN: on a cluster (`peertrail schema --cluster`, Distributed tables) the
+		// served_by subquery runs once over every shard; a plain JOIN is refused there.
 		WithPanel(chTable("Misleading 404s by resource", "Requests answered 404 by an apiserver that does not serve the resource while another does; served_by lists the apiservers that served it with a 2xx in the same time range.",
 			full, 8, fmt.Sprintf(`
 SELECT
@@ -167,7 +205,7 @@ SELECT
     arrayStringConcat(any(s.served_by), ', ') AS served_by,
     any(c.audit_id) AS example_audit_id
 FROM peertrail.chains AS c FINAL
-LEFT JOIN
+GLOBAL LEFT JOIN
 (
     SELECT api_group, resource, arraySort(groupUniqArray(if(class = '%s', peer_apiserver, entry_apiserver))) AS served_by
     FROM peertrail.chains FINAL

@@ -3,6 +3,7 @@ package dashboards_test
 import (
 	"context"
 	"fmt"
+	"maps"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -44,90 +45,7 @@ var timeFilter = regexp.MustCompile(`\$__timeFilter\(([^()]+)\)`)
 // real kube-apiservers sent in each MVP scenario, and the chains they make) written through the
 // store's writer, and returns what the panel is for.
 func TestChainInvestigationQueriesOnRealCaptures(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	c, err := storetest.LoadCaptures(filepath.Join("..", storetest.RealDir))
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := store.OpenEmbedded(ctx, store.EmbeddedOptions{})
-	if err != nil {
-		t.Fatalf("the embedded ClickHouse engine is required and did not open: %v\n"+
-			"Run scripts/fetch-chdb.sh first (test/run and CI do), or set CHDB_LIB_PATH.", err)
-	}
-	defer s.Close()
-	// The captures are fixed in time: keep them whatever their age.
-	if err := store.Migrate(ctx, s, store.SchemaOptions{Retention: store.MaxRetention, RollupRetention: store.MaxRetention}, nil); err != nil {
-		t.Fatal(err)
-	}
-	codec, err := record.NewCodec()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer codec.Close()
-	w := store.NewWriter(s, codec, store.WriterOptions{})
-	if err := w.WriteEvents(ctx, c.Records); err != nil {
-		t.Fatal(err)
-	}
-	if err := w.WriteChains(ctx, c.Chains); err != nil {
-		t.Fatal(err)
-	}
-
-	// The dashboard's time range: the captures, from the start of their first minute.
-	from, to := c.Records[0].ReceivedAt, c.Records[0].ReceivedAt
-	for _, r := range c.Records {
-		from, to = minTime(from, r.ReceivedAt, r.RequestReceivedTimestamp), maxTime(to, r.ReceivedAt)
-	}
-	from, to = from.Truncate(time.Minute).Add(-time.Minute), to.Add(time.Minute)
-
-	// The chain to look up: a proxied request with impersonation (both sides, and who acted).
-	var lookup storetest.Label
-	for _, l := range c.Labels {
-		if l.Expect == "proxied" && l.ImpersonatedUser != "" && len(l.ObservedOn) == 2 {
-			lookup = l
-			break
-		}
-	}
-	if lookup.AuditID == "" {
-		t.Fatal("no proxied impersonated request in the captures")
-	}
-
-	files, err := dashboards.Files()
-	if err != nil {
-		t.Fatal(err)
-	}
-	targets, err := dashboards.Targets(files["chain-investigation.json"])
-	if err != nil {
-		t.Fatal(err)
-	}
-	results := map[string]*store.Result{}
-	for _, tg := range targets {
-		if tg.RawSQL == "" {
-			t.Errorf("%s %s: no SQL", tg.Panel, tg.RefID)
-			continue
-		}
-		sql, err := expandSQL(tg.RawSQL, from, to, map[string]string{"audit_id": lookup.AuditID})
-		if err != nil {
-			t.Errorf("%s: %v", tg.Panel, err)
-			continue
-		}
-		r, err := s.Query(ctx, sql, nil)
-		if err != nil {
-			t.Errorf("%s: %v\n%s", tg.Panel, err, sql)
-			continue
-		}
-		t.Logf("%s: %d rows", tg.Panel, len(r.Rows))
-		if len(r.Rows) == 0 {
-			t.Errorf("%s: no rows on the real captures", tg.Panel)
-		}
-		if tg.Format == dashboards.FormatTimeSeries && (len(r.Columns) == 0 || r.Columns[0].Name != "time" || !strings.HasPrefix(r.Columns[0].Type, "DateTime")) {
-			t.Errorf("%s: a time series must start with a DateTime column named time, got %v", tg.Panel, r.Columns)
-		}
-		results[tg.Panel] = r
-	}
-	if len(results) < 8 {
-		t.Fatalf("only %d panels ran", len(results))
-	}
+	c, lookup, results := runPanels(t, filepath.Join("..", storetest.RealDir), false)
 
 	sumBy := func(r *store.Result, key, value string) map[string]int {
 		out := map[string]int{}
@@ -171,6 +89,52 @@ func TestChainInvestigationQueriesOnRealCaptures(t *testing.T) {
 			if want := len(c.Expect["finding:"+string(f)]); got[string(f)] != want || want == 0 {
 				t.Errorf("findings per minute: %d %s, the captures have %d", got[string(f)], f, want)
 			}
+		}
+	}
+	// Every request, from the events rollups: what the captures hold, counted by hand.
+	completed, notFound, serverErrors := map[string]int{}, 0, 0
+	for _, r := range c.Records {
+		if r.Stage != "ResponseComplete" {
+			continue
+		}
+		completed[r.APIServer]++
+		switch {
+		case r.Code == 404:
+			notFound++
+		case r.Code >= 500:
+			serverErrors++
+		}
+	}
+	if r := results["Requests per minute by apiserver"]; r != nil {
+		if got := sumBy(r, "apiserver", "requests"); !maps.Equal(got, completed) {
+			t.Errorf("requests per minute: %v, the captures have %v", got, completed)
+		}
+	}
+	if r := results["404s and 5xx per minute by resource"]; r != nil {
+		n404, n5xx := 0, 0
+		for _, v := range sumBy(r, "answered_by", "not_found") {
+			n404 += v
+		}
+		for _, v := range sumBy(r, "answered_by", "server_errors") {
+			n5xx += v
+		}
+		if n404 != notFound || n5xx != serverErrors || n404 < wantMisleading || n5xx == 0 {
+			t.Errorf("404s and 5xx per minute: %d and %d, the captures have %d and %d", n404, n5xx, notFound, serverErrors)
+		}
+	}
+	if r := results["Request latency p50 / p90 / p99 per minute"]; r != nil {
+		seen := map[string]bool{}
+		for i := range r.Rows {
+			seen[r.Value(i, "apiserver")] = true
+			p50, _ := strconv.ParseFloat(r.Value(i, "p50"), 64)
+			p90, _ := strconv.ParseFloat(r.Value(i, "p90"), 64)
+			p99, _ := strconv.ParseFloat(r.Value(i, "p99"), 64)
+			if p50 < 0 || p90 < p50 || p99 < p90 || p99 > 60 {
+				t.Errorf("request latency row %v", r.Rows[i])
+			}
+		}
+		if len(seen) != len(completed) {
+			t.Errorf("request latency for %v, the captures have requests completed by %v", seen, completed)
 		}
 	}
 	// The broken and the failed forwards, each of them, and nothing else.
@@ -251,4 +215,101 @@ func maxTime(ts ...time.Time) time.Time {
 		}
 	}
 	return m
+}
+
+// runPanels writes the real captures in dir into a fresh embedded engine, in the cluster
+// layout when distribute is set (storetest.Distribute), and runs every query of the
+// chain-investigation dashboard over them, checking what every panel must return; results are
+// by panel title.
+func runPanels(t *testing.T, dir string, distribute bool) (c *storetest.Capture, lookup storetest.Label, results map[string]*store.Result) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	c, err := storetest.LoadCaptures(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := store.OpenEmbedded(ctx, store.EmbeddedOptions{})
+	if err != nil {
+		t.Fatalf("the embedded ClickHouse engine is required and did not open: %v\n"+
+			"Run scripts/fetch-chdb.sh first (test/run and CI do), or set CHDB_LIB_PATH.", err)
+	}
+	defer s.Close()
+	// The captures are fixed in time: keep them whatever their age.
+	if err := store.Migrate(ctx, s, store.SchemaOptions{Retention: store.MaxRetention, RollupRetention: store.MaxRetention}, nil); err != nil {
+		t.Fatal(err)
+	}
+	codec, err := record.NewCodec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer codec.Close()
+	w := store.NewWriter(s, codec, store.WriterOptions{})
+	if err := w.WriteEvents(ctx, c.Records); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.WriteChains(ctx, c.Chains); err != nil {
+		t.Fatal(err)
+	}
+	if distribute {
+		if err := storetest.Distribute(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// The dashboard's time range: the captures, from the start of their first minute.
+	from, to := c.Records[0].ReceivedAt, c.Records[0].ReceivedAt
+	for _, r := range c.Records {
+		from, to = minTime(from, r.ReceivedAt, r.RequestReceivedTimestamp), maxTime(to, r.ReceivedAt)
+	}
+	from, to = from.Truncate(time.Minute).Add(-time.Minute), to.Add(time.Minute)
+
+	// The chain to look up: a proxied request with impersonation (both sides, and who acted).
+	for _, l := range c.Labels {
+		if l.Expect == "proxied" && l.ImpersonatedUser != "" && len(l.ObservedOn) == 2 {
+			lookup = l
+			break
+		}
+	}
+	if lookup.AuditID == "" {
+		t.Fatal("no proxied impersonated request in the captures")
+	}
+
+	files, err := dashboards.Files()
+	if err != nil {
+		t.Fatal(err)
+	}
+	targets, err := dashboards.Targets(files["chain-investigation.json"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	results = map[string]*store.Result{}
+	for _, tg := range targets {
+		if tg.RawSQL == "" {
+			t.Errorf("%s %s: no SQL", tg.Panel, tg.RefID)
+			continue
+		}
+		sql, err := expandSQL(tg.RawSQL, from, to, map[string]string{"audit_id": lookup.AuditID})
+		if err != nil {
+			t.Errorf("%s: %v", tg.Panel, err)
+			continue
+		}
+		r, err := s.Query(ctx, sql, nil)
+		if err != nil {
+			t.Errorf("%s: %v\n%s", tg.Panel, err, sql)
+			continue
+		}
+		t.Logf("%s: %d rows", tg.Panel, len(r.Rows))
+		if len(r.Rows) == 0 {
+			t.Errorf("%s: no rows on the real captures", tg.Panel)
+		}
+		if tg.Format == dashboards.FormatTimeSeries && (len(r.Columns) == 0 || r.Columns[0].Name != "time" || !strings.HasPrefix(r.Columns[0].Type, "DateTime")) {
+			t.Errorf("%s: a time series must start with a DateTime column named time, got %v", tg.Panel, r.Columns)
+		}
+		results[tg.Panel] = r
+	}
+	if len(results) < 11 {
+		t.Fatalf("only %d panels ran", len(results))
+	}
+	return c, lookup, results
 }

@@ -79,6 +79,8 @@ func runHelper(mode string) int {
 		return 0
 	case "real":
 		return realCaptureHelper(ctx, fail)
+	case "cluster":
+		return clusterHelper(ctx, fail)
 	}
 	return fail("unknown helper mode %q", mode)
 }

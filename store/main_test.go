@@ -96,10 +96,17 @@ func scalar(tb testing.TB, s store.Store, q string, params map[string]string) st
 // runSubprocess runs this test binary in a helper mode and returns its output.
 func runSubprocess(t *testing.T, mode string, timeout time.Duration, env ...string) string {
 	t.Helper()
+	return runSubprocessIn(t, "", mode, timeout, env...)
+}
+
+// runSubprocessIn is runSubprocess in the working directory dir ("": this one).
+func runSubprocessIn(t *testing.T, dir, mode string, timeout time.Duration, env ...string) string {
+	t.Helper()
 	engine(t)
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^$")
+	cmd.Dir = dir
 	cmd.Env = append(append(os.Environ(), helperEnv+"="+mode), env...)
 	cmd.WaitDelay = 5 * time.Second
 	out, err := cmd.CombinedOutput()

@@ -33,33 +33,36 @@ func TestRealCaptures(t *testing.T) {
 	}
 }
 
-func realCaptureHelper(ctx context.Context, fail func(string, ...any) int) int {
-	c, err := storetest.LoadCaptures(os.Getenv("PEERTRAIL_REAL_DIR"))
+// openReal opens a fresh in-memory engine and writes the captures in $PEERTRAIL_REAL_DIR into
+// it; params is the window of the captures (since and until).
+func openReal(ctx context.Context) (s *store.Embedded, c *storetest.Capture, params map[string]string, err error) {
+	c, err = storetest.LoadCaptures(os.Getenv("PEERTRAIL_REAL_DIR"))
 	if err != nil {
-		return fail("load: %v", err)
+		return nil, nil, nil, fmt.Errorf("load: %w", err)
 	}
-	s, err := store.OpenEmbedded(ctx, store.EmbeddedOptions{})
+	s, err = store.OpenEmbedded(ctx, store.EmbeddedOptions{})
 	if err != nil {
-		return fail("open: %v", err)
+		return nil, nil, nil, fmt.Errorf("open: %w", err)
 	}
-	defer s.Close()
+	fail := func(what string, err error) (*store.Embedded, *storetest.Capture, map[string]string, error) {
+		s.Close()
+		return nil, nil, nil, fmt.Errorf("%s: %w", what, err)
+	}
 	if err := store.Migrate(ctx, s, store.SchemaOptions{Retention: store.MaxRetention, RollupRetention: store.MaxRetention}, nil); err != nil {
-		return fail("migrate: %v", err)
+		return fail("migrate", err)
 	}
 	codec, err := record.NewCodec()
 	if err != nil {
-		return fail("codec: %v", err)
+		return fail("codec", err)
 	}
 	defer codec.Close()
 	w := store.NewWriter(s, codec, store.WriterOptions{})
 	if err := w.WriteEvents(ctx, c.Records); err != nil {
-		return fail("write events: %v", err)
+		return fail("write events", err)
 	}
 	if err := w.WriteChains(ctx, c.Chains); err != nil {
-		return fail("write chains: %v", err)
+		return fail("write chains", err)
 	}
-	fmt.Printf("%d scenarios, %d posts, %d records, %d chains, %d labelled requests\n", len(c.Scenarios), len(c.Posts), len(c.Records), len(c.Chains), len(c.Labels))
-
 	lo, hi := c.Records[0].ReceivedAt, c.Records[0].ReceivedAt
 	for _, r := range c.Records {
 		if r.ReceivedAt.Before(lo) {
@@ -69,7 +72,18 @@ func realCaptureHelper(ctx context.Context, fail func(string, ...any) int) int {
 			hi = r.ReceivedAt
 		}
 	}
-	params := map[string]string{"since": store.FormatTime(lo.Add(-time.Minute)), "until": store.FormatTime(hi.Add(time.Minute))}
+	params = map[string]string{"since": store.FormatTime(lo.Add(-time.Minute)), "until": store.FormatTime(hi.Add(time.Minute))}
+	return s, c, params, nil
+}
+
+func realCaptureHelper(ctx context.Context, fail func(string, ...any) int) int {
+	s, c, params, err := openReal(ctx)
+	if err != nil {
+		return fail("%v", err)
+	}
+	defer s.Close()
+	fmt.Printf("%d scenarios, %d posts, %d records, %d chains, %d labelled requests\n", len(c.Scenarios), len(c.Posts), len(c.Records), len(c.Chains), len(c.Labels))
+
 	run := func(name string, extra map[string]string) (*store.Result, error) {
 		q, err := store.QueryNamed(name)
 		if err != nil {

@@ -1,11 +1,12 @@
 -- title: 404s and 5xx per minute by resource
 -- report: no
--- description: Dashboard panel (time series): answers 404 and 5xx per minute by group/resource and
---   apiserver, from the events_per_minute rollup.
+-- description: The Chain investigation dashboard's panel "404s and 5xx per minute by resource"
+--   (time series): answers 404 and 5xx per minute by group/resource and apiserver, from the
+--   events_per_minute rollup.
 SELECT
     minute,
     apiserver,
-    concat(if(api_group = '', 'core', api_group), '/', resource) AS resource,
+    if(resource = '', 'non-resource', concat(if(api_group = '', 'core', api_group), '/', resource)) AS resource,
     sumIf(events, code = 404) AS not_found,
     sumIf(events, code >= 500) AS server_errors
 FROM peertrail.events_per_minute

@@ -1,8 +1,8 @@
 -- title: Request latency quantiles per minute by apiserver
 -- report: no
--- description: Dashboard panel (time series): p50, p90 and p99 of requestReceived to
---   ResponseComplete per minute per apiserver, merged from the request_latency_per_minute
---   rollup's t-digest states.
+-- description: The Chain investigation dashboard's panel "Request latency p50 / p90 / p99 per
+--   minute" (time series): p50, p90 and p99 of requestReceived to ResponseComplete per minute
+--   per apiserver, merged from the request_latency_per_minute rollup's t-digest states.
 SELECT
     minute,
     apiserver,

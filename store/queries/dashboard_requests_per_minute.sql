@@ -1,7 +1,7 @@
 -- title: Requests per minute by apiserver
 -- report: no
--- description: Dashboard panel (time series): completed requests per minute per apiserver, from
---   the events_per_minute rollup.
+-- description: The Chain investigation dashboard's panel "Requests per minute by apiserver" (time
+--   series): completed requests per minute per apiserver, from the events_per_minute rollup.
 SELECT minute, apiserver, sum(events) AS requests
 FROM peertrail.events_per_minute
 WHERE minute >= toStartOfMinute({since:DateTime64(6, 'UTC')}) AND minute < {until:DateTime64(6, 'UTC')}

@@ -16,7 +16,9 @@ SELECT
     any(c.audit_id) AS example_audit_id,
     any(s.served_by) AS served_by
 FROM peertrail.chains AS c FINAL
-LEFT JOIN
+-- GLOBAL: on a cluster (Distributed tables) the subquery runs once over every shard and its
+-- result goes to each shard; a plain JOIN is refused there (distributed_product_mode = 'deny').
+GLOBAL LEFT JOIN
 (
     SELECT api_group, resource, arraySort(groupUniqArray(if(class = 'proxied', peer_apiserver, entry_apiserver))) AS served_by
     FROM peertrail.chains FINAL
