@@ -187,7 +187,7 @@ func runUntilStored(t *testing.T, sp *spool.Spool, w *store.Writer, tr *traffic)
 	}
 }
 
-func counter(t *testing.T, w *store.Writer, name, table string) float64 {
+func counter(t testing.TB, w *store.Writer, name, table string) float64 {
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(w.Collectors()...)
