@@ -44,8 +44,19 @@ func chains(classes ...correlate.Class) string {
 // (proxied), forwarded and failed, or answered 404 instead of forwarded.
 var needsPeer = []correlate.Class{correlate.ClassProxied, correlate.ClassProxyFailed, correlate.ClassMisleading404}
 
-// hitRate is the share of the requests that needed a peer which reached one and were served.
+// hitRate is the proxy hit rate: the share of resource requests that were proxied (served by
+// another apiserver than the one the client called).
 func hitRate(by ...string) string {
+	resourceRequests := promql.Sel(metrics.CorrelateChainsTotal, byEntry, byResource,
+		promql.Neq(metrics.LabelResource, ""), promql.Neq(metrics.LabelClass, string(correlate.ClassInternal)))
+	return fmt.Sprintf("%s\n/\n%s",
+		promql.Sum(promql.Rate(chains(correlate.ClassProxied), rateWindow), by...),
+		promql.Sum(promql.Rate(resourceRequests, rateWindow), by...))
+}
+
+// forwardingSuccess is the share of the requests that needed a peer which reached one and were
+// served.
+func forwardingSuccess(by ...string) string {
 	return fmt.Sprintf("%s\n/\n%s",
 		promql.Sum(promql.Rate(chains(correlate.ClassProxied), rateWindow), by...),
 		promql.Sum(promql.Rate(chains(needsPeer...), rateWindow), by...))
@@ -76,11 +87,14 @@ func MVPRollout() (dashboard.Dashboard, error) {
 		WithPanel(versions()).
 		WithRow(dashboard.NewRowBuilder("Mixed Version Proxy: requests that only another apiserver could serve (peertrail's chains)")).
 		WithPanel(graph{title: "Proxy hit rate by entry apiserver", unit: "percentunit", min: ptr(0.0), max: ptr(1.0),
-			description: "Of the requests entering at each apiserver that only another apiserver could serve, the share that was forwarded and served (proxied), rather than failed (proxy_failed) or answered 404 (misleading_404)."}.
+			description: "Of the resource requests entering at each apiserver, the share it forwarded to a peer that served them (proxied): how much of its traffic depends on the Mixed Version Proxy."}.
 			prom(query{expr: hitRate(metrics.LabelEntryAPIServer), legend: "{{" + metrics.LabelEntryAPIServer + "}}"})).
 		WithPanel(graph{title: "Proxy hit rate by resource", unit: "percentunit", min: ptr(0.0), max: ptr(1.0),
-			description: "The same share, by the group and resource requested."}.
+			description: "The same share, by the group and resource requested: 1 for what only the other version serves."}.
 			prom(query{expr: hitRate(metrics.LabelGroup, metrics.LabelResource), legend: "{{" + metrics.LabelGroup + "}}/{{" + metrics.LabelResource + "}}"})).
+		WithPanel(graph{title: "Forwarding success by entry apiserver", unit: "percentunit", min: ptr(0.0), max: ptr(1.0),
+			description: "Of the requests entering at each apiserver that only another apiserver could serve, the share that was forwarded and served (proxied), rather than failed (proxy_failed) or answered 404 (misleading_404)."}.
+			prom(query{expr: forwardingSuccess(metrics.LabelEntryAPIServer), legend: "{{" + metrics.LabelEntryAPIServer + "}}"})).
 		WithPanel(graph{title: "Chains by class", unit: "reqps", stacked: true,
 			description: "Every request peertrail assembled, per second, by what happened to it: local, proxied, proxy_failed, misleading_404, broken, loop, internal (the apiservers' own peer discovery)."}.
 			prom(query{expr: promql.Sum(promql.Rate(chains(), rateWindow), metrics.LabelClass), legend: "{{" + metrics.LabelClass + "}}"})).
