@@ -56,8 +56,12 @@ type UpgradeConfig struct {
 	DiscoverySync time.Duration
 	// PeerLeaseGrace is how long entries keep forwarding to a killed peer.
 	PeerLeaseGrace time.Duration
-	Faults         Faults
-	Seed           uint64
+	// Resources are what clients request (DefaultResources when empty); Mix weighs the verbs
+	// (all of Verbs equally when empty).
+	Resources []Resource
+	Mix       map[string]float64
+	Faults    Faults
+	Seed      uint64
 }
 
 // DefaultUpgrade is a three-apiserver 1.35 -> 1.36 upgrade over two minutes.
@@ -93,6 +97,7 @@ type gvr struct {
 	group, version, resource, namespace string
 	// servedBy lists the versions that serve it ("" = every version).
 	servedBy []string
+	weight   float64
 }
 
 func (g gvr) servedAt(version string) bool {
@@ -111,12 +116,14 @@ type server struct {
 // Upgrade runs the simulation in real time, sending every apiserver's audit events to sink,
 // and returns the truth of every request that left at least one audit record.
 type Upgrade struct {
-	cfg     UpgradeConfig
-	sink    Sink
-	rng     *rand.Rand
-	servers []*server
-	gvrs    []gvr
-	seq     uint64
+	cfg         UpgradeConfig
+	sink        Sink
+	rng         *rand.Rand
+	servers     []*server
+	gvrs        []gvr
+	verbs       []string
+	verbWeights []float64
+	seq         uint64
 
 	mu     sync.Mutex
 	truths []Truth
@@ -144,15 +151,37 @@ func NewUpgrade(cfg UpgradeConfig, sink Sink) *Upgrade {
 			mvp: !(cfg.Faults.MVPOff && i == 0), up: true,
 		})
 	}
-	u.gvrs = []gvr{
-		{"", "v1", "pods", "default", nil},
-		{"", "v1", "configmaps", "kube-system", nil},
-		{"apps", "v1", "deployments", "payments", nil},
-		{"coordination.k8s.io", "v1", "leases", "kube-system", nil},
-		// Only the new version serves this one (1.36: scheduling.k8s.io/v1alpha2 podgroups).
-		{"scheduling.k8s.io", "v1alpha2", "podgroups", "training", []string{cfg.To}},
-		// Only the old version serves this one: the other direction of forwarding.
-		{"storagemigration.k8s.io", "v1alpha1", "storageversionmigrations", "", []string{cfg.From}},
+	resources := cfg.Resources
+	if len(resources) == 0 {
+		resources = DefaultResources()
+	}
+	for _, r := range resources {
+		g := gvr{group: r.Group, version: r.Version, resource: r.Resource, namespace: r.Namespace, weight: max(r.Weight, 0)}
+		if g.weight == 0 {
+			g.weight = 1
+		}
+		for _, v := range r.ServedBy {
+			switch v {
+			case "from":
+				v = cfg.From
+			case "to":
+				v = cfg.To
+			}
+			g.servedBy = append(g.servedBy, v)
+		}
+		u.gvrs = append(u.gvrs, g)
+	}
+	for _, v := range Verbs {
+		w := 1.0
+		if len(cfg.Mix) > 0 {
+			w = cfg.Mix[v]
+		}
+		if w > 0 {
+			u.verbs, u.verbWeights = append(u.verbs, v), append(u.verbWeights, w)
+		}
+	}
+	if len(u.verbs) == 0 { // a mix of zeros: ParseMix refuses it, a caller may not
+		u.verbs, u.verbWeights = Verbs, []float64{1, 1, 1, 1, 1}
 	}
 	return u
 }
@@ -305,9 +334,9 @@ func (u *Upgrade) request(now time.Time) {
 	}
 	entry := up[u.rng.IntN(len(up))]
 	// New resources get a fair share of traffic so that forwarding is visible.
-	g := u.gvrs[u.rng.IntN(len(u.gvrs))]
+	g := u.gvrs[u.pick(len(u.gvrs), func(i int) float64 { return u.gvrs[i].weight })]
 	a := actors[u.rng.IntN(len(actors))]
-	verb := []string{"get", "list", "create", "update", "delete"}[u.rng.IntN(5)]
+	verb := u.verbs[u.pick(len(u.verbs), func(i int) float64 { return u.verbWeights[i] })]
 	u.seq++
 	id := fmt.Sprintf("%08x-5e1a-4c2b-9d3e-%012x", uint32(u.cfg.Seed), u.seq)
 	req := simReq{id: id, verb: verb, g: g, user: a.user, groups: a.groups, agent: a.agent,
@@ -423,7 +452,7 @@ func (u *Upgrade) housekeeping(now time.Time) {
 func (u *Upgrade) selfCall(s *server, now time.Time) {
 	u.seq++
 	self := simReq{id: fmt.Sprintf("%08x-5e1a-4c2b-9d3e-%012x", uint32(u.cfg.Seed), u.seq), verb: "get",
-		g: gvr{"coordination.k8s.io", "v1", "leases", "kube-system", nil}, name: "apiserver-" + s.name,
+		g: gvr{group: "coordination.k8s.io", version: "v1", resource: "leases", namespace: "kube-system"}, name: "apiserver-" + s.name,
 		user: "system:apiserver", groups: []string{"system:masters"}, agent: "kube-apiserver/" + s.version + " (linux/amd64) kubernetes/unknown",
 		client: s.addr, at: now}
 	u.emit(s, self.side(s, nil, 200, "", 0, time.Millisecond))

@@ -61,9 +61,9 @@ gate: {window: 5m, maxIngestGap: 90s}
 
 func TestConfigFileErrors(t *testing.T) {
 	for text, want := range map[string]string{
-		"gate: {windw: 5m}\n": "windw",
+		"gate: {windw: 5m}\n":                             "windw",
 		"apiservers:\n- {name: kas-a}\n- {name: kas-a}\n": "duplicate name",
-		"listen: [\n": "config",
+		"listen: [\n":                                     "config",
 	} {
 		fs, cfg := serveFlags(t)
 		err := applyConfigFile(fs, writeConfig(t, text), cfg)

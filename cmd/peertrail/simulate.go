@@ -26,6 +26,8 @@ type simulateFlags struct {
 	score     bool
 	scoreWait time.Duration
 	jsonOut   bool
+	resources []string
+	mix       string
 }
 
 func newSimulateCommand(_ *globalFlags) *cobra.Command {
@@ -67,6 +69,11 @@ asks the receiver's chain API about each one and prints how peertrail did.`,
 	fl.Float64Var(&f.cfg.Rate, "rate", f.cfg.Rate, "client requests per second, over all apiservers")
 	fl.DurationVar(&f.cfg.Duration, "duration", f.cfg.Duration, "length of the run")
 	fl.Uint64Var(&f.cfg.Seed, "seed", f.cfg.Seed, "random seed (the same seed plays the same upgrade)")
+	fl.StringArrayVar(&f.resources, "resource", nil, "a resource the clients request, repeatable (default: pods, configmaps, deployments, leases served by both\n"+
+		"versions, podgroups only by --to, storageversionmigrations only by --from):\n"+
+		"GROUP/VERSION/RESOURCE[,ns=NAMESPACE][,served-by=from|to|VERSION][,weight=N], e.g.\n"+
+		"scheduling.k8s.io/v1alpha2/podgroups,ns=training,served-by=to,weight=2 (core: core/v1/pods)")
+	fl.StringVar(&f.mix, "mix", "", "request mix, verb weights (default: get, list, create, update, delete equally), e.g. get=6,list=3,create=1")
 	fl.Float64Var(&f.cfg.Faults.DropPeerAudit, "drop-peer-audit", 0, "share of forwarded requests whose peer's audit is lost")
 	fl.Float64Var(&f.cfg.Faults.IdentityMismatch, "identity-mismatch", 0, "share of forwarded requests whose peer sees other groups")
 	fl.Float64Var(&f.cfg.Faults.Impersonation, "impersonation", 0, "share of requests made by impersonation")
@@ -89,6 +96,20 @@ func runSimulate(ctx context.Context, f *simulateFlags, out, errOut io.Writer) e
 	}
 	if f.cfg.Rate <= 0 || f.cfg.Duration <= 0 {
 		return fmt.Errorf("--rate and --duration must be positive")
+	}
+	for _, r := range f.resources {
+		res, err := simulate.ParseResource(r)
+		if err != nil {
+			return fmt.Errorf("--resource: %w", err)
+		}
+		f.cfg.Resources = append(f.cfg.Resources, res)
+	}
+	if f.mix != "" {
+		mix, err := simulate.ParseMix(f.mix)
+		if err != nil {
+			return fmt.Errorf("--mix: %w", err)
+		}
+		f.cfg.Mix = mix
 	}
 	if f.tokenFile != "" {
 		b, err := os.ReadFile(f.tokenFile)
