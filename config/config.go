@@ -33,7 +33,10 @@ type APIServer struct {
 
 // File is the YAML configuration file.
 type File struct {
-	Listen                  string      `json:"listen,omitempty"`
+	Listen string `json:"listen,omitempty"`
+	// APIListen, when set, serves /metrics, the probes and the chain and gate APIs apart from
+	// the webhook on Listen, so that a NetworkPolicy can admit only the apiservers to Listen.
+	APIListen               string      `json:"apiListen,omitempty"`
 	DataDir                 string      `json:"dataDir,omitempty"`
 	APIServers              []APIServer `json:"apiservers,omitempty"`
 	AcceptUnknownAPIServers bool        `json:"acceptUnknownAPIServers,omitempty"`

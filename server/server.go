@@ -52,6 +52,9 @@ type Server struct {
 	http       *http.Server
 	listener   net.Listener
 	scheme     string
+	// apiHTTP and apiListener serve --api-listen; nil when the API shares the webhook's listener.
+	apiHTTP     *http.Server
+	apiListener net.Listener
 
 	cancel    context.CancelFunc
 	consumers sync.WaitGroup
@@ -260,6 +263,30 @@ func receiverOptions(cfg config.File) (ingest.Options, error) {
 func (s *Server) listen() error {
 	mux := http.NewServeMux()
 	s.receiver.Register(mux)
+	s.healthRoutes(mux)
+	api := mux
+	if s.cfg.APIListen != "" {
+		api = http.NewServeMux()
+		s.healthRoutes(api)
+	}
+	s.apiRoutes(api)
+	s.http = s.newHTTPServer(mux)
+	var err error
+	if s.listener, s.scheme, err = s.bind(s.http, s.cfg.Listen, "--listen"); err != nil {
+		return err
+	}
+	if s.cfg.APIListen != "" {
+		s.apiHTTP = s.newHTTPServer(api)
+		if s.apiListener, _, err = s.bind(s.apiHTTP, s.cfg.APIListen, "--api-listen"); err != nil {
+			s.listener.Close()
+			return err
+		}
+	}
+	return nil
+}
+
+// apiRoutes are what people and Prometheus read: metrics, the chain and gate APIs, pprof.
+func (s *Server) apiRoutes(mux *http.ServeMux) {
 	var (
 		older     correlate.Lookup
 		olderList correlate.ListLookup
@@ -275,6 +302,10 @@ func (s *Server) listen() error {
 		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
+}
+
+// healthRoutes are the probes, on every listener.
+func (s *Server) healthRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if err := s.receiver.Ready(); err != nil {
@@ -283,32 +314,39 @@ func (s *Server) listen() error {
 		}
 		io.WriteString(w, "ok\n")
 	})
-	s.http = &http.Server{
-		Handler:           mux,
+}
+
+func (s *Server) newHTTPServer(h http.Handler) *http.Server {
+	return &http.Server{
+		Handler:           h,
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 	}
-	ln, err := net.Listen("tcp", s.cfg.Listen)
+}
+
+// bind listens on addr (named by flag in errors) for srv: plain HTTP on loopback with
+// --insecure-http, TLS with the serving certificate otherwise.
+func (s *Server) bind(srv *http.Server, addr, flag string) (net.Listener, string, error) {
+	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return fmt.Errorf("listen on %s: %w", s.cfg.Listen, err)
+		return nil, "", fmt.Errorf("%s %s: %w", flag, addr, err)
 	}
 	if s.cfg.InsecureHTTP {
 		if !isLoopback(ln.Addr()) {
 			ln.Close()
-			return fmt.Errorf("--insecure-http serves plain HTTP on loopback only, and %s is not loopback (use e.g. 127.0.0.1:8443, or configure TLS)", s.cfg.Listen)
+			return nil, "", fmt.Errorf("--insecure-http serves plain HTTP on loopback only, and %s %s is not loopback (use e.g. 127.0.0.1:8443, or configure TLS)", flag, addr)
 		}
-		s.listener, s.scheme = ln, "http"
-		return nil
+		return ln, "http", nil
 	}
 	tc, err := ingest.ServerTLS(s.cfg.TLS.CertFile, s.cfg.TLS.KeyFile, s.cfg.TLS.ClientCAFile)
 	if err != nil {
 		ln.Close()
-		return err
+		return nil, "", err
 	}
-	s.http.TLSConfig = tc
-	s.listener, s.scheme = tls.NewListener(ln, tc), "https"
-	return nil
+	// The server's TLSConfig is the listener's, so that net/http's HTTP/2 setup applies to it.
+	srv.TLSConfig = tc
+	return tls.NewListener(ln, tc), "https", nil
 }
 
 func isLoopback(a net.Addr) bool {
@@ -316,9 +354,17 @@ func isLoopback(a net.Addr) bool {
 	return ok && ta.IP.IsLoopback()
 }
 
-// URL is the base URL the server listens on.
+// URL is the base URL of the webhook listener (--listen).
 func (s *Server) URL() string {
 	return s.scheme + "://" + s.listener.Addr().String()
+}
+
+// APIURL is the base URL of /metrics and the APIs: --api-listen's, or URL when it is not set.
+func (s *Server) APIURL() string {
+	if s.apiListener == nil {
+		return s.URL()
+	}
+	return s.scheme + "://" + s.apiListener.Addr().String()
 }
 
 // SQLURL is the base URL of the embedded store's ClickHouse HTTP interface ("" when off).
@@ -348,8 +394,12 @@ func (s *Server) Registry() *prometheus.Registry { return s.registry }
 // Run serves until ctx ends or a component fails, then shuts down gracefully: in-flight
 // webhook requests finish (and are acknowledged) before the spool closes.
 func (s *Server) Run(ctx context.Context) error {
-	serveErr := make(chan error, 2)
+	serveErr := make(chan error, 3)
 	go func() { serveErr <- s.http.Serve(s.listener) }()
+	if s.apiHTTP != nil {
+		go func() { serveErr <- s.apiHTTP.Serve(s.apiListener) }()
+		s.log.Info("API: metrics, probes, chain and gate APIs", "url", s.APIURL())
+	}
 	if s.sqlHTTP != nil {
 		go func() { serveErr <- s.sqlHTTP.Serve(s.sqlLn) }()
 		s.log.Info("SQL: the ClickHouse HTTP interface of the embedded store, read-only", "url", s.SQLURL())
@@ -365,6 +415,9 @@ func (s *Server) Run(ctx context.Context) error {
 	defer cancel()
 	if serr := s.http.Shutdown(shutdownCtx); serr != nil && err == nil {
 		err = fmt.Errorf("shutdown: %w", serr)
+	}
+	if s.apiHTTP != nil {
+		s.apiHTTP.Shutdown(shutdownCtx)
 	}
 	if s.sqlHTTP != nil {
 		s.sqlHTTP.Shutdown(shutdownCtx)

@@ -84,7 +84,9 @@ line wins over the file. The file also lists the apiservers:
 
 // bindServeFlags binds serve's flags to cfg's fields, with cfg's values as defaults.
 func bindServeFlags(f *pflag.FlagSet, cfg *config.File) {
-	f.StringVar(&cfg.Listen, "listen", cfg.Listen, "address to listen on for the webhook, metrics, health and APIs")
+	f.StringVar(&cfg.Listen, "listen", cfg.Listen, "address to listen on for the webhook (and, without --api-listen, metrics, health and APIs)")
+	f.StringVar(&cfg.APIListen, "api-listen", cfg.APIListen, "address for /metrics, the probes and the chain and gate APIs apart from the webhook, so that a\n"+
+		"NetworkPolicy can admit only the apiservers to --listen (same TLS; default: all on --listen)")
 	f.StringVar(&cfg.DataDir, "data-dir", cfg.DataDir, "directory for the spool, the duplicate index and the dead letters")
 	f.BoolVar(&cfg.AcceptUnknownAPIServers, "accept-unknown-apiservers", false, "accept batches from apiserver names not in the config file (otherwise 403)")
 	f.BoolVar(&cfg.InsecureHTTP, "insecure-http", false, "serve plain HTTP instead of TLS; only allowed on a loopback address (tests, demos)")
