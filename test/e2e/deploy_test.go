@@ -557,8 +557,9 @@ type container struct {
 	args    []string
 	mounts  map[string]string // mountPath -> volume name
 	volumes map[string]map[string]any
-	// sqlListen replaces the --sql-listen address when run here.
+	// sqlListen and apiListen replace the --sql-listen and --api-listen addresses when run here.
 	sqlListen string
+	apiListen string
 }
 
 func peertrailContainer(t *testing.T, dep *unstructured.Unstructured) container {
@@ -634,6 +635,9 @@ func (c container) localArgs(t *testing.T, dir string, objs []*unstructured.Unst
 		}
 		if strings.HasPrefix(a, "--sql-listen=") {
 			a = "--sql-listen=" + c.sqlListen
+		}
+		if strings.HasPrefix(a, "--api-listen=") {
+			a = "--api-listen=" + c.apiListen
 		}
 		for _, p := range paths {
 			if i := strings.Index(a, "="+p); i >= 0 && (len(a) == i+1+len(p) || a[i+1+len(p)] == '/') {
@@ -779,6 +783,15 @@ func TestDeployControlPlaneEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctr.sqlListen = fmt.Sprintf("127.0.0.1:%d", sqlPort)
+	apiPort, err := harness.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctr.apiListen = fmt.Sprintf("127.0.0.1:%d", apiPort)
+	api := "https://" + ctr.apiListen
+	if !slices.ContainsFunc(ctr.args, func(a string) bool { return strings.HasPrefix(a, "--api-listen=") }) {
+		t.Fatal("the Deployment does not set --api-listen: the NetworkPolicy admits only the apiservers to the webhook's port")
+	}
 	args := ctr.localArgs(t, filepath.Join(dir, "peertrail"), objs, map[string]map[string][]byte{
 		"peertrail-tls":      {"tls.crt": serving.CertPEM, "tls.key": serving.KeyPEM, "ca.crt": pki.ServerCA.CertPEM},
 		"peertrail-audit-ca": {"ca.crt": auditCA.CertPEM},
@@ -807,11 +820,16 @@ func TestDeployControlPlaneEndToEnd(t *testing.T) {
 	}); err != nil {
 		t.Fatalf("peertrail not ready: %v\n%s", err, tailOf(filepath.Join(dir, "peertrail.log")))
 	}
-	// What the probes and Prometheus do (no client certificate) works; posting audit without
-	// one does not (the port is shared: authentication keeps /audit closed).
-	for _, p := range []string{"/healthz", "/readyz", "/metrics"} {
-		if code := httpCode(t, hc, "GET", base+p); code != 200 {
-			t.Errorf("GET %s without a client certificate: %d", p, code)
+	// What the probes and Prometheus do (no client certificate) works on the API port; the
+	// webhook's port serves only /audit (with a client certificate) and the probes.
+	for _, p := range []string{"/healthz", "/readyz", "/metrics", "/api/v1/gate"} {
+		if code := httpCode(t, hc, "GET", api+p); code != 200 {
+			t.Errorf("GET %s on the API port without a client certificate: %d", p, code)
+		}
+	}
+	for p, want := range map[string]int{"/healthz": 200, "/readyz": 200, "/metrics": 404, "/api/v1/gate": 404} {
+		if code := httpCode(t, hc, "GET", base+p); code != want {
+			t.Errorf("GET %s on the webhook's port: %d, want %d", p, code, want)
 		}
 	}
 	if code := httpCode(t, hc, "POST", base+"/audit/"+oldName); code != http.StatusUnauthorized {
@@ -917,7 +935,7 @@ func TestDeployControlPlaneEndToEnd(t *testing.T) {
 	}
 	var chain correlate.Chain
 	if err := poll(ctx, 60*time.Second, func() (bool, error) {
-		r, err := hc.Get(base + "/api/v1/chains/" + auditID)
+		r, err := hc.Get(api + "/api/v1/chains/" + auditID)
 		if err != nil {
 			return false, nil
 		}
@@ -940,8 +958,7 @@ func TestDeployControlPlaneEndToEnd(t *testing.T) {
 		t.Errorf("chain identity: user %q real %q findings %v\nentry %+v\npeer %+v", chain.User, chain.RealUser, chain.Findings, *chain.Entry, *chain.Peer)
 	}
 	// The runbook's command, as an operator runs it.
-	chainCmd := exec.Command(ptBin, "chain", auditID, "--server", base)
-	chainCmd.Env = append(os.Environ(), "SSL_CERT_FILE="+pki.ServerCA.CertFile)
+	chainCmd := exec.Command(ptBin, "chain", auditID, "--server", api, "--ca-file", pki.ServerCA.CertFile)
 	out, err := chainCmd.CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "proxied") || !strings.Contains(string(out), newName) {
 		t.Errorf("peertrail chain %s: %v\n%s", auditID, err, out)
@@ -951,7 +968,7 @@ func TestDeployControlPlaneEndToEnd(t *testing.T) {
 	// and each apiserver's version was learned from its own lease renewals, which the policy
 	// keeps.
 	if err := poll(ctx, 60*time.Second, func() (bool, error) {
-		r, err := hc.Get(base + "/api/v1/apiservers")
+		r, err := hc.Get(api + "/api/v1/apiservers")
 		if err != nil {
 			return false, nil
 		}
@@ -970,7 +987,7 @@ func TestDeployControlPlaneEndToEnd(t *testing.T) {
 	}); err != nil {
 		t.Errorf("apiserver versions not learned: %v", err)
 	}
-	m := scrape(t, hc, base+"/metrics")
+	m := scrape(t, hc, api+"/metrics")
 	for _, n := range []string{oldName, newName} {
 		if !strings.Contains(m, fmt.Sprintf(`%s{apiserver=%q,code="200"}`, metrics.IngestRequestsTotal, n)) {
 			t.Errorf("no accepted batch from %s in /metrics", n)
