@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net/http"
 	"net/url"
 	"strings"
 	"text/tabwriter"
@@ -34,30 +33,9 @@ class and findings, and the latencies.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
 			defer cancel()
-			u := strings.TrimRight(srv.server, "/") + "/api/v1/chains/" + url.PathEscape(args[0])
-			req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+			body, err := srv.get(ctx, "/api/v1/chains/"+url.PathEscape(args[0]))
 			if err != nil {
 				return err
-			}
-			client, err := srv.client(30 * time.Second)
-			if err != nil {
-				return err
-			}
-			resp, err := client.Do(req)
-			if err != nil {
-				return fmt.Errorf("ask %s: %w (is peertrail serve running there? --server sets its address)", srv.server, err)
-			}
-			defer resp.Body.Close()
-			body, err := io.ReadAll(resp.Body)
-			if err != nil {
-				return err
-			}
-			if resp.StatusCode != http.StatusOK {
-				var e struct{ Error string }
-				if json.Unmarshal(body, &e) == nil && e.Error != "" {
-					return fmt.Errorf("%s", e.Error)
-				}
-				return fmt.Errorf("%s: %s", resp.Status, strings.TrimSpace(string(body)))
 			}
 			if output == "json" {
 				_, err := cmd.OutOrStdout().Write(body)

@@ -1,11 +1,15 @@
 package main
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -31,6 +35,41 @@ func (s *serverFlags) client(timeout time.Duration) (*http.Client, error) {
 		return nil, err
 	}
 	return &http.Client{Transport: &http.Transport{TLSClientConfig: tc, ForceAttemptHTTP2: true}, Timeout: timeout}, nil
+}
+
+// get asks serve's API for path and returns the body of its 200 answer.
+func (s *serverFlags) get(ctx context.Context, path string) ([]byte, error) {
+	c, err := s.client(30 * time.Second)
+	if err != nil {
+		return nil, err
+	}
+	return apiGet(ctx, c, s.server, path)
+}
+
+// apiGet GETs base+path from peertrail serve's API with c. An answer other than 200 is an error
+// saying the API's own message ({"error": ...}) or the status and body.
+func apiGet(ctx context.Context, c *http.Client, base, path string) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(base, "/")+path, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("ask %s: %w (is peertrail serve running there? --server sets its address)", base, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, fmt.Errorf("read the answer of %s: %w", base, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		var e struct{ Error string }
+		if json.Unmarshal(body, &e) == nil && e.Error != "" {
+			return nil, fmt.Errorf("%s", e.Error)
+		}
+		return nil, fmt.Errorf("%s%s: %s: %s", base, path, resp.Status, strings.TrimSpace(string(body)))
+	}
+	return body, nil
 }
 
 // clientTLS is the TLS configuration of a client of peertrail serve: the CA that verifies it (the

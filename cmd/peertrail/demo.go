@@ -228,17 +228,12 @@ func demoReport(ctx context.Context, out io.Writer, s store.Store) error {
 }
 
 func demoGate(ctx context.Context, out io.Writer, base string) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/api/v1/gate", nil)
+	body, err := apiGet(ctx, http.DefaultClient, base, "/api/v1/gate")
 	if err != nil {
 		return err
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
 	var v gate.Verdict
-	if err := json.NewDecoder(resp.Body).Decode(&v); err != nil {
+	if err := json.Unmarshal(body, &v); err != nil {
 		return fmt.Errorf("gate verdict: %w", err)
 	}
 	printVerdict(out, v)
@@ -246,20 +241,12 @@ func demoGate(ctx context.Context, out io.Writer, base string) error {
 }
 
 func listChains(ctx context.Context, base string, class correlate.Class) ([]*correlate.Chain, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/api/v1/chains?limit=1&class="+string(class), nil)
+	body, err := apiGet(ctx, http.DefaultClient, base, "/api/v1/chains?limit=1&class="+string(class))
 	if err != nil {
 		return nil, err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("chains: %s", resp.Status)
 	}
 	var l struct{ Chains []*correlate.Chain }
-	return l.Chains, json.NewDecoder(resp.Body).Decode(&l)
+	return l.Chains, json.Unmarshal(body, &l)
 }
 
 // simulatedDemo plays the simulated upgrade and scores peertrail against its truth.

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net/http"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -41,25 +40,9 @@ Thresholds are peertrail serve's --gate-* flags.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
 			defer cancel()
-			req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(srv.server, "/")+"/api/v1/gate", nil)
+			body, err := srv.get(ctx, "/api/v1/gate")
 			if err != nil {
 				return err
-			}
-			client, err := srv.client(30 * time.Second)
-			if err != nil {
-				return err
-			}
-			resp, err := client.Do(req)
-			if err != nil {
-				return fmt.Errorf("ask %s: %w", srv.server, err)
-			}
-			defer resp.Body.Close()
-			body, err := io.ReadAll(resp.Body)
-			if err != nil {
-				return err
-			}
-			if resp.StatusCode != http.StatusOK {
-				return fmt.Errorf("gate: %s: %s", resp.Status, strings.TrimSpace(string(body)))
 			}
 			var v gate.Verdict
 			if err := json.Unmarshal(body, &v); err != nil {
