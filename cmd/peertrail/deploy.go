@@ -1,7 +1,6 @@
 package main
 
 import (
-	"fmt"
 	"os"
 	"path/filepath"
 	"time"
@@ -157,13 +156,7 @@ the committed files differ.`,
 				}
 			}
 			paths, err := deploy.Generate(root)
-			if err != nil {
-				return err
-			}
-			for _, p := range paths {
-				fmt.Fprintln(cmd.OutOrStdout(), p)
-			}
-			return nil
+			return printWritten(cmd.OutOrStdout(), paths, err)
 		},
 	}
 	cmd.Flags().StringVar(&root, "root", "", "repository root (default: found above the working directory)")

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -39,13 +40,7 @@ each asks for its data source.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			paths, err := dashboards.Write(out)
-			if err != nil {
-				return err
-			}
-			for _, p := range paths {
-				fmt.Fprintln(cmd.OutOrStdout(), p)
-			}
-			return nil
+			return printWritten(cmd.OutOrStdout(), paths, err)
 		},
 	}
 	cmd.Flags().StringVar(&out, "out", "dashboards/generated", "directory to write into")
@@ -64,13 +59,7 @@ func newGenerateAlertsCommand() *cobra.Command {
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			paths, err := alerts.Write(out, alerts.Options{RunbookBaseURL: runbooks, PeertrailJob: job, GatePausedFor: gatePaused})
-			if err != nil {
-				return err
-			}
-			for _, p := range paths {
-				fmt.Fprintln(cmd.OutOrStdout(), p)
-			}
-			return nil
+			return printWritten(cmd.OutOrStdout(), paths, err)
 		},
 	}
 	cmd.Flags().StringVar(&out, "out", "alerts/generated", "directory to write into")
@@ -78,4 +67,15 @@ func newGenerateAlertsCommand() *cobra.Command {
 	cmd.Flags().StringVar(&job, "job", "peertrail", "Prometheus job label of peertrail's scrape target")
 	cmd.Flags().DurationVar(&gatePaused, "gate-paused-for", 15*time.Minute, "how long the upgrade gate may say pause before MVPUpgradeGatePaused fires")
 	return cmd
+}
+
+// printWritten lists the files a generator wrote, one per line, or passes on its error.
+func printWritten(w io.Writer, paths []string, err error) error {
+	if err != nil {
+		return err
+	}
+	for _, p := range paths {
+		fmt.Fprintln(w, p)
+	}
+	return nil
 }
