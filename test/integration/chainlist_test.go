@@ -1,7 +1,6 @@
 package integration
 
 import (
-	"context"
 	"encoding/json"
 	"net/http"
 	"testing"
@@ -26,18 +25,7 @@ func TestChainListReachesIntoTheStore(t *testing.T) {
 	up := simulate.DefaultUpgrade()
 	up.Duration, up.Rate, up.Seed = 8*time.Second, 30, 3
 	up.Faults = simulate.Faults{}
-	sink, err := simulate.NewWebhookSink([]string{"kas-1", "kas-2", "kas-3"}, simulate.WebhookOptions{
-		URL: p.srv.URL(), Dir: dir, BatchWait: 300 * time.Millisecond, Seed: 3,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	u := simulate.NewUpgrade(up, sink)
-	if err := u.Run(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	sink.Close()
-	truths := u.Truths()
+	truths := simulateInto(t, p, up, simulate.WebhookOptions{Dir: dir, BatchWait: 300 * time.Millisecond, Seed: 3})
 	want := map[string]int{}
 	for _, tr := range truths {
 		want[tr.Class]++

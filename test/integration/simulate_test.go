@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"testing"
 	"time"
@@ -25,18 +26,9 @@ func TestSimulatedUpgradeIsClassified(t *testing.T) {
 	up.Duration, up.Rate, up.Seed = 30*time.Second, 40, 7
 	up.Faults = simulate.Faults{DropPeerAudit: 0.05, IdentityMismatch: 0.2, Impersonation: 0.3,
 		KillPeer: true, KillFor: 8 * time.Second, MVPOff: true}
-	sink, err := simulate.NewWebhookSink([]string{"kas-1", "kas-2", "kas-3"}, simulate.WebhookOptions{
-		URL: p.srv.URL(), Dir: dir, BatchWait: 500 * time.Millisecond, Late: 0.05, LateBy: 2 * time.Second, Duplicate: 0.1, Seed: 7,
+	truths := simulateInto(t, p, up, simulate.WebhookOptions{
+		Dir: dir, BatchWait: 500 * time.Millisecond, Late: 0.05, LateBy: 2 * time.Second, Duplicate: 0.1, Seed: 7,
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	u := simulate.NewUpgrade(up, sink)
-	if err := u.Run(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	sink.Close()
-	truths := u.Truths()
 	sc, err := simulate.Score(context.Background(), http.DefaultClient, p.srv.URL(), truths, time.Minute)
 	if err != nil {
 		t.Fatal(err)
@@ -66,4 +58,25 @@ func TestSimulatedUpgradeIsClassified(t *testing.T) {
 			t.Errorf("fault %s: %d of %d requests classified right", fault, v[1], v[0])
 		}
 	}
+}
+
+// simulateInto plays the upgrade up into p through the real audit webhook backend (opts.URL is
+// p's) and returns the truth of every request.
+func simulateInto(t *testing.T, p *peertrail, up simulate.UpgradeConfig, opts simulate.WebhookOptions) []simulate.Truth {
+	t.Helper()
+	names := make([]string, up.APIServers)
+	for i := range names {
+		names[i] = fmt.Sprintf("kas-%d", i+1) // as simulate.NewUpgrade names them
+	}
+	opts.URL = p.srv.URL()
+	sink, err := simulate.NewWebhookSink(names, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := simulate.NewUpgrade(up, sink)
+	if err := u.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	sink.Close()
+	return u.Truths()
 }
