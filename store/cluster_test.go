@@ -20,7 +20,7 @@ import (
 // server never shows.
 func TestQueriesOnClusterLayout(t *testing.T) {
 	if _, err := os.Stat(realDir); err != nil {
-		t.Skipf("no real captures at %s: %v", realDir, err)
+		t.Fatalf("no real captures at %s (they are committed; test/e2e TestCaptureRealMVP -update-real-fixtures remakes them): %v", realDir, err)
 	}
 	abs, err := filepath.Abs(realDir)
 	if err != nil {

@@ -24,7 +24,7 @@ var realDir = filepath.Join("..", storetest.RealDir)
 // an engine of its own whose retention keeps them.
 func TestRealCaptures(t *testing.T) {
 	if _, err := os.Stat(realDir); err != nil {
-		t.Skipf("no real captures at %s (test/e2e TestCaptureRealMVP -update-real-fixtures makes them): %v", realDir, err)
+		t.Fatalf("no real captures at %s (they are committed; test/e2e TestCaptureRealMVP -update-real-fixtures remakes them): %v", realDir, err)
 	}
 	out := runSubprocess(t, "real", 180*time.Second, "PEERTRAIL_REAL_DIR="+realDir)
 	t.Log(out)
