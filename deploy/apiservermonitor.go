@@ -22,7 +22,7 @@ type APIServerTarget struct {
 // ParseAPIServerTargets reads NAME=ADDRESS pairs (cp-1=10.0.0.11).
 func ParseAPIServerTargets(pairs []string) ([]APIServerTarget, error) {
 	var out []APIServerTarget
-	seen := map[string]bool{}
+	names, addrs := map[string]bool{}, map[string]bool{}
 	for _, p := range pairs {
 		name, addr, ok := strings.Cut(p, "=")
 		if !ok || !apiserverNameRE.MatchString(name) {
@@ -32,10 +32,10 @@ func ParseAPIServerTargets(pairs []string) ([]APIServerTarget, error) {
 		if err != nil {
 			return nil, fmt.Errorf("--apiserver %q: %q is not an IP address (the apiserver's --advertise-address)", p, addr)
 		}
-		if seen[name] || seen[ip.String()] {
+		if names[name] || addrs[ip.String()] {
 			return nil, fmt.Errorf("--apiserver %q: name or address given twice", p)
 		}
-		seen[name], seen[ip.String()] = true, true
+		names[name], addrs[ip.String()] = true, true
 		out = append(out, APIServerTarget{Name: name, Address: ip.String()})
 	}
 	if len(out) == 0 {

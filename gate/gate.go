@@ -134,8 +134,9 @@ func (g *Gate) Evaluate() Verdict {
 	count(metrics.CheckBrokenChains, tot.Chains[correlate.ClassBroken], g.t.MaxBroken, "broken chains")
 	count(metrics.CheckIdentity, tot.Findings[correlate.FindingIdentityMismatch], g.t.MaxIdentityMismatch, "identity mismatches")
 
-	watched, forgotten := g.watched(now)
-	v.Checks = append(v.Checks, g.ingestGap(now, watched, forgotten), g.versionSkew(watched))
+	last, servers := g.src.LastBatches(), g.src.APIServers()
+	watched, forgotten := g.watched(now, last, servers)
+	v.Checks = append(v.Checks, g.ingestGap(now, last, watched, forgotten), g.versionSkew(servers, watched))
 
 	v.Proceed = true
 	for _, c := range v.Checks {
@@ -152,17 +153,18 @@ func (g *Gate) Evaluate() Verdict {
 }
 
 // watched returns the apiservers the ingest-gap and version-skew checks look at: the
-// configured ones, and any other heard from within ForgetAfter. forgotten are the others.
-func (g *Gate) watched(now time.Time) (watched map[string]bool, forgotten []string) {
+// configured ones, and any other heard from (last batch, or last record) within ForgetAfter.
+// forgotten are the others.
+func (g *Gate) watched(now time.Time, last map[string]time.Time, servers []correlate.ServerInfo) (watched map[string]bool, forgotten []string) {
 	watched = map[string]bool{}
 	for _, n := range g.src.Expected {
 		watched[n] = true
 	}
 	heard := map[string]time.Time{}
-	for n, t := range g.src.LastBatches() {
+	for n, t := range last {
 		heard[n] = t
 	}
-	for _, s := range g.src.APIServers() {
+	for _, s := range servers {
 		if t, ok := heard[s.Name]; !ok || s.LastSeen.After(t) {
 			heard[s.Name] = s.LastSeen
 		}
@@ -180,9 +182,8 @@ func (g *Gate) watched(now time.Time) (watched map[string]bool, forgotten []stri
 	return watched, forgotten
 }
 
-func (g *Gate) ingestGap(now time.Time, names map[string]bool, forgotten []string) Check {
+func (g *Gate) ingestGap(now time.Time, last map[string]time.Time, names map[string]bool, forgotten []string) Check {
 	c := Check{Name: metrics.CheckIngestGap, Threshold: g.t.MaxIngestGap.Seconds(), OK: true}
-	last := g.src.LastBatches()
 	var silent []string
 	for n := range names {
 		seen := last[n]
@@ -221,11 +222,11 @@ func minor(v string) (int, bool) {
 	return m, err == nil
 }
 
-func (g *Gate) versionSkew(watched map[string]bool) Check {
+func (g *Gate) versionSkew(servers []correlate.ServerInfo, watched map[string]bool) Check {
 	c := Check{Name: metrics.CheckVersionSkew, Threshold: float64(g.t.MaxMinorSkew), OK: true}
 	lo, hi := -1, -1
 	var versions []string
-	for _, s := range g.src.APIServers() {
+	for _, s := range servers {
 		if !watched[s.Name] {
 			continue
 		}
