@@ -156,8 +156,8 @@ func NewUpgrade(cfg UpgradeConfig, sink Sink) *Upgrade {
 		resources = DefaultResources()
 	}
 	for _, r := range resources {
-		g := gvr{group: r.Group, version: r.Version, resource: r.Resource, namespace: r.Namespace, weight: max(r.Weight, 0)}
-		if g.weight == 0 {
+		g := gvr{group: r.Group, version: r.Version, resource: r.Resource, namespace: r.Namespace, weight: r.Weight}
+		if g.weight <= 0 { // unset (ParseResource refuses a negative one)
 			g.weight = 1
 		}
 		for _, v := range r.ServedBy {
