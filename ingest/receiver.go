@@ -31,6 +31,7 @@ import (
 	"github.com/peertrail/peertrail/ingest/dedup"
 	"github.com/peertrail/peertrail/ingest/record"
 	"github.com/peertrail/peertrail/ingest/spool"
+	"github.com/peertrail/peertrail/internal/bufpool"
 	"github.com/peertrail/peertrail/metrics"
 )
 
@@ -78,8 +79,12 @@ type Receiver struct {
 
 	// bodies and frames recycle request bodies and encoded frames: a batch is a third of a
 	// megabyte, 25 a second.
-	bodies, frames sync.Pool
+	bodies, frames *bufpool.Pool
 }
+
+// pooledBuffers is how many bodies and frames are kept for reuse: more than the batches in
+// flight at once from a control plane's apiservers.
+const pooledBuffers = 8
 
 // NewReceiver returns a receiver writing to sp, remembering keys in ix and dead letters in dl.
 // It does not own them: the caller closes them after the receiver's server has stopped.
@@ -98,8 +103,8 @@ func NewReceiver(opts Options, sp *spool.Spool, ix *dedup.Index, codec *record.C
 		opts: opts, known: known, spool: sp, index: ix, codec: codec, dead: dl, log: log,
 		m: newReceiverMetrics(), slots: make(chan struct{}, opts.MaxInflight), now: time.Now,
 		last:   map[string]time.Time{},
-		bodies: sync.Pool{New: func() any { return new(bytes.Buffer) }},
-		frames: sync.Pool{New: func() any { return new([]byte) }},
+		bodies: bufpool.New(pooledBuffers, maxPooledBody),
+		frames: bufpool.New(pooledBuffers, maxPooledBody),
 	}
 }
 
@@ -248,8 +253,7 @@ func (rc *Receiver) readBody(w http.ResponseWriter, r *http.Request, name string
 			msg: fmt.Sprintf("unsupported Content-Encoding %q (want gzip or none)", enc)}
 	}
 	// Read one byte past the limit so that a decoded body over it is recognised (a gzip bomb).
-	buf := rc.bodies.Get().(*bytes.Buffer)
-	buf.Reset()
+	buf := bytes.NewBuffer(rc.bodies.Get())
 	if r.ContentLength > 0 && src == io.Reader(counted) {
 		buf.Grow(int(r.ContentLength) + 1)
 	}
@@ -271,11 +275,7 @@ func (rc *Receiver) readBody(w http.ResponseWriter, r *http.Request, name string
 // maxPooledBody bounds the buffers kept for reuse, so that one huge body does not stay.
 const maxPooledBody = 4 << 20
 
-func (rc *Receiver) putBody(buf *bytes.Buffer) {
-	if buf.Cap() <= maxPooledBody {
-		rc.bodies.Put(buf)
-	}
-}
+func (rc *Receiver) putBody(buf *bytes.Buffer) { rc.bodies.Put(buf.Bytes()) }
 
 func (rc *Receiver) readError(name string, err error, what string) answer {
 	var tooBig *http.MaxBytesError
@@ -327,15 +327,9 @@ func (rc *Receiver) accept(ctx context.Context, body []byte, name, remote string
 		keys[i] = recs[i].Key()
 	}
 	// Encode outside the lock on the bet that nothing is a duplicate, which is the common case.
-	fbuf := rc.frames.Get().(*[]byte)
-	frame, err := rc.codec.AppendFrame((*fbuf)[:0], name, start, recs, keys)
+	frame, err := rc.codec.AppendFrame(rc.frames.Get(), name, start, recs, keys)
 	// The spool copies the frame; once appended it is the next batch's buffer.
-	defer func() {
-		if cap(frame) <= maxPooledBody {
-			*fbuf = frame
-			rc.frames.Put(fbuf)
-		}
-	}()
+	defer func() { rc.frames.Put(frame) }()
 	if err != nil {
 		return answer{code: http.StatusInternalServerError, apiserver: name, msg: err.Error()}
 	}

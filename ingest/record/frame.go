@@ -5,10 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/klauspost/compress/s2"
+
+	"github.com/peertrail/peertrail/internal/bufpool"
 )
 
 // A frame is one accepted webhook batch as it sits in the spool:
@@ -45,15 +46,22 @@ type Batch struct {
 
 // Codec encodes and decodes frames. It is safe for concurrent use; it holds only buffers.
 type Codec struct {
-	// scratch recycles the uncompressed records of a frame being encoded: they are garbage
-	// the moment they are compressed, and a batch's worth is most of a megabyte.
-	scratch sync.Pool
+	// scratch recycles the uncompressed records of a frame being encoded or decoded: they are
+	// garbage the moment they are compressed or read, and a batch's worth is most of a megabyte.
+	scratch *bufpool.Pool
 }
 
-const maxPooledScratch = 8 << 20
+// maxPooledScratch bounds a kept buffer; pooledScratch is how many are kept: one per batch
+// being acknowledged at once plus one per spool consumer decoding.
+const (
+	maxPooledScratch = 8 << 20
+	pooledScratch    = 8
+)
 
 // NewCodec returns a Codec.
-func NewCodec() (*Codec, error) { return &Codec{}, nil }
+func NewCodec() (*Codec, error) {
+	return &Codec{scratch: bufpool.New(pooledScratch, maxPooledScratch)}, nil
+}
 
 // Close releases nothing; it is kept so callers need not know.
 func (c *Codec) Close() {}
@@ -64,20 +72,11 @@ func (c *Codec) AppendFrame(dst []byte, apiserver string, receivedAt time.Time, 
 	if len(keys) != len(records) {
 		return dst, fmt.Errorf("frame: %d keys for %d records", len(keys), len(records))
 	}
-	scratch := c.scratch.Get()
-	var body []byte
-	if p, ok := scratch.(*[]byte); ok {
-		body = (*p)[:0]
-	}
-	body = binary.AppendUvarint(body, uint64(len(records))+1) // as reader.count reads it
+	body := binary.AppendUvarint(c.scratch.Get(), uint64(len(records))+1) // as reader.count reads it
 	for i := range records {
 		body = appendRecord(body, &records[i])
 	}
-	defer func() {
-		if cap(body) <= maxPooledScratch {
-			c.scratch.Put(&body)
-		}
-	}()
+	defer func() { c.scratch.Put(body) }()
 	dst = append(dst, frameVersion)
 	dst = binary.AppendUvarint(dst, uint64(len(apiserver)))
 	dst = append(dst, apiserver...)
@@ -151,16 +150,9 @@ func (c *Codec) decodeFrame(frame []byte, skipRaw bool) (Batch, error) {
 		return Batch{}, fmt.Errorf("%w: compressed body (%d bytes decoded, %v)", ErrBadFrame, n, err)
 	}
 	// The decompressed records are garbage once decoded (strings are copied out of them).
-	var buf []byte
-	if p, ok := c.scratch.Get().(*[]byte); ok {
-		buf = *p
-	}
+	buf := c.scratch.Get()
 	body, err := s2.Decode(buf[:cap(buf)], h.body)
-	defer func() {
-		if cap(body) <= maxPooledScratch {
-			c.scratch.Put(&body)
-		}
-	}()
+	defer func() { c.scratch.Put(body) }()
 	if err != nil {
 		return Batch{}, fmt.Errorf("%w: decompress: %v", ErrBadFrame, err)
 	}
