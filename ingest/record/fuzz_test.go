@@ -22,6 +22,15 @@ func seedBodies(f *testing.F) {
 	f.Add([]byte(`{"kind":"EventList","apiVersion":"audit.k8s.io/v1","items":[{"auditID":"a","stage":"ResponseComplete","stageTimestamp":"2026-11-29T10:00:00.000001Z"}]}`))
 	f.Add([]byte(`{"kind":"EventList","apiVersion":"audit.k8s.io/v1","items":[null,1,"x",{}]}`))
 	f.Add([]byte(`{}`))
+	// Every shape the scanner reads (scan.go), for the fuzzer to bend.
+	f.Add([]byte(`{"kind":"EventList","apiVersion":"audit.k8s.io/v1","items":[{"kind":"Event",` +
+		`"level":"Metadata","auditID":"x","stage":"ResponseComplete","stageTimestamp":"2026-11-29T10:00:00.000001Z",` +
+		`"user":{"username":"a\u00e9\"b","uid":"u","groups":[],"extra":{"k":["v"],"e":[]}},` +
+		`"impersonatedUser":{"username":"i","extra":{}},"authenticationMetadata":{"impersonationConstraint":"c"},` +
+		`"sourceIPs":["1.2.3.4","10.0.0.2"],"objectRef":{"resource":"pods","apiGroup":"","uid":"u","subresource":"s"},` +
+		`"responseStatus":{"metadata":{},"status":"Failure","code":-404,"details":{"causes":[{"reason":"r"}],"retryAfterSeconds":1}},` +
+		`"requestObject":{"a":null,"a":[1,-0.5e3,true,"\t"]},"responseObject":"x",` +
+		`"annotations":{"k":"v","k":"w"},"future":{"x":null}}]}`))
 	// Timestamps the fast path must hand back to encoding/json, or reject as it does.
 	f.Add([]byte(`{"kind":"EventList","apiVersion":"audit.k8s.io/v1","items":[` +
 		`{"auditID":"a","stage":"ResponseComplete","stageTimestamp":"2026-11-29T10:00:00.000001\u005a","requestReceivedTimestamp":null},` +
@@ -133,7 +142,7 @@ func FuzzDecodeFrame(f *testing.F) {
 // same invalid items and the same verdict on the body as Decode did.
 func sameAsEncodingJSON(t *testing.T, body []byte, recs []Record, inv []Invalid, err error) {
 	t.Helper()
-	stdRecs, stdInv, stdErr := decode(json.Unmarshal, body, "kas-a", received)
+	stdRecs, stdInv, stdErr := decode(json.Unmarshal, false, body, "kas-a", received)
 	if (err == nil) != (stdErr == nil) {
 		t.Fatalf("fast decoder error %v, encoding/json error %v", err, stdErr)
 	}
