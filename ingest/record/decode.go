@@ -114,7 +114,8 @@ func decodeEvent(unmarshal unmarshaler, scan bool, raw json.RawMessage, apiserve
 	if len(raw) == 0 || raw[0] != '{' {
 		return Record{}, errors.New("item is not a JSON object")
 	}
-	// json.RawMessage's UnmarshalJSON gave each item its own copy, so the record may keep raw.
+	// Each item is the decoder's own copy (scanEnvelope's slab, or json.RawMessage's), so the
+	// record may keep raw, and its strings may alias it.
 	if scan {
 		var r Record
 		if kind, ok := scanEvent(raw, &r); ok {
