@@ -129,11 +129,7 @@ func (s *scanner) object(field func(key []byte) bool) bool {
 	defer func() { s.depth-- }()
 	var seenKeys [32][]byte
 	seen := seenKeys[:0]
-	if s.peek() == '}' {
-		s.i++
-		return true
-	}
-	for {
+	return s.elements('}', func() bool {
 		key, ok := s.key()
 		if !ok || s.peek() != ':' {
 			return false
@@ -145,19 +141,57 @@ func (s *scanner) object(field func(key []byte) bool) bool {
 		}
 		seen = append(seen, key)
 		s.i++
-		if s.peek() == 'n' || !field(key) {
+		return s.peek() != 'n' && field(key)
+	})
+}
+
+// elements reads the rest of a list whose opening bracket has been read: elements separated by
+// commas, each read by elem from its start, up to the closing bracket close.
+func (s *scanner) elements(close byte, elem func() bool) bool {
+	if s.peek() == close {
+		s.i++
+		return true
+	}
+	for {
+		if !elem() {
 			return false
 		}
 		switch s.peek() {
 		case ',':
 			s.i++
-		case '}':
+		case close:
 			s.i++
 			return true
 		default:
 			return false
 		}
 	}
+}
+
+// array reads an array, each element by elem.
+func (s *scanner) array(elem func() bool) bool {
+	if s.peek() != '[' {
+		return false
+	}
+	s.i++
+	return s.elements(']', elem)
+}
+
+// members reads an object that maps to a Go map: value reads the value of each key (unquoted as
+// encoding/json unquotes map keys).
+func (s *scanner) members(value func(key string) bool) bool {
+	if s.peek() != '{' {
+		return false
+	}
+	s.i++
+	return s.elements('}', func() bool {
+		k, ok := s.str()
+		if !ok || s.peek() != ':' {
+			return false
+		}
+		s.i++
+		return value(k)
+	})
 }
 
 // key reads an object key that is plain ASCII without escapes, and returns it aliasing the input.
@@ -272,66 +306,31 @@ func unescape(seg []byte) (string, bool) {
 
 // strings reads an array of strings; [] is an empty, non-nil slice, as encoding/json makes it.
 func (s *scanner) strings() ([]string, bool) {
-	if s.peek() != '[' {
+	out := []string{}
+	ok := s.array(func() bool {
+		v, ok := s.str()
+		out = append(out, v)
+		return ok
+	})
+	if !ok {
 		return nil, false
 	}
-	s.i++
-	out := []string{}
-	if s.peek() == ']' {
-		s.i++
-		return out, true
-	}
-	for {
-		v, ok := s.str()
-		if !ok {
-			return nil, false
-		}
-		out = append(out, v)
-		switch s.peek() {
-		case ',':
-			s.i++
-		case ']':
-			s.i++
-			return out, true
-		default:
-			return nil, false
-		}
-	}
+	return out, true
 }
 
 // stringMap reads an object of strings; {} is an empty, non-nil map, as encoding/json makes it.
 // A repeated key keeps its last value, as in encoding/json.
 func (s *scanner) stringMap() (map[string]string, bool) {
-	if s.peek() != '{' {
+	out := map[string]string{}
+	ok := s.members(func(k string) bool {
+		v, ok := s.str()
+		out[k] = v
+		return ok
+	})
+	if !ok {
 		return nil, false
 	}
-	s.i++
-	out := map[string]string{}
-	if s.peek() == '}' {
-		s.i++
-		return out, true
-	}
-	for {
-		k, ok := s.str()
-		if !ok || s.peek() != ':' {
-			return nil, false
-		}
-		s.i++
-		v, ok := s.str()
-		if !ok {
-			return nil, false
-		}
-		out[k] = v
-		switch s.peek() {
-		case ',':
-			s.i++
-		case '}':
-			s.i++
-			return out, true
-		default:
-			return nil, false
-		}
-	}
+	return out, true
 }
 
 // userInfo reads an authentication/v1 UserInfo. Its extra is kept nil when empty, as
@@ -347,33 +346,13 @@ func (s *scanner) userInfo(name, uid *string, groups *[]string, extra *map[strin
 		case "groups":
 			*groups, ok = s.strings()
 		case "extra":
-			if s.peek() != '{' {
-				return false
-			}
-			s.i++
 			m := map[string][]string{}
-			if s.peek() == '}' {
-				s.i++
-			} else {
-				for {
-					k, ok := s.str()
-					if !ok || s.peek() != ':' {
-						return false
-					}
-					s.i++
-					if m[k], ok = s.strings(); !ok {
-						return false
-					}
-					if c := s.peek(); c == '}' {
-						s.i++
-						break
-					} else if c != ',' {
-						return false
-					}
-					s.i++
-				}
-			}
-			*extra, ok = nil, true
+			ok = s.members(func(k string) bool {
+				var ok bool
+				m[k], ok = s.strings()
+				return ok
+			})
+			*extra = nil
 			if len(m) > 0 {
 				*extra = m
 			}
@@ -456,16 +435,8 @@ func (s *scanner) statusDetails() bool {
 			_, ok := s.int32()
 			return ok
 		case "causes":
-			if s.peek() != '[' {
-				return false
-			}
-			s.i++
-			if s.peek() == ']' {
-				s.i++
-				return true
-			}
-			for {
-				cause := s.object(func(key []byte) bool {
+			return s.array(func() bool {
+				return s.object(func(key []byte) bool {
 					switch string(key) {
 					case "reason", "message", "field":
 						_, ok := s.str()
@@ -473,19 +444,7 @@ func (s *scanner) statusDetails() bool {
 					}
 					return s.unknown(key, "reason", "message", "field")
 				})
-				if !cause {
-					return false
-				}
-				switch s.peek() {
-				case ',':
-					s.i++
-				case ']':
-					s.i++
-					return true
-				default:
-					return false
-				}
-			}
+			})
 		}
 		return s.unknown(key, "name", "group", "kind", "uid", "retryAfterSeconds", "causes")
 	})
@@ -565,27 +524,18 @@ func (s *scanner) skip() bool {
 		s.i++
 		s.depth++
 		defer func() { s.depth-- }()
-		if c == '{' {
-			return s.skipMembers()
+		if c == '[' {
+			return s.elements(']', s.skip)
 		}
-		if s.peek() == ']' {
+		// Any keys and values, nulls and repeats included (an embedded object's, or a key
+		// the scanner does not read).
+		return s.elements('}', func() bool {
+			if s.peek() != '"' || !s.skipString() || s.peek() != ':' {
+				return false
+			}
 			s.i++
-			return true
-		}
-		for {
-			if !s.skip() {
-				return false
-			}
-			switch s.peek() {
-			case ',':
-				s.i++
-			case ']':
-				s.i++
-				return true
-			default:
-				return false
-			}
-		}
+			return s.skip()
+		})
 	case c == 't':
 		return s.literal("true")
 	case c == 'f':
@@ -594,33 +544,6 @@ func (s *scanner) skip() bool {
 		return s.literal("null")
 	default:
 		return s.number()
-	}
-}
-
-// skipMembers reads past the rest of an object of any keys and values, nulls and repeats
-// included (an embedded object's, or a key the scanner does not read).
-func (s *scanner) skipMembers() bool {
-	if s.peek() == '}' {
-		s.i++
-		return true
-	}
-	for {
-		if s.peek() != '"' || !s.skipString() || s.peek() != ':' {
-			return false
-		}
-		s.i++
-		if !s.skip() {
-			return false
-		}
-		switch s.peek() {
-		case ',':
-			s.i++
-		case '}':
-			s.i++
-			return true
-		default:
-			return false
-		}
 	}
 }
 
@@ -762,33 +685,16 @@ func scanEnvelope(body []byte) ([]json.RawMessage, bool) {
 		case "apiVersion":
 			apiVersion, ok = s.str()
 		case "items":
-			if s.peek() != '[' {
-				return false
-			}
-			s.i++
-			if s.peek() == ']' {
-				s.i++
-				bounds = []int{}
-				return true
-			}
-			bounds = make([]int, 0, 2*512)
-			for {
+			bounds = make([]int, 0, 2*512) // non-nil: the list was there
+			ok = s.array(func() bool {
 				s.ws()
 				from := s.i
 				if !s.skipLoosely() {
 					return false
 				}
 				bounds = append(bounds, from, s.i)
-				switch s.peek() {
-				case ',':
-					s.i++
-				case ']':
-					s.i++
-					return true
-				default:
-					return false
-				}
-			}
+				return true
+			})
 		default:
 			return s.unknown(key, "kind", "apiVersion", "items")
 		}
