@@ -14,7 +14,6 @@ import (
 
 	"github.com/peertrail/peertrail/correlate"
 	"github.com/peertrail/peertrail/dashboards"
-	"github.com/peertrail/peertrail/ingest/record"
 	"github.com/peertrail/peertrail/store"
 	"github.com/peertrail/peertrail/store/storetest"
 )
@@ -239,16 +238,7 @@ func runPanels(t *testing.T, dir string, distribute bool) (c *storetest.Capture,
 	if err := store.Migrate(ctx, s, store.SchemaOptions{Retention: store.MaxRetention, RollupRetention: store.MaxRetention}, nil); err != nil {
 		t.Fatal(err)
 	}
-	codec, err := record.NewCodec()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer codec.Close()
-	w := store.NewWriter(s, codec, store.WriterOptions{})
-	if err := w.WriteEvents(ctx, c.Records); err != nil {
-		t.Fatal(err)
-	}
-	if err := w.WriteChains(ctx, c.Chains); err != nil {
+	if err := storetest.Write(ctx, s, c.Records, c.Chains); err != nil {
 		t.Fatal(err)
 	}
 	if distribute {

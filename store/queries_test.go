@@ -35,18 +35,7 @@ func loadScenario(t *testing.T) *storetest.Scenario {
 		if scenarioErr != nil {
 			return
 		}
-		codec, err := record.NewCodec()
-		if err != nil {
-			scenarioErr = err
-			return
-		}
-		defer codec.Close()
-		w := store.NewWriter(s, codec, store.WriterOptions{})
-		ctx := context.Background()
-		if scenarioErr = w.WriteEvents(ctx, scenarioData.Records); scenarioErr != nil {
-			return
-		}
-		scenarioErr = w.WriteChains(ctx, scenarioData.Chains)
+		scenarioErr = storetest.Write(context.Background(), s, scenarioData.Records, scenarioData.Chains)
 	})
 	if scenarioErr != nil {
 		t.Fatalf("load the scenario: %v", scenarioErr)

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/peertrail/peertrail/correlate"
-	"github.com/peertrail/peertrail/ingest/record"
 	"github.com/peertrail/peertrail/store"
 	"github.com/peertrail/peertrail/store/storetest"
 )
@@ -51,17 +50,8 @@ func openReal(ctx context.Context) (s *store.Embedded, c *storetest.Capture, par
 	if err := store.Migrate(ctx, s, store.SchemaOptions{Retention: store.MaxRetention, RollupRetention: store.MaxRetention}, nil); err != nil {
 		return fail("migrate", err)
 	}
-	codec, err := record.NewCodec()
-	if err != nil {
-		return fail("codec", err)
-	}
-	defer codec.Close()
-	w := store.NewWriter(s, codec, store.WriterOptions{})
-	if err := w.WriteEvents(ctx, c.Records); err != nil {
-		return fail("write events", err)
-	}
-	if err := w.WriteChains(ctx, c.Chains); err != nil {
-		return fail("write chains", err)
+	if err := storetest.Write(ctx, s, c.Records, c.Chains); err != nil {
+		return fail("load the captures", err)
 	}
 	lo, hi := c.Records[0].ReceivedAt, c.Records[0].ReceivedAt
 	for _, r := range c.Records {

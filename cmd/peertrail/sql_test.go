@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/peertrail/peertrail/ingest/record"
 	"github.com/peertrail/peertrail/store"
 	"github.com/peertrail/peertrail/store/chdb"
 	"github.com/peertrail/peertrail/store/storetest"
@@ -46,16 +45,7 @@ func TestSQLReportSchemaCommands(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	codec, err := record.NewCodec()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer codec.Close()
-	w := store.NewWriter(s, codec, store.WriterOptions{})
-	if err := w.WriteEvents(ctx, sc.Records); err != nil {
-		t.Fatal(err)
-	}
-	if err := w.WriteChains(ctx, sc.Chains); err != nil {
+	if err := storetest.Write(ctx, s, sc.Records, sc.Chains); err != nil {
 		t.Fatal(err)
 	}
 	srv := httptest.NewServer(store.NewHTTPHandler(s, store.HTTPOptions{}))
