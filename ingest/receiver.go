@@ -21,6 +21,7 @@ import (
 	"net/http"
 	"os"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -77,9 +78,17 @@ type Receiver struct {
 	lastMu sync.Mutex
 	last   map[string]time.Time // last accepted batch per apiserver
 
-	// bodies and frames recycle request bodies and encoded frames: a batch is a third of a
-	// megabyte, 25 a second.
+	// bodies, frames and batches recycle request bodies, encoded frames and the decoded
+	// batches with their keys: a batch is a third of a megabyte, 25 a second.
 	bodies, frames *bufpool.Pool
+	batches        *bufpool.Free[*batchMem]
+}
+
+// batchMem is the memory one batch is decoded into, reused by a later batch once this one is
+// answered.
+type batchMem struct {
+	dec  *record.Decoder
+	keys []record.Key
 }
 
 // pooledBuffers is how many bodies and frames are kept for reuse: more than the batches in
@@ -105,6 +114,9 @@ func NewReceiver(opts Options, sp *spool.Spool, ix *dedup.Index, codec *record.C
 		last:   map[string]time.Time{},
 		bodies: bufpool.New(pooledBuffers, maxPooledBody),
 		frames: bufpool.New(pooledBuffers, maxPooledBody),
+		batches: bufpool.NewFree(pooledBuffers, func(m *batchMem) bool {
+			return m.dec.Footprint() <= 4*maxPooledBody
+		}),
 	}
 }
 
@@ -307,7 +319,14 @@ func (c *countingReader) Read(p []byte) (int, error) {
 // accept decodes body, keeps its invalid items, spools its new events and waits until they are
 // durable. The answer is 200 whenever every valid event is stored (now or before).
 func (rc *Receiver) accept(ctx context.Context, body []byte, name, remote string, start time.Time) answer {
-	recs, invalid, err := record.Decode(body, name, start)
+	mem, ok := rc.batches.Get()
+	if !ok {
+		mem = &batchMem{dec: record.NewDecoder()}
+	}
+	// Nothing keeps the records, their keys or the invalid items past the answer: the frame,
+	// the index and the dead letters hold copies.
+	defer rc.batches.Put(mem)
+	recs, invalid, err := mem.dec.Decode(body, name, start)
 	if err != nil {
 		rc.keepDead(reasonNotEventList, NewDeadLetter(start, name, remote, err.Error(), -1, body))
 		return answer{code: http.StatusBadRequest, apiserver: name, msg: err.Error()}
@@ -322,7 +341,8 @@ func (rc *Receiver) accept(ctx context.Context, body []byte, name, remote string
 		rc.keepDead(reasonInvalidItem, letters...)
 	}
 
-	keys := make([]record.Key, len(recs))
+	keys := slices.Grow(mem.keys[:0], len(recs))[:len(recs)]
+	mem.keys = keys
 	for i := range recs {
 		keys[i] = recs[i].Key()
 	}

@@ -160,8 +160,12 @@ func NewTemplate(gen *Events, n int) (Template, error) {
 
 // Render returns a copy whose auditIDs are unique to (sender, seq) for sender < 4096 and
 // seq < 2^20.
-func (t Template) Render(sender, seq int) []byte {
-	b := bytes.Clone(t.body)
+func (t Template) Render(sender, seq int) []byte { return t.AppendRender(nil, sender, seq) }
+
+// AppendRender is Render into dst's memory (dst's content is dropped): a load generator's own
+// garbage would otherwise be collected by the server it measures when both share a process.
+func (t Template) AppendRender(dst []byte, sender, seq int) []byte {
+	b := append(dst[:0], t.body...)
 	for i, off := range t.offsets {
 		_ = fmt.Appendf(b[:off], "%03x%05x%04x", sender&0xfff, seq&0xfffff, i&0xffff) // overwrites in place
 	}

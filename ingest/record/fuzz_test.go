@@ -23,14 +23,11 @@ func seedBodies(f *testing.F) {
 	f.Add([]byte(`{"kind":"EventList","apiVersion":"audit.k8s.io/v1","items":[null,1,"x",{}]}`))
 	f.Add([]byte(`{}`))
 	// Every shape the scanner reads (scan.go), for the fuzzer to bend.
-	f.Add([]byte(`{"kind":"EventList","apiVersion":"audit.k8s.io/v1","items":[{"kind":"Event",` +
-		`"level":"Metadata","auditID":"x","stage":"ResponseComplete","stageTimestamp":"2026-11-29T10:00:00.000001Z",` +
-		`"user":{"username":"a\u00e9\"b","uid":"u","groups":[],"extra":{"k":["v"],"e":[]}},` +
-		`"impersonatedUser":{"username":"i","extra":{}},"authenticationMetadata":{"impersonationConstraint":"c"},` +
-		`"sourceIPs":["1.2.3.4","10.0.0.2"],"objectRef":{"resource":"pods","apiGroup":"","uid":"u","subresource":"s"},` +
-		`"responseStatus":{"metadata":{},"status":"Failure","code":-404,"details":{"causes":[{"reason":"r"}],"retryAfterSeconds":1}},` +
-		`"requestObject":{"a":null,"a":[1,-0.5e3,true,"\t"]},"responseObject":"x",` +
-		`"annotations":{"k":"v","k":"w"},"future":{"x":null}}]}`))
+	f.Add(richBody)
+	// \u escapes: HTML-safe characters as Go writes them, a surrogate pair, lone surrogates.
+	f.Add([]byte(`{"kind":"EventList","apiVersion":"audit.k8s.io/v1","items":[{"auditID":"a\u0026\u003c\u003E",` +
+		`"stage":"ResponseComplete","stageTimestamp":"2026-11-29T10:00:00.000001Z","requestURI":"/x?a=1\u0026b=\ud83d\ude00",` +
+		`"userAgent":"\ud800x\udc00\ud800\u0041\ud800\\u","verb":"\u00e9\u20ac"}]}`))
 	// Timestamps the fast path must hand back to encoding/json, or reject as it does.
 	f.Add([]byte(`{"kind":"EventList","apiVersion":"audit.k8s.io/v1","items":[` +
 		`{"auditID":"a","stage":"ResponseComplete","stageTimestamp":"2026-11-29T10:00:00.000001\u005a","requestReceivedTimestamp":null},` +
@@ -38,6 +35,16 @@ func seedBodies(f *testing.F) {
 		`{"auditID":"c","stage":"ResponseComplete","stageTimestamp":"2026-11-29 10:00:00"},` +
 		`{"auditID":"d","stage":"ResponseComplete","stageTimestamp":1}]}`))
 }
+
+// richBody has every shape the scanner reads (scan.go).
+var richBody = []byte(`{"kind":"EventList","apiVersion":"audit.k8s.io/v1","items":[{"kind":"Event",` +
+	`"level":"Metadata","auditID":"x","stage":"ResponseComplete","stageTimestamp":"2026-11-29T10:00:00.000001Z",` +
+	`"user":{"username":"a\u00e9\"b","uid":"u","groups":[],"extra":{"k":["v"],"e":[]}},` +
+	`"impersonatedUser":{"username":"i","extra":{}},"authenticationMetadata":{"impersonationConstraint":"c"},` +
+	`"sourceIPs":["1.2.3.4","10.0.0.2"],"objectRef":{"resource":"pods","apiGroup":"","uid":"u","subresource":"s"},` +
+	`"responseStatus":{"metadata":{},"status":"Failure","code":-404,"message":"say \"no\"","details":{"causes":[{"reason":"r"}],"retryAfterSeconds":1}},` +
+	`"requestObject":{"a":null,"a":[1,-0.5e3,true,"\t"]},"responseObject":"x",` +
+	`"annotations":{"k":"v","k":"w"},"future":{"x":null}}]}`)
 
 // FuzzDecode checks that no body makes Decode panic, that the fast decoder agrees with
 // encoding/json on every body, and that every item of an accepted list is accounted for exactly
@@ -47,6 +54,15 @@ func FuzzDecode(f *testing.F) {
 	f.Fuzz(func(t *testing.T, body []byte) {
 		recs, inv, err := Decode(body, "kas-a", received)
 		sameAsEncodingJSON(t, body, recs, inv, err)
+		// A Decoder reused after a batch that filled its memory decodes the same.
+		d := NewDecoder()
+		for range 2 {
+			if _, _, err := d.Decode(richBody, "kas-b", received); err != nil {
+				t.Fatal(err)
+			}
+			again, againInv, againErr := d.Decode(body, "kas-a", received)
+			sameAsEncodingJSON(t, body, again, againInv, againErr)
+		}
 		if err != nil {
 			if !errors.Is(err, ErrNotEventList) || recs != nil || inv != nil {
 				t.Fatalf("error %v with %d records, %d invalid", err, len(recs), len(inv))
@@ -142,7 +158,7 @@ func FuzzDecodeFrame(f *testing.F) {
 // same invalid items and the same verdict on the body as Decode did.
 func sameAsEncodingJSON(t *testing.T, body []byte, recs []Record, inv []Invalid, err error) {
 	t.Helper()
-	stdRecs, stdInv, stdErr := decode(json.Unmarshal, false, body, "kas-a", received)
+	stdRecs, stdInv, stdErr := (&Decoder{unmarshal: json.Unmarshal}).Decode(body, "kas-a", received)
 	if (err == nil) != (stdErr == nil) {
 		t.Fatalf("fast decoder error %v, encoding/json error %v", err, stdErr)
 	}

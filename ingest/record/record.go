@@ -79,7 +79,9 @@ type Key [16]byte
 // KeyOf returns the key of (apiserver, auditID, stage, stageTimestamp). The timestamp counts
 // in microseconds, the precision apiservers write (metav1.MicroTime).
 func KeyOf(apiserver, auditID, stage string, stageTimestamp time.Time) Key {
-	b := make([]byte, 0, len(apiserver)+len(auditID)+len(stage)+3*binary.MaxVarintLen64+8)
+	// On the stack unless the fields are unusually long: one key per event, 10k a second.
+	var stack [160]byte
+	b := stack[:0]
 	// Length prefixes keep ("ab","c") and ("a","bc") apart.
 	b = binary.AppendUvarint(b, uint64(len(apiserver)))
 	b = append(b, apiserver...)

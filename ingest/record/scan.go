@@ -3,7 +3,9 @@ package record
 import (
 	"bytes"
 	"encoding/json"
+	"slices"
 	"time"
+	"unicode/utf16"
 	"unicode/utf8"
 	"unsafe"
 
@@ -18,8 +20,16 @@ import (
 //
 // Why it exists: decoding into auditv1.Event and copying into a Record was half the CPU of an
 // acknowledgement, and its allocations started most garbage collections.
-func scanEvent(raw []byte, r *Record) (kind string, ok bool) {
-	s := scanner{b: raw}
+//
+// mem and maps, when not nil, lend the record memory it keeps only until the batch is done
+// (see Decoder); with nil ones it allocates its own.
+func scanEvent(raw []byte, r *Record, mem *arena, maps *eventMaps) (kind string, ok bool) {
+	s := scanner{b: raw, mem: mem}
+	var annotations map[string]string
+	var extra map[string][]string
+	if maps != nil {
+		annotations, extra = maps.annotations, maps.extra
+	}
 	ok = s.object(func(key []byte) bool {
 		switch string(key) {
 		case "kind":
@@ -41,9 +51,9 @@ func scanEvent(raw []byte, r *Record) (kind string, ok bool) {
 		case "sourceIPs":
 			r.SourceIPs, ok = s.strings()
 		case "user":
-			ok = s.userInfo(&r.UserName, &r.UserUID, &r.UserGroups, &r.UserExtra)
+			ok = s.userInfo(&r.UserName, &r.UserUID, &r.UserGroups, &r.UserExtra, extra)
 		case "impersonatedUser":
-			ok = s.userInfo(&r.ImpersonatedUser, &r.ImpersonatedUID, &r.ImpersonatedGroups, &r.ImpersonatedExtra)
+			ok = s.userInfo(&r.ImpersonatedUser, &r.ImpersonatedUID, &r.ImpersonatedGroups, &r.ImpersonatedExtra, nil)
 		case "authenticationMetadata":
 			ok = s.object(func(key []byte) bool {
 				switch string(key) {
@@ -68,7 +78,7 @@ func scanEvent(raw []byte, r *Record) (kind string, ok bool) {
 		case "stageTimestamp":
 			r.StageTimestamp, ok = s.microTime()
 		case "annotations":
-			r.Annotations, ok = s.stringMap()
+			r.Annotations, ok = s.stringMap(annotations)
 		default:
 			return s.unknown(key, eventKeys...)
 		}
@@ -90,6 +100,23 @@ type scanner struct {
 	b     []byte
 	i     int
 	depth int
+	mem   *arena // nil: allocate
+}
+
+// arena is memory a Decoder lends one worker's events for one batch: unescaped strings and the
+// elements of string lists are appended to it and aliased, so a batch allocates nothing for them
+// once the arena has grown. Growing moves later appends to a new array and leaves earlier ones
+// where they are, so nothing already handed out changes within the batch.
+type arena struct {
+	bytes []byte
+	strs  []string
+}
+
+// eventMaps are the maps one item's slot in a Decoder reuses from batch to batch, cleared
+// before use: an event's annotations and its user's extra.
+type eventMaps struct {
+	annotations map[string]string
+	extra       map[string][]string
 }
 
 // maxScanDepth is far below encoding/json's nesting limit; deeper values go to encoding/json.
@@ -244,7 +271,7 @@ func (s *scanner) str() (string, bool) {
 			case plain && (ascii || utf8.Valid(seg)): // encoding/json replaces invalid UTF-8
 				return unsafe.String(&seg[0], len(seg)), true
 			}
-			if v, ok := unescape(seg); ok {
+			if v, ok := s.unescape(seg); ok {
 				return v, true
 			}
 			var v string
@@ -264,14 +291,21 @@ func (s *scanner) str() (string, bool) {
 	return "", false
 }
 
-// unescape undoes the one-letter escapes of a string that is valid UTF-8 and has no \u
-// escape, the only ones apiservers write in practice (quotes in messages); it reports false for
-// anything else.
-func unescape(seg []byte) (string, bool) {
+// unescape undoes the escapes of a string that is valid UTF-8, as encoding/json's unquote
+// does: apiservers escape quotes in messages, and & < > as \u0026 \u003c \u003e (Go's HTML-safe
+// JSON), so most list requests' URIs carry one. It reports false for anything else.
+func (s *scanner) unescape(seg []byte) (string, bool) {
 	if !utf8.Valid(seg) {
 		return "", false
 	}
-	out := make([]byte, 0, len(seg))
+	var out []byte
+	if s.mem != nil {
+		// Unescaping only shortens, so out never outgrows the room made here.
+		s.mem.bytes = slices.Grow(s.mem.bytes, len(seg))
+		out = s.mem.bytes[len(s.mem.bytes):len(s.mem.bytes)]
+	} else {
+		out = make([]byte, 0, len(seg))
+	}
 	for i := 0; i < len(seg); i++ {
 		c := seg[i]
 		if c != '\\' {
@@ -294,6 +328,24 @@ func unescape(seg []byte) (string, bool) {
 			out = append(out, '\r')
 		case 't':
 			out = append(out, '\t')
+		case 'u':
+			r := hex4(seg[i+1:])
+			if r < 0 {
+				return "", false
+			}
+			i += 4
+			// A UTF-16 surrogate pair is one rune; a surrogate alone is U+FFFD.
+			if utf16.IsSurrogate(r) {
+				if len(seg) > i+2 && seg[i+1] == '\\' && seg[i+2] == 'u' {
+					if pair := utf16.DecodeRune(r, hex4(seg[i+3:])); pair != utf8.RuneError {
+						out = utf8.AppendRune(out, pair)
+						i += 6
+						break
+					}
+				}
+				r = utf8.RuneError
+			}
+			out = utf8.AppendRune(out, r)
 		default:
 			return "", false
 		}
@@ -301,27 +353,74 @@ func unescape(seg []byte) (string, bool) {
 	if len(out) == 0 {
 		return "", true
 	}
+	if s.mem != nil {
+		s.mem.bytes = s.mem.bytes[:len(s.mem.bytes)+len(out)]
+	}
 	return unsafe.String(&out[0], len(out)), true
+}
+
+// hex4 reads four hex digits from the start of b, or returns -1.
+func hex4(b []byte) rune {
+	if len(b) < 4 {
+		return -1
+	}
+	var r rune
+	for _, c := range b[:4] {
+		switch {
+		case '0' <= c && c <= '9':
+			c -= '0'
+		case 'a' <= c && c <= 'f':
+			c = c - 'a' + 10
+		case 'A' <= c && c <= 'F':
+			c = c - 'A' + 10
+		default:
+			return -1
+		}
+		r = r<<4 | rune(c)
+	}
+	return r
 }
 
 // strings reads an array of strings; [] is an empty, non-nil slice, as encoding/json makes it.
 func (s *scanner) strings() ([]string, bool) {
-	out := []string{}
+	if s.mem == nil {
+		out := []string{}
+		ok := s.array(func() bool {
+			v, ok := s.str()
+			out = append(out, v)
+			return ok
+		})
+		if !ok {
+			return nil, false
+		}
+		return out, true
+	}
+	if s.mem.strs == nil {
+		s.mem.strs = make([]string, 0, 64)
+	}
+	from := len(s.mem.strs)
 	ok := s.array(func() bool {
 		v, ok := s.str()
-		out = append(out, v)
+		s.mem.strs = append(s.mem.strs, v)
 		return ok
 	})
 	if !ok {
 		return nil, false
 	}
-	return out, true
+	// Capped, so that appending to one list cannot write over the next.
+	return s.mem.strs[from:len(s.mem.strs):len(s.mem.strs)], true
 }
 
-// stringMap reads an object of strings; {} is an empty, non-nil map, as encoding/json makes it.
-// A repeated key keeps its last value, as in encoding/json.
-func (s *scanner) stringMap() (map[string]string, bool) {
-	out := map[string]string{}
+// stringMap reads an object of strings into reuse, cleared, or a new map when reuse is nil; {}
+// is an empty, non-nil map, as encoding/json makes it. A repeated key keeps its last value, as
+// in encoding/json.
+func (s *scanner) stringMap(reuse map[string]string) (map[string]string, bool) {
+	out := reuse
+	if out == nil {
+		out = map[string]string{}
+	} else {
+		clear(out)
+	}
 	ok := s.members(func(k string) bool {
 		v, ok := s.str()
 		out[k] = v
@@ -333,9 +432,9 @@ func (s *scanner) stringMap() (map[string]string, bool) {
 	return out, true
 }
 
-// userInfo reads an authentication/v1 UserInfo. Its extra is kept nil when empty, as
-// normalise keeps it.
-func (s *scanner) userInfo(name, uid *string, groups *[]string, extra *map[string][]string) bool {
+// userInfo reads an authentication/v1 UserInfo. Its extra goes into reuse, cleared, or a new
+// map when reuse is nil, and is kept nil when empty, as normalise keeps it.
+func (s *scanner) userInfo(name, uid *string, groups *[]string, extra *map[string][]string, reuse map[string][]string) bool {
 	return s.object(func(key []byte) bool {
 		var ok bool
 		switch string(key) {
@@ -346,7 +445,12 @@ func (s *scanner) userInfo(name, uid *string, groups *[]string, extra *map[strin
 		case "groups":
 			*groups, ok = s.strings()
 		case "extra":
-			m := map[string][]string{}
+			m := reuse
+			if m == nil {
+				m = map[string][]string{}
+			} else {
+				clear(m)
+			}
 			ok = s.members(func(k string) bool {
 				var ok bool
 				m[k], ok = s.strings()
@@ -673,10 +777,12 @@ func parseMicroUTC(b []byte) (time.Time, bool) {
 // decode the whole body with the JSON library if one is not, so that an invalid body is refused
 // as a whole, as encoding/json refuses it. An array of valid values splits into its items in
 // one way only, so on a valid body the loose split is the right one.
-func scanEnvelope(body []byte) ([]json.RawMessage, bool) {
+//
+// The items and their copy are d's, reused from its previous batch.
+func (d *Decoder) scanEnvelope(body []byte) ([]json.RawMessage, bool) {
 	s := scanner{b: body}
 	var kind, apiVersion string
-	var bounds []int
+	bounds, listed := d.bounds[:0], false
 	ok := s.object(func(key []byte) bool {
 		var ok bool
 		switch string(key) {
@@ -685,7 +791,7 @@ func scanEnvelope(body []byte) ([]json.RawMessage, bool) {
 		case "apiVersion":
 			apiVersion, ok = s.str()
 		case "items":
-			bounds = make([]int, 0, 2*512) // non-nil: the list was there
+			listed = true
 			ok = s.array(func() bool {
 				s.ws()
 				from := s.i
@@ -700,19 +806,21 @@ func scanEnvelope(body []byte) ([]json.RawMessage, bool) {
 		}
 		return ok
 	})
-	if !ok || !s.end() || kind != "EventList" || apiVersion != eventListAPIVersion || bounds == nil {
+	d.bounds = bounds
+	if !ok || !s.end() || kind != "EventList" || apiVersion != eventListAPIVersion || !listed {
 		return nil, false
 	}
-	items := make([]json.RawMessage, len(bounds)/2)
-	if len(items) == 0 {
+	items := d.items[:0]
+	if len(bounds) == 0 {
 		return items, true
 	}
 	base := bounds[0]
-	slab := bytes.Clone(body[base:bounds[len(bounds)-1]])
-	for i := range items {
-		from, to := bounds[2*i]-base, bounds[2*i+1]-base
-		items[i] = slab[from:to:to]
+	d.slab = append(d.slab[:0], body[base:bounds[len(bounds)-1]]...)
+	for i := 0; i < len(bounds); i += 2 {
+		from, to := bounds[i]-base, bounds[i+1]-base
+		items = append(items, d.slab[from:to:to])
 	}
+	d.items = items
 	return items, true
 }
 

@@ -10,10 +10,9 @@ import (
 	"github.com/peertrail/peertrail/simulate"
 )
 
-// TestScanReadsWhatApiserversSend checks that the scanner, not the fallback, reads the events
-// real apiservers wrote (every capture) and the simulator's, and that each event it reads is
-// the record encoding/json makes of it. FuzzDecode covers every other input.
-func TestScanReadsWhatApiserversSend(t *testing.T) {
+// apiserverBodies returns the EventLists of every real capture and one of the simulator's.
+func apiserverBodies(t *testing.T) [][]byte {
+	t.Helper()
 	paths, _ := filepath.Glob("../../test/testdata/real/*/*.json")
 	if len(paths) == 0 {
 		t.Fatal("no real captures under test/testdata/real")
@@ -30,6 +29,38 @@ func TestScanReadsWhatApiserversSend(t *testing.T) {
 		}
 		bodies = append(bodies, b)
 	}
+	return bodies
+}
+
+// TestDecoderReusesItsMemoryCorrectly decodes every capture twice over with one Decoder, so
+// that each batch lands in memory an earlier, different batch filled, and checks each against a
+// fresh decode by encoding/json.
+func TestDecoderReusesItsMemoryCorrectly(t *testing.T) {
+	bodies := apiserverBodies(t)
+	d := NewDecoder()
+	std := &Decoder{unmarshal: json.Unmarshal}
+	for round := range 2 {
+		for i, body := range bodies {
+			if round == 1 {
+				body = bodies[len(bodies)-1-i]
+			}
+			got, gotInv, gotErr := d.Decode(body, "kas-a", received)
+			want, wantInv, wantErr := std.Decode(body, "kas-a", received)
+			if (gotErr == nil) != (wantErr == nil) || !reflect.DeepEqual(got, want) || len(gotInv) != len(wantInv) {
+				t.Fatalf("round %d, body %d: a reused Decoder's records differ from encoding/json's", round, i)
+			}
+		}
+	}
+	if d.Footprint() == 0 {
+		t.Fatal("the Decoder kept nothing to reuse")
+	}
+}
+
+// TestScanReadsWhatApiserversSend checks that the scanner, not the fallback, reads the events
+// real apiservers wrote (every capture) and the simulator's, and that each event it reads is
+// the record encoding/json makes of it. FuzzDecode covers every other input.
+func TestScanReadsWhatApiserversSend(t *testing.T) {
+	bodies := apiserverBodies(t)
 	scanned, total := 0, 0
 	for _, body := range bodies {
 		var env envelope
@@ -39,14 +70,14 @@ func TestScanReadsWhatApiserversSend(t *testing.T) {
 		for _, raw := range env.Items {
 			total++
 			var got Record
-			kind, ok := scanEvent(raw, &got)
+			kind, ok := scanEvent(raw, &got, nil, nil)
 			if !ok {
 				t.Errorf("scanner handed back an apiserver's event: %s", raw)
 				continue
 			}
 			scanned++
 			got.APIServer, got.ReceivedAt, got.Raw = "kas-a", received.UTC(), raw
-			want, err := decodeEvent(json.Unmarshal, false, raw, "kas-a", received)
+			want, err := decodeEvent(json.Unmarshal, false, raw, "kas-a", received, nil, nil)
 			if err != nil || check(&got, kind) != nil {
 				t.Fatalf("event %s: encoding/json says %v, scanner %v", raw, err, check(&got, kind))
 			}
@@ -76,7 +107,7 @@ func TestScanHandsBackWhatItDoesNotMimic(t *testing.T) {
 		`{"unknown":[1,2,}`,                                        // invalid JSON in a skipped value
 	} {
 		var r Record
-		if _, ok := scanEvent([]byte(raw), &r); ok {
+		if _, ok := scanEvent([]byte(raw), &r, nil, nil); ok {
 			t.Errorf("scanner read %s", raw)
 		}
 	}

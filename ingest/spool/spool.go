@@ -142,6 +142,7 @@ type Spool struct {
 	mu       sync.Mutex
 	segs     []segment // ascending; the last is active
 	active   *os.File
+	frameBuf []byte // the frame being written, kept for the next one when small
 	unsynced []*os.File // rotated segments written since the last sync; closed after it
 	dirDirty bool       // a segment was created or removed since the last directory sync
 	written  Position   // end of the data written to the active segment
@@ -423,6 +424,9 @@ func (s *Spool) loadPositions() error {
 	return nil
 }
 
+// maxKeptFrameBuf bounds the frame buffer the spool keeps, so one huge batch does not stay.
+const maxKeptFrameBuf = 4 << 20
+
 // Append writes payload as one frame and returns the position just past it. The frame is not
 // necessarily durable yet: call Wait(ctx, end) before acknowledging it to anyone. Append fails
 // with ErrFull when the frame would take the spool over its size limit.
@@ -431,13 +435,18 @@ func (s *Spool) Append(payload []byte) (Position, error) {
 		return 0, fmt.Errorf("spool: frame of %d bytes (want 1..%d)", len(payload), MaxFrameBytes)
 	}
 	size := int64(frameOverhead + len(payload))
-	buf := make([]byte, frameOverhead, size)
-	binary.BigEndian.PutUint32(buf[0:4], uint32(len(payload)))
-	binary.BigEndian.PutUint32(buf[4:8], crc32.Checksum(payload, castagnoli))
-	buf = append(buf, payload...)
+	var header [frameOverhead]byte
+	binary.BigEndian.PutUint32(header[0:4], uint32(len(payload)))
+	binary.BigEndian.PutUint32(header[4:8], crc32.Checksum(payload, castagnoli))
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	// One write per frame, from a buffer kept across appends: a fresh one per batch was a
+	// sixth of the acknowledge path's garbage.
+	buf := append(append(s.frameBuf[:0], header[:]...), payload...)
+	if cap(buf) <= maxKeptFrameBuf {
+		s.frameBuf = buf
+	}
 	if err := s.usableLocked(); err != nil {
 		return 0, err
 	}

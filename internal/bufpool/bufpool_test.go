@@ -34,3 +34,26 @@ func TestNilPoolKeepsNothing(t *testing.T) {
 		t.Fatalf("nil pool gave %d bytes", cap(b))
 	}
 }
+
+func TestFreeKeepsWhatKeepAccepts(t *testing.T) {
+	f := NewFree(2, func(v *int) bool { return *v < 10 })
+	one, big, two, three := 1, 99, 2, 3
+	f.Put(&one)
+	f.Put(&big) // refused by keep
+	f.Put(&two)
+	f.Put(&three) // over the count bound
+	got := map[int]bool{}
+	for range 2 {
+		v, ok := f.Get()
+		if !ok {
+			t.Fatal("Free gave nothing while it held values")
+		}
+		got[*v] = true
+	}
+	if !got[1] || !got[2] {
+		t.Fatalf("kept %v, want 1 and 2", got)
+	}
+	if v, ok := f.Get(); ok {
+		t.Fatalf("drained Free gave %d", *v)
+	}
+}
