@@ -70,6 +70,7 @@ type Correlator struct {
 	now        func() time.Time
 	// MaxPending bounds the final chains waiting for the sink before Consume pushes back.
 	maxPending int
+	recs       []record.Record // the last frame's records; their memory decodes the next
 
 	stateFile    string
 	lastSave     time.Time
@@ -189,7 +190,8 @@ func (co *Correlator) Consume(ctx context.Context, entries []spool.Entry) (spool
 		}
 	}
 	for _, e := range entries {
-		b, err := co.codec.DecodeFrameWithoutRaw(e.Payload)
+		// The joiner copies what it keeps of a record, so the records' memory serves every frame.
+		b, err := co.codec.DecodeFrameWithoutRaw(co.recs, e.Payload)
 		if err != nil {
 			co.m.badFrames.Inc()
 			co.log.Error("correlate: undecodable spool frame skipped", "position", e.Pos, "err", err)
@@ -203,6 +205,7 @@ func (co *Correlator) Consume(ctx context.Context, entries []spool.Entry) (spool
 				co.finishLocked(ctx, ev)
 			}
 		}
+		co.recs = b.Records
 		co.m.records.Add(float64(len(b.Records)))
 		co.lastEnd = e.End
 	}

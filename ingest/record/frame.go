@@ -133,13 +133,17 @@ func ParseHeader(frame []byte) (FrameHeader, error) {
 }
 
 // DecodeFrame decodes a whole frame. The returned batch does not alias frame.
-func (c *Codec) DecodeFrame(frame []byte) (Batch, error) { return c.decodeFrame(frame, false) }
+func (c *Codec) DecodeFrame(frame []byte) (Batch, error) { return c.decodeFrame(nil, frame, false) }
 
 // DecodeFrameWithoutRaw decodes a frame but leaves every Record.Raw and Record.Annotations nil,
-// for consumers that look at neither (the correlator).
-func (c *Codec) DecodeFrameWithoutRaw(frame []byte) (Batch, error) { return c.decodeFrame(frame, true) }
+// for consumers that look at neither (the correlator). The records are decoded into recs'
+// memory, grown as needed, so that a consumer that keeps none of them can pass the previous
+// batch's Records (nil allocates); their strings are always the batch's own.
+func (c *Codec) DecodeFrameWithoutRaw(recs []Record, frame []byte) (Batch, error) {
+	return c.decodeFrame(recs, frame, true)
+}
 
-func (c *Codec) decodeFrame(frame []byte, skipRaw bool) (Batch, error) {
+func (c *Codec) decodeFrame(recs []Record, frame []byte, skipRaw bool) (Batch, error) {
 	h, err := ParseHeader(frame)
 	if err != nil {
 		return Batch{}, err
@@ -161,8 +165,9 @@ func (c *Codec) decodeFrame(frame []byte, skipRaw bool) (Batch, error) {
 	if n > maxFrameRecords {
 		return Batch{}, fmt.Errorf("%w: %d records", ErrBadFrame, n)
 	}
-	recs := make([]Record, n)
+	recs = slices.Grow(recs[:0], n)[:n]
 	for i := range recs {
+		recs[i] = Record{}
 		readRecord(&r, &recs[i])
 	}
 	if r.err != nil || len(r.b) != 0 {

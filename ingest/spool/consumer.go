@@ -11,7 +11,9 @@ import (
 //
 // Run calls Consume from a single goroutine, with the entries that follow the previous call's
 // in spool order; with none when the spool has been idle for RunOptions.Idle, so that a consumer
-// can act on time passing (closing chains, flushing buffers). The entries belong to the consumer.
+// can act on time passing (closing chains, flushing buffers). The entries and their payloads
+// are lent: valid until Consume succeeds (through its retries after errors), then reused for
+// the entries that follow, so a consumer copies what it keeps of a payload.
 //
 // Consume returns the position before which the consumer needs nothing more, even after a
 // crash: a consumer that writes each entry durably returns the last entry's End; one that keeps
@@ -89,6 +91,8 @@ func (s *Spool) Run(ctx context.Context, name string, c Consumer, opts RunOption
 
 	var batch []Entry
 	for {
+		// The last batch was consumed: its payloads' memory takes the next ones.
+		r.recycle()
 		batch, err = s.collect(ctx, r, batch[:0], opts)
 		if err != nil {
 			if ctx.Err() != nil {

@@ -8,6 +8,7 @@ import (
 	"hash/crc32"
 	"io/fs"
 	"os"
+	"slices"
 )
 
 // Entry is one frame read from the spool.
@@ -15,7 +16,8 @@ type Entry struct {
 	// Pos is where the frame starts and End where the next one starts; committing End means
 	// the frame is done with.
 	Pos, End Position
-	// Payload is the frame's content. It belongs to the receiver of the Entry.
+	// Payload is the frame's content. It belongs to the receiver of the Entry, except that
+	// Run lends it to a Consumer only until Consume succeeds (see Consumer).
 	Payload []byte
 }
 
@@ -25,6 +27,36 @@ type Reader struct {
 	pos Position
 	f   *os.File
 	seg segment // the segment f is open on
+
+	// slab holds the payloads read since the last recycle, when lending is on (Run's reader).
+	slab    []byte
+	lending bool
+}
+
+// maxKeptSlab bounds the payload memory a lending reader keeps for the next batch, so that one
+// long catch-up does not stay resident.
+const maxKeptSlab = 8 << 20
+
+// recycle lends the memory of every payload read so far to the next ones: their entries must
+// be done with. From the first call on, payloads are lent, not given.
+func (r *Reader) recycle() {
+	r.lending = true
+	if cap(r.slab) > maxKeptSlab {
+		r.slab = nil
+	}
+	r.slab = r.slab[:0]
+}
+
+// payload returns n bytes for a frame's payload.
+func (r *Reader) payload(n int) []byte {
+	if !r.lending {
+		return make([]byte, n)
+	}
+	// Growing moves later payloads to a new array; the earlier ones stay where they are.
+	r.slab = slices.Grow(r.slab, n)
+	from := len(r.slab)
+	r.slab = r.slab[:from+n]
+	return r.slab[from : from+n : from+n]
 }
 
 // NewReader returns a reader starting at from, which must be a position handed out by the
@@ -103,7 +135,7 @@ func (r *Reader) tryNext() (Entry, bool, <-chan struct{}, error) {
 	if n == 0 || n > MaxFrameBytes || end > durable {
 		return Entry{}, false, nil, r.corrupt(seg, fmt.Errorf("frame length %d", n))
 	}
-	payload := make([]byte, n)
+	payload := r.payload(int(n))
 	if _, err := r.f.ReadAt(payload, off+frameOverhead); err != nil {
 		return Entry{}, false, nil, r.corrupt(seg, fmt.Errorf("read frame: %w", err))
 	}
