@@ -94,6 +94,10 @@ type Options struct {
 	// missing, and locked by the engine against other processes while open.
 	// Empty means an in-memory engine whose data is lost on Close.
 	DataDir string
+	// Nice is the nice value (1-19) the engine's threads run at, below the rest of the
+	// process (see thread). 0 means DefaultNice; a negative value leaves them at the
+	// process's own.
+	Nice int
 }
 
 // Engine is an open chDB (embedded ClickHouse) session.
@@ -111,6 +115,9 @@ type Options struct {
 // engine is done even if ctx expires meanwhile. Insert checks ctx between the
 // chunks it streams and cancels the insert stream when ctx is done.
 //
+// Priority: every libchdb call runs on one OS thread of the engine's own, whose nice value
+// (Options.Nice) every thread the engine starts inherits; see thread.
+//
 // Ownership: every []byte returned is a Go copy that belongs to the caller;
 // the engine's own result buffer is freed before the method returns.
 //
@@ -120,6 +127,7 @@ type Options struct {
 // with the same library file. Methods on a closed Engine return ErrClosed.
 type Engine struct {
 	sem     chan struct{} // one token: held while a statement runs or while closing
+	thread  *thread       // runs every C call
 	api     *api
 	conn    unsafe.Pointer // chdb_connection * returned by chdb_connect; nil once closed
 	handle  unsafe.Pointer // *conn, the chdb_connection the query calls take
@@ -150,7 +158,28 @@ func Open(ctx context.Context, opts Options) (*Engine, error) {
 		return nil, fmt.Errorf("chdb: this process already loaded %s; it cannot load a second library %s", process.libPath, libPath)
 	}
 
-	h, err := dlopen(libPath)
+	nice := opts.Nice
+	if nice == 0 {
+		nice = DefaultNice
+	}
+	// The engine starts its threads while it loads and connects, so both happen on its thread.
+	t := startThread(nice)
+	e, err := open(ctx, t, libPath, opts)
+	if err != nil {
+		t.stop()
+		return nil, err
+	}
+	process.open = true
+	return e, nil
+}
+
+// open is the part of Open that runs with process.mu held and the engine's thread started.
+func open(ctx context.Context, t *thread, libPath string, opts Options) (*Engine, error) {
+	var (
+		h   uintptr
+		err error
+	)
+	t.do(func() { h, err = dlopen(libPath) })
 	if err != nil {
 		return nil, err
 	}
@@ -166,7 +195,7 @@ func Open(ctx context.Context, opts Options) (*Engine, error) {
 	// Must precede chdb_connect: with its default handlers installed, the
 	// engine swallows the SIGSEGV of a Go nil dereference and the process
 	// hangs instead of panicking (measured; see TestRecoverAfterLoad).
-	a.setSignalHandlersEnabled(0)
+	t.do(func() { a.setSignalHandlersEnabled(0) })
 
 	args := []string{"clickhouse"}
 	dataDir := opts.DataDir
@@ -182,7 +211,8 @@ func Open(ctx context.Context, opts Options) (*Engine, error) {
 		}
 		args = append(args, "--path="+dataDir)
 	}
-	conn := connect(a, args)
+	var conn unsafe.Pointer
+	t.do(func() { conn = connect(a, args) })
 	if conn == nil {
 		where := "in memory"
 		if dataDir != "" {
@@ -193,19 +223,20 @@ func Open(ctx context.Context, opts Options) (*Engine, error) {
 	}
 	handle := *(*unsafe.Pointer)(conn)
 	if handle == nil {
-		a.closeConn(conn)
+		t.do(func() { a.closeConn(conn) })
 		return nil, errors.New("chdb: chdb_connect returned an empty connection")
 	}
-	process.open = true
-	return &Engine{
+	e := &Engine{
 		sem:     make(chan struct{}, 1),
+		thread:  t,
 		api:     a,
 		conn:    conn,
 		handle:  handle,
 		libPath: libPath,
 		dataDir: dataDir,
-		version: a.version(),
-	}, nil
+	}
+	t.do(func() { e.version = a.version() })
+	return e, nil
 }
 
 // connect calls chdb_connect with a NUL-terminated argv built in Go memory,
@@ -231,6 +262,10 @@ func (e *Engine) DataDir() string { return e.dataDir }
 
 // Version is the library's chdb_version(), e.g. "26.7.3".
 func (e *Engine) Version() string { return e.version }
+
+// Nice is the nice value the engine's threads run at: Options.Nice, or 0 when it could not be
+// set (they then run at the process's priority).
+func (e *Engine) Nice() int { return e.thread.nice }
 
 // acquire takes the engine's lock, giving up when ctx is done first.
 func (e *Engine) acquire(ctx context.Context) error {
@@ -264,7 +299,8 @@ func (e *Engine) Close() error {
 	if e.conn == nil {
 		return nil
 	}
-	e.api.closeConn(e.conn)
+	e.thread.do(func() { e.api.closeConn(e.conn) })
+	e.thread.stop()
 	e.conn, e.handle = nil, nil
 
 	process.mu.Lock()
@@ -338,15 +374,22 @@ func (e *Engine) Exec(ctx context.Context, sql, format string, params map[string
 	}
 	defer e.release()
 
-	var res unsafe.Pointer
-	if params == nil {
-		res = e.api.queryN(e.handle, strPtr(sql), uintptr(len(sql)), strPtr(format), uintptr(len(format)))
-	} else {
-		res = e.queryWithParams(sql, format, params)
-	}
-	runtime.KeepAlive(sql)
-	runtime.KeepAlive(format)
-	return e.collect(res, "query", sql)
+	var (
+		r   *Result
+		err error
+	)
+	e.thread.do(func() {
+		var res unsafe.Pointer
+		if params == nil {
+			res = e.api.queryN(e.handle, strPtr(sql), uintptr(len(sql)), strPtr(format), uintptr(len(format)))
+		} else {
+			res = e.queryWithParams(sql, format, params)
+		}
+		runtime.KeepAlive(sql)
+		runtime.KeepAlive(format)
+		r, err = e.collect(res, "query", sql)
+	})
+	return r, err
 }
 
 func (e *Engine) queryWithParams(sql, format string, params map[string]string) unsafe.Pointer {

@@ -7,6 +7,7 @@ import (
 	"io"
 	"runtime"
 	"time"
+	"unsafe"
 )
 
 // insertChunk is how much Insert reads from its io.Reader per
@@ -39,33 +40,47 @@ func (e *Engine) Insert(ctx context.Context, stmt, format string, data io.Reader
 	defer e.release()
 
 	start := time.Now()
-	a := e.api
-	stream := a.streamInsertN(e.handle, strPtr(stmt), uintptr(len(stmt)), strPtr(format), uintptr(len(format)))
-	runtime.KeepAlive(stmt)
-	runtime.KeepAlive(format)
+	a, t := e.api, e.thread
+	var stream unsafe.Pointer
+	var msg string
+	t.do(func() {
+		stream = a.streamInsertN(e.handle, strPtr(stmt), uintptr(len(stmt)), strPtr(format), uintptr(len(format)))
+		runtime.KeepAlive(stmt)
+		runtime.KeepAlive(format)
+		if stream != nil {
+			msg = a.streamInsertError(stream)
+		}
+	})
 	if stream == nil {
 		return nil, engineError("insert", stmt, "chdb_stream_insert_n returned no stream")
 	}
 	// Required for every handle, on every path; it cancels an unfinished stream.
-	defer a.destroyInsertStream(stream)
-	if msg := a.streamInsertError(stream); msg != "" {
+	defer t.do(func() { a.destroyInsertStream(stream) })
+	if msg != "" {
 		return nil, engineError("insert", stmt, msg)
 	}
+	cancel := func() { t.do(func() { a.streamCancelInsert(stream) }) }
 
+	// The data is read (often encoded as it is read) here, at the caller's priority; only the
+	// engine's calls go to its thread.
 	buf := make([]byte, insertChunk)
 	for {
 		if err := ctx.Err(); err != nil {
-			a.streamCancelInsert(stream)
+			cancel()
 			return nil, fmt.Errorf("chdb: insert %q cancelled: %w", shorten(stmt, 200), err)
 		}
 		n, rerr := io.ReadFull(data, buf)
 		if n > 0 {
-			if a.streamAppend(stream, &buf[0], uintptr(n)) != 0 {
-				msg := a.streamInsertError(stream)
-				if msg == "" {
-					msg = "chdb_stream_append failed"
+			t.do(func() {
+				if a.streamAppend(stream, &buf[0], uintptr(n)) != 0 {
+					msg = a.streamInsertError(stream)
+					if msg == "" {
+						msg = "chdb_stream_append failed"
+					}
+					a.streamCancelInsert(stream)
 				}
-				a.streamCancelInsert(stream)
+			})
+			if msg != "" {
 				return nil, engineError("insert", stmt, msg)
 			}
 		}
@@ -73,19 +88,26 @@ func (e *Engine) Insert(ctx context.Context, stmt, format string, data io.Reader
 			break
 		}
 		if rerr != nil {
-			a.streamCancelInsert(stream)
+			cancel()
 			return nil, fmt.Errorf("chdb: insert %q: reading data: %w", shorten(stmt, 200), rerr)
 		}
 	}
 	runtime.KeepAlive(buf)
 
-	res := a.streamDone(stream)
-	if res == nil {
-		if msg := a.streamInsertError(stream); msg != "" {
-			return nil, engineError("insert", stmt, msg)
+	var (
+		r   *Result
+		err error
+	)
+	t.do(func() {
+		res := a.streamDone(stream)
+		if res == nil {
+			if msg := a.streamInsertError(stream); msg != "" {
+				err = engineError("insert", stmt, msg)
+				return
+			}
 		}
-	}
-	r, err := e.collect(res, "insert", stmt)
+		r, err = e.collect(res, "insert", stmt)
+	})
 	if err != nil {
 		return nil, err
 	}
