@@ -28,7 +28,9 @@ resends is recognised and counted, never stored twice. Invalid items are kept in
 
 Every accepted record is also written to the store (embedded ClickHouse by default, under
 --data-dir; a ClickHouse server with --store clickhouse), and the embedded store answers SQL on
---sql-listen (peertrail sql, peertrail report, Grafana's ClickHouse data source).
+--sql-listen (peertrail sql, peertrail report, Grafana's ClickHouse data source). The embedded
+engine's threads run at nice 10, and the Go scheduler gets twice as many Ps as CPUs unless
+$GOMAXPROCS is set, so that acknowledgements come before the store's work (BENCHMARKS.md).
 
 Every accepted record is joined with the records other apiservers wrote of the same request
 into a chain (entry and peer), classified (local, proxied, proxy_failed, misleading_404,
