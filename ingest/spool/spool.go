@@ -142,7 +142,7 @@ type Spool struct {
 	mu       sync.Mutex
 	segs     []segment // ascending; the last is active
 	active   *os.File
-	frameBuf []byte // the frame being written, kept for the next one when small
+	frameBuf []byte     // the frame being written, kept for the next one when small
 	unsynced []*os.File // rotated segments written since the last sync; closed after it
 	dirDirty bool       // a segment was created or removed since the last directory sync
 	written  Position   // end of the data written to the active segment
