@@ -383,44 +383,32 @@ func hex4(b []byte) rune {
 
 // strings reads an array of strings; [] is an empty, non-nil slice, as encoding/json makes it.
 func (s *scanner) strings() ([]string, bool) {
-	if s.mem == nil {
-		out := []string{}
-		ok := s.array(func() bool {
-			v, ok := s.str()
-			out = append(out, v)
-			return ok
-		})
-		if !ok {
-			return nil, false
+	own := []string{}
+	dst := &own
+	if s.mem != nil {
+		if s.mem.strs == nil {
+			s.mem.strs = make([]string, 0, 64)
 		}
-		return out, true
+		dst = &s.mem.strs
 	}
-	if s.mem.strs == nil {
-		s.mem.strs = make([]string, 0, 64)
-	}
-	from := len(s.mem.strs)
+	from := len(*dst)
 	ok := s.array(func() bool {
 		v, ok := s.str()
-		s.mem.strs = append(s.mem.strs, v)
+		*dst = append(*dst, v)
 		return ok
 	})
 	if !ok {
 		return nil, false
 	}
-	// Capped, so that appending to one list cannot write over the next.
-	return s.mem.strs[from:len(s.mem.strs):len(s.mem.strs)], true
+	// Capped, so that appending to one list cannot write over the next in the arena.
+	return (*dst)[from:len(*dst):len(*dst)], true
 }
 
 // stringMap reads an object of strings into reuse, cleared, or a new map when reuse is nil; {}
 // is an empty, non-nil map, as encoding/json makes it. A repeated key keeps its last value, as
 // in encoding/json.
 func (s *scanner) stringMap(reuse map[string]string) (map[string]string, bool) {
-	out := reuse
-	if out == nil {
-		out = map[string]string{}
-	} else {
-		clear(out)
-	}
+	out := emptied(reuse)
 	ok := s.members(func(k string) bool {
 		v, ok := s.str()
 		out[k] = v
@@ -430,6 +418,15 @@ func (s *scanner) stringMap(reuse map[string]string) (map[string]string, bool) {
 		return nil, false
 	}
 	return out, true
+}
+
+// emptied returns m cleared, or a new map when m is nil.
+func emptied[M ~map[K]V, K comparable, V any](m M) M {
+	if m == nil {
+		return M{}
+	}
+	clear(m)
+	return m
 }
 
 // userInfo reads an authentication/v1 UserInfo. Its extra goes into reuse, cleared, or a new
@@ -445,12 +442,7 @@ func (s *scanner) userInfo(name, uid *string, groups *[]string, extra *map[strin
 		case "groups":
 			*groups, ok = s.strings()
 		case "extra":
-			m := reuse
-			if m == nil {
-				m = map[string][]string{}
-			} else {
-				clear(m)
-			}
+			m := emptied(reuse)
 			ok = s.members(func(k string) bool {
 				var ok bool
 				m[k], ok = s.strings()
@@ -677,13 +669,8 @@ func (s *scanner) skipString() bool {
 			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
 				i++
 			case 'u':
-				if i+5 >= len(s.b) {
+				if hex4(s.b[i+2:]) < 0 {
 					return false
-				}
-				for _, h := range s.b[i+2 : i+6] {
-					if !('0' <= h && h <= '9' || 'a' <= h && h <= 'f' || 'A' <= h && h <= 'F') {
-						return false
-					}
 				}
 				i += 5
 			default:
