@@ -85,7 +85,12 @@ func (d *Decoder) Decode(body []byte, apiserver string, receivedAt time.Time) ([
 // Footprint is roughly how many bytes d keeps between batches, for a caller that bounds what it
 // keeps: one huge batch should not stay resident for good.
 func (d *Decoder) Footprint() int {
-	return cap(d.slab) + cap(d.decoded)*int(unsafe.Sizeof(Record{})) + cap(d.items)*24 + cap(d.bounds)*8
+	n := cap(d.slab) + cap(d.decoded)*int(unsafe.Sizeof(Record{})) +
+		cap(d.items)*int(unsafe.Sizeof(json.RawMessage{})) + cap(d.bounds)*int(unsafe.Sizeof(0))
+	for _, m := range d.mem {
+		n += cap(m.bytes) + cap(m.strs)*int(unsafe.Sizeof(""))
+	}
+	return n
 }
 
 // maxReusedMap bounds the maps a Decoder clears and reuses; a bigger one, from an odd event, is
