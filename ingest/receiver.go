@@ -91,8 +91,8 @@ type batchMem struct {
 	keys []record.Key
 }
 
-// pooledBuffers is how many bodies and frames are kept for reuse: more than the batches in
-// flight at once from a control plane's apiservers.
+// pooledBuffers is how many bodies, frames and decoded batches are kept for reuse: more than
+// the batches in flight at once from a control plane's apiservers.
 const pooledBuffers = 8
 
 // NewReceiver returns a receiver writing to sp, remembering keys in ix and dead letters in dl.

@@ -60,7 +60,7 @@ func (p *Pool) Get() []byte {
 		return nil
 	}
 	b, _ := p.free.Get()
-	return b[:0:cap(b)]
+	return b[:0]
 }
 
 // Put hands b back for reuse. The caller must not touch b afterwards. Buffers over the

@@ -13,8 +13,9 @@ const DefaultNice = 10
 // store's inserts take about one core at 10k events/s, and at the same priority they put
 // acknowledgements at the back of the run queue (BENCHMARKS.md).
 //
-// Only C calls go to the thread: Go code run there would hold one of the runtime's Ps while
-// the kernel deprioritises it.
+// Only the calls into the engine go to the thread, with the copying of their arguments and
+// results: longer Go work there (encoding an insert's data) would hold one of the runtime's Ps
+// while the kernel deprioritises the thread.
 type thread struct {
 	jobs chan func()
 	nice int // the nice value the thread got; 0 when it could not be raised
