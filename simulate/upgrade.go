@@ -171,17 +171,16 @@ func NewUpgrade(cfg UpgradeConfig, sink Sink) *Upgrade {
 		}
 		u.gvrs = append(u.gvrs, g)
 	}
+	// A mix that weighs none of Verbs (ParseMix refuses it, a caller may not) counts as none.
+	weighed := slices.ContainsFunc(Verbs, func(v string) bool { return cfg.Mix[v] > 0 })
 	for _, v := range Verbs {
 		w := 1.0
-		if len(cfg.Mix) > 0 {
+		if weighed {
 			w = cfg.Mix[v]
 		}
 		if w > 0 {
 			u.verbs, u.verbWeights = append(u.verbs, v), append(u.verbWeights, w)
 		}
-	}
-	if len(u.verbs) == 0 { // a mix of zeros: ParseMix refuses it, a caller may not
-		u.verbs, u.verbWeights = Verbs, []float64{1, 1, 1, 1, 1}
 	}
 	return u
 }
