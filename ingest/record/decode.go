@@ -97,11 +97,35 @@ func (d *Decoder) Footprint() int {
 // dropped rather than cleared batch after batch.
 const maxReusedMap = 64
 
+// maxItemDepth is how deeply an item may nest (the event's own braces count 1); a deeper item
+// is invalid, and only that item. A real event nests a few levels plus its objects' own depth,
+// tens at most; JSON libraries refuse a value 10000 deep (encoding/json and goccy/go-json, the
+// whole body with it), and ClickHouse's JSON functions, which an investigator runs over the raw
+// column, stop at 1024. So 1000 passes anything an apiserver writes, and every item kept stays
+// readable by all of them.
+const maxItemDepth = 1000
+
+// errTooDeep marks an item deeper than maxItemDepth: it is refused without being read, so it is
+// not checked for being valid JSON either.
+var errTooDeep = errors.New("too deep")
+
 func (d *Decoder) decode(scan bool, body []byte, apiserver string, receivedAt time.Time) ([]Record, []Invalid, error) {
 	var items []json.RawMessage
-	scanned := false
+	scanned, deepest := false, 0
 	if scan {
-		items, scanned = d.scanEnvelope(body)
+		items, deepest, scanned = d.scanEnvelope(body)
+	}
+	// Split deep bodies here, not with the JSON library, which refuses a body as a whole for one
+	// item nested past its limit. The scanner reads the usual envelope only; a deep body in any
+	// other form is refused. (The envelope adds two levels to its items'.)
+	deepBody := scanned && deepest > maxItemDepth
+	if !scanned && looseDepth(body) > maxItemDepth+2 {
+		var ok bool
+		if items, deepest, ok = d.scanEnvelope(body); !ok {
+			return nil, nil, fmt.Errorf("%w: nested deeper than %d and not an EventList the items can be split from",
+				ErrNotEventList, maxItemDepth+2)
+		}
+		scanned, deepBody = true, true
 	}
 	if !scanned {
 		var env envelope
@@ -133,6 +157,13 @@ func (d *Decoder) decode(scan bool, body []byte, apiserver string, receivedAt ti
 		mem.bytes, mem.strs = mem.bytes[:0], mem.strs[:0]
 		work := func() {
 			for i := lo; i < hi; i++ {
+				if deepBody {
+					if depth := looseDepth(items[i]); depth > maxItemDepth {
+						d.decoded[i] = Record{}
+						d.errs[i] = fmt.Errorf("%w: item nested %d deep, more than the limit of %d", errTooDeep, depth, maxItemDepth)
+						continue
+					}
+				}
 				maps := &d.maps[i]
 				d.decoded[i], d.errs[i] = decodeEvent(d.unmarshal, scan, items[i], apiserver, receivedAt, mem, maps)
 				if len(maps.annotations) > maxReusedMap {
@@ -152,9 +183,13 @@ func (d *Decoder) decode(scan bool, body []byte, apiserver string, receivedAt ti
 	wg.Wait()
 	if scanned {
 		// The items were split loosely (scanEnvelope); one that is not valid JSON makes the
-		// whole body invalid, as encoding/json would have it.
+		// whole body invalid, as encoding/json would have it. A too deep one is refused
+		// unread, whatever it holds.
 		for i, err := range d.errs {
-			if err != nil && !json.Valid(items[i]) {
+			if err != nil && !errors.Is(err, errTooDeep) && !json.Valid(items[i]) {
+				if deepBody {
+					return nil, nil, fmt.Errorf("%w: item %d is not valid JSON", ErrNotEventList, i)
+				}
 				return d.decode(false, body, apiserver, receivedAt)
 			}
 		}
@@ -204,7 +239,7 @@ func decodeEvent(unmarshal unmarshaler, scan bool, raw json.RawMessage, apiserve
 }
 
 // check says what makes a decoded event unusable: without these fields it cannot be keyed or
-// joined.
+// joined, and a time outside what the store holds would be stored as another time.
 func check(r *Record, kind string) error {
 	switch {
 	case r.AuditID == "":
@@ -215,8 +250,33 @@ func check(r *Record, kind string) error {
 		return errors.New("event has no stageTimestamp")
 	case kind != "" && kind != "Event":
 		return fmt.Errorf("item kind %q, want \"Event\"", kind)
+	case !Storable(r.StageTimestamp):
+		return outOfRange("stageTimestamp", r.StageTimestamp)
+	case !r.RequestReceivedTimestamp.IsZero() && !Storable(r.RequestReceivedTimestamp):
+		// Zero is absent (Go's metav1.MicroTime writes a zero time as null), kept as the
+		// column's default; any other time must be one the store holds.
+		return outOfRange("requestReceivedTimestamp", r.RequestReceivedTimestamp)
 	}
 	return nil
+}
+
+// MinTime and MaxTime bound the times a Record may carry: the range of ClickHouse's DateTime64,
+// the type of the store's time columns (store.EventColumns: request_received_timestamp and
+// stage_timestamp are DateTime64(6, 'UTC')). ClickHouse does not refuse a time outside it but
+// wraps it into the range (9999-01-01 is stored as 1816-03-30), so such an event is refused
+// here, as invalid, rather than stored as a time it does not say. record cannot import store
+// (store imports record); the attack tests store both bounds and read them back unchanged.
+var (
+	MinTime = time.Date(1900, 1, 1, 0, 0, 0, 0, time.UTC)
+	MaxTime = time.Date(2299, 12, 31, 23, 59, 59, 999999000, time.UTC)
+)
+
+// Storable reports whether t is within [MinTime, MaxTime], so the store keeps it as it is.
+func Storable(t time.Time) bool { return !t.Before(MinTime) && !t.After(MaxTime) }
+
+func outOfRange(field string, t time.Time) error {
+	return fmt.Errorf("%s %s is outside the range the store holds (%s to %s)", field,
+		t.Format(time.RFC3339Nano), MinTime.Format(time.DateOnly), MaxTime.Format(time.DateOnly))
 }
 
 // normalise flattens ev into a Record. raw must already belong to the record.

@@ -112,9 +112,23 @@ func TestDecodeKeepsGoodItemsBesideBadOnes(t *testing.T) {
 		"no stageTimestamp": `{"level":"Metadata","auditID":"a3","stage":"ResponseComplete"}`,
 		"not an object":     `"just a string"`,
 		"null":              `null`,
-		"wrong field type":  `{"auditID":"a4","stage":"ResponseComplete","stageTimestamp":"2026-11-29T10:00:00Z","responseStatus":{"code":"two hundred"}}`,
+		"wrong field type":  `{"auditID":"a4","stage":"ResponseComplete","stageTimestamp":"2026-11-29T10:00:00.000000Z","responseStatus":{"code":"two hundred"}}`,
 		"bad timestamp":     `{"auditID":"a5","stage":"ResponseComplete","stageTimestamp":"yesterday"}`,
-		"wrong item kind":   `{"kind":"Pod","auditID":"a6","stage":"ResponseComplete","stageTimestamp":"2026-11-29T10:00:00Z"}`,
+		"wrong item kind":   `{"kind":"Pod","auditID":"a6","stage":"ResponseComplete","stageTimestamp":"2026-11-29T10:00:00.000000Z"}`,
+		// Times the store's DateTime64 columns cannot hold (it would wrap them to other times).
+		"stageTimestamp after the store's range":  `{"auditID":"a7","stage":"ResponseComplete","stageTimestamp":"9999-01-01T00:00:00.000000Z"}`,
+		"stageTimestamp before the store's range": `{"auditID":"a8","stage":"ResponseComplete","stageTimestamp":"0001-01-01T00:00:00.000001Z"}`,
+		"stageTimestamp just past the range":      `{"auditID":"a9","stage":"ResponseComplete","stageTimestamp":"2300-01-01T00:00:00.000000Z"}`,
+		"stageTimestamp just before the range":    `{"auditID":"a10","stage":"ResponseComplete","stageTimestamp":"1899-12-31T23:59:59.999999Z"}`,
+		"stageTimestamp out of range, offset":     `{"auditID":"a11","stage":"ResponseComplete","stageTimestamp":"2299-12-31T23:00:00.000000-01:00"}`,
+		"requestReceivedTimestamp out of range":   `{"auditID":"a12","stage":"ResponseComplete","stageTimestamp":"2026-11-29T10:00:00.000000Z","requestReceivedTimestamp":"9999-01-01T00:00:00.000000Z"}`,
+		"requestReceivedTimestamp too early":      `{"auditID":"a13","stage":"ResponseComplete","stageTimestamp":"2026-11-29T10:00:00.000000Z","requestReceivedTimestamp":"1000-01-01T00:00:00.000000Z"}`,
+		// Deeper than maxItemDepth: refused alone, not with its batch (issue 12).
+		"nested 10000 deep": `{"auditID":"a14","stage":"ResponseComplete","stageTimestamp":"2026-11-29T10:00:00.000000Z","requestObject":` +
+			strings.Repeat(`{"a":[`, 5000) + strings.Repeat(`]}`, 5000) + `}`,
+		"nested past the limit": `{"auditID":"a15","stage":"ResponseComplete","stageTimestamp":"2026-11-29T10:00:00.000000Z","requestObject":` +
+			strings.Repeat(`[`, maxItemDepth) + strings.Repeat(`]`, maxItemDepth) + `}`,
+		"nested 100000 deep, not valid inside": `{"auditID":"a16","requestObject":` + strings.Repeat(`[{`, 50000) + strings.Repeat(`]}`, 50000) + `}`,
 	}
 	for name, item := range bad {
 		t.Run(name, func(t *testing.T) {
@@ -126,7 +140,77 @@ func TestDecodeKeepsGoodItemsBesideBadOnes(t *testing.T) {
 			if len(inv) != 1 || inv[0].Index != 1 || inv[0].Reason == "" || string(inv[0].Raw) != item {
 				t.Fatalf("invalid items: %+v", inv)
 			}
+			t.Log(inv[0].Reason)
+			stdRecs, stdInv, err := (&Decoder{unmarshal: json.Unmarshal}).Decode([]byte(body), "kas-a", received)
+			if err != nil || !reflect.DeepEqual(stdRecs, recs) || len(stdInv) != 1 {
+				t.Fatalf("encoding/json's decoder differs: %v, %d records, %d invalid", err, len(stdRecs), len(stdInv))
+			}
 		})
+	}
+}
+
+// TestDecodeKeepsTimesAtTheStoresBounds: the bounds themselves are storable, and an absent
+// requestReceivedTimestamp is no reason to refuse an event.
+func TestDecodeKeepsTimesAtTheStoresBounds(t *testing.T) {
+	body := `{"kind":"EventList","apiVersion":"audit.k8s.io/v1","items":[` +
+		`{"auditID":"lo","stage":"ResponseComplete","stageTimestamp":"1900-01-01T00:00:00.000000Z","requestReceivedTimestamp":"1900-01-01T00:00:00.000000Z"},` +
+		`{"auditID":"hi","stage":"ResponseComplete","stageTimestamp":"2299-12-31T23:59:59.999999Z","requestReceivedTimestamp":"2299-12-31T23:59:59.999999Z"},` +
+		`{"auditID":"none","stage":"ResponseComplete","stageTimestamp":"2026-11-29T10:00:00.000000Z"}]}`
+	recs, inv := mustDecode(t, []byte(body))
+	if len(recs) != 3 || len(inv) != 0 {
+		t.Fatalf("%d records, invalid %+v", len(recs), inv)
+	}
+	if !recs[0].StageTimestamp.Equal(MinTime) || !recs[1].StageTimestamp.Equal(MaxTime) || !recs[1].RequestReceivedTimestamp.Equal(MaxTime) {
+		t.Fatalf("bounds changed: %v %v", recs[0].StageTimestamp, recs[1].StageTimestamp)
+	}
+}
+
+// TestDecodeRefusesDeepItemsAlone: however deep one item nests, and whether or not it is valid
+// JSON past the limit, it alone is invalid; its neighbours decode as without it. A body too deep
+// in a form whose items cannot be split is refused as a whole.
+func TestDecodeRefusesDeepItemsAlone(t *testing.T) {
+	good := func(id string) string {
+		return `{"auditID":"` + id + `","stage":"ResponseComplete","stageTimestamp":"2026-11-29T10:00:00.000001Z"}`
+	}
+	atLimit := `{"auditID":"limit","stage":"ResponseComplete","stageTimestamp":"2026-11-29T10:00:00.000001Z","requestObject":` +
+		strings.Repeat(`[`, maxItemDepth-1) + strings.Repeat(`]`, maxItemDepth-1) + `}`
+	deep := `{"auditID":"deep","requestObject":` + strings.Repeat(`{"a":`, 20000) + `1` + strings.Repeat(`}`, 20000) + `}`
+	items := []string{good("a"), deep, atLimit, deep, good("b")}
+	for _, n := range []int{len(items), 3 * parallelDecodeMin} { // one worker, and several
+		list := make([]string, 0, n)
+		for i := range n {
+			list = append(list, items[i%len(items)])
+		}
+		body := []byte(`{"kind":"EventList","apiVersion":"audit.k8s.io/v1","items":[` + strings.Join(list, ",") + `]}`)
+		recs, inv, err := Decode(body, "kas-a", received)
+		sameAsEncodingJSON(t, body, recs, inv, err)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range recs {
+			if r.AuditID == "deep" {
+				t.Fatalf("deep item decoded")
+			}
+		}
+		for _, v := range inv {
+			if !strings.Contains(v.Reason, "more than the limit of 1000") || string(v.Raw) != deep {
+				t.Fatalf("invalid item %d: %s", v.Index, v.Reason)
+			}
+		}
+		if want := 2 * n / len(items); len(inv) != want || len(recs) != n-want {
+			t.Fatalf("%d items: %d records, %d invalid", n, len(recs), len(inv))
+		}
+	}
+	for name, body := range map[string]string{
+		"deep and another item not JSON": `{"kind":"EventList","apiVersion":"audit.k8s.io/v1","items":[` + deep + `,{"a":tru}]}`,
+		"deep, keys in another case":     `{"Kind":"EventList","apiVersion":"audit.k8s.io/v1","items":[` + deep + `]}`,
+		"deep and unclosed":              `{"kind":"EventList","apiVersion":"audit.k8s.io/v1","items":[` + strings.Repeat(`[`, 5000),
+	} {
+		recs, inv, err := Decode([]byte(body), "kas-a", received)
+		if !errors.Is(err, ErrNotEventList) || recs != nil || inv != nil {
+			t.Errorf("%s: err %v, %d records, %d invalid", name, err, len(recs), len(inv))
+		}
+		sameAsEncodingJSON(t, []byte(body), recs, inv, err)
 	}
 }
 

@@ -765,12 +765,15 @@ func parseMicroUTC(b []byte) (time.Time, bool) {
 // as a whole, as encoding/json refuses it. An array of valid values splits into its items in
 // one way only, so on a valid body the loose split is the right one.
 //
+// It also returns how deeply the deepest item nests (an item's own braces count 1), so that the
+// caller can refuse items deeper than maxItemDepth one by one instead of the body as a whole.
+//
 // The items and their copy are d's, reused from its previous batch.
-func (d *Decoder) scanEnvelope(body []byte) ([]json.RawMessage, bool) {
+func (d *Decoder) scanEnvelope(body []byte) (items []json.RawMessage, deepest int, ok bool) {
 	s := scanner{b: body}
 	var kind, apiVersion string
 	bounds, listed := d.bounds[:0], false
-	ok := s.object(func(key []byte) bool {
+	ok = s.object(func(key []byte) bool {
 		var ok bool
 		switch string(key) {
 		case "kind":
@@ -782,9 +785,11 @@ func (d *Decoder) scanEnvelope(body []byte) ([]json.RawMessage, bool) {
 			ok = s.array(func() bool {
 				s.ws()
 				from := s.i
-				if !s.skipLoosely() {
+				depth, ok := s.skipLoosely()
+				if !ok {
 					return false
 				}
+				deepest = max(deepest, depth)
 				bounds = append(bounds, from, s.i)
 				return true
 			})
@@ -795,11 +800,11 @@ func (d *Decoder) scanEnvelope(body []byte) ([]json.RawMessage, bool) {
 	})
 	d.bounds = bounds
 	if !ok || !s.end() || kind != "EventList" || apiVersion != eventListAPIVersion || !listed {
-		return nil, false
+		return nil, 0, false
 	}
-	items := d.items[:0]
+	items = d.items[:0]
 	if len(bounds) == 0 {
-		return items, true
+		return items, 0, true
 	}
 	base := bounds[0]
 	d.slab = append(d.slab[:0], body[base:bounds[len(bounds)-1]]...)
@@ -808,18 +813,19 @@ func (d *Decoder) scanEnvelope(body []byte) ([]json.RawMessage, bool) {
 		items = append(items, d.slab[from:to:to])
 	}
 	d.items = items
-	return items, true
+	return items, deepest, true
 }
 
 // skipLoosely reads past one value by its brackets and quotes alone, trusting the caller to
-// check the value separately. It is several times faster than skip on long objects.
-func (s *scanner) skipLoosely() bool {
+// check the value separately, and returns how deeply it nests (0 for a scalar). It is several
+// times faster than skip on long objects, and has no depth limit: it keeps a count, not a stack.
+func (s *scanner) skipLoosely() (deepest int, ok bool) {
 	b, i := s.b, s.i
 	if i >= len(b) {
-		return false
+		return 0, false
 	}
 	if b[i] != '{' && b[i] != '[' && b[i] != '"' {
-		return s.skip() // a scalar: short, read strictly
+		return 0, s.skip() // a scalar: short, read strictly
 	}
 	depth := 0
 	for ; i < len(b); i++ {
@@ -828,7 +834,7 @@ func (s *scanner) skipLoosely() bool {
 			for {
 				j := bytes.IndexByte(b[i+1:], '"')
 				if j < 0 {
-					return false
+					return 0, false
 				}
 				i += 1 + j
 				// The quote ends the string unless an odd number of backslashes precede it;
@@ -843,16 +849,29 @@ func (s *scanner) skipLoosely() bool {
 			}
 			if depth == 0 {
 				s.i = i + 1
-				return true
+				return 0, true
 			}
 		case '{', '[':
 			depth++
+			deepest = max(deepest, depth)
 		case '}', ']':
 			if depth--; depth <= 0 {
 				s.i = i + 1
-				return depth == 0
+				return deepest, depth == 0
 			}
 		}
 	}
-	return false
+	return 0, false
+}
+
+// looseDepth returns how deeply the value at the start of b nests, by its brackets and quotes
+// alone (skipLoosely's reading), or -1 when they do not close.
+func looseDepth(b []byte) int {
+	s := scanner{b: b}
+	s.ws()
+	depth, ok := s.skipLoosely()
+	if !ok {
+		return -1
+	}
+	return depth
 }
