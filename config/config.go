@@ -61,9 +61,19 @@ type Store struct {
 	LibPath string `json:"libPath,omitempty"`
 	// SQLListen is where the embedded engine answers the ClickHouse HTTP interface, read-only
 	// ("" turns it off). Off loopback it needs SQLPasswordFile.
-	SQLListen       string `json:"sqlListen,omitempty"`
-	SQLUser         string `json:"sqlUser,omitempty"`
+	SQLListen string `json:"sqlListen,omitempty"`
+	SQLUser   string `json:"sqlUser,omitempty"`
+	// SQLPasswordFile holds the SQL interface's password. Without it, serve makes one up
+	// and keeps it in <dataDir>/sql-password (mode 0600), where peertrail sql finds it.
 	SQLPasswordFile string `json:"sqlPasswordFile,omitempty"`
+	// SQLMaxConcurrentQueries, SQLMaxQueryMemory (bytes) and SQLMaxExecutionTime bound the
+	// SQL interface's reads (0: 2 queries, 1 GiB, 30s); the engine enforces them.
+	SQLMaxConcurrentQueries int      `json:"sqlMaxConcurrentQueries,omitempty"`
+	SQLMaxQueryMemory       int64    `json:"sqlMaxQueryMemory,omitempty"`
+	SQLMaxExecutionTime     Duration `json:"sqlMaxExecutionTime,omitempty"`
+	// MaxMemory caps the embedded engine as a whole, in bytes (0: half of the memory the
+	// process may use, read from its cgroup or the host).
+	MaxMemory int64 `json:"maxMemory,omitempty"`
 	// Retention is how long events and chains are kept.
 	Retention Duration `json:"retention,omitempty"`
 	// ClickHouse server connection, for Engine "clickhouse".

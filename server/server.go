@@ -133,7 +133,7 @@ func New(ctx context.Context, cfg config.File, log *slog.Logger) (_ *Server, err
 		s.writer = store.NewWriter(s.store, s.codec, store.WriterOptions{Logger: log})
 		s.registry.MustRegister(s.writer.Collectors()...)
 	}
-	if s.sqlHTTP, s.sqlLn, err = s.sqlServer(cfg, emb); err != nil {
+	if s.sqlHTTP, s.sqlLn, err = s.sqlServer(ctx, cfg, emb); err != nil {
 		return nil, err
 	}
 	if err := s.newCorrelator(ctx, cfg); err != nil {

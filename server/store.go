@@ -2,6 +2,9 @@ package server
 
 import (
 	"context"
+	"crypto/rand"
+	"crypto/tls"
+	"encoding/base64"
 	"fmt"
 	"net"
 	"net/http"
@@ -13,6 +16,7 @@ import (
 
 	"github.com/peertrail/peertrail/config"
 	"github.com/peertrail/peertrail/correlate"
+	"github.com/peertrail/peertrail/ingest"
 	"github.com/peertrail/peertrail/store"
 )
 
@@ -31,7 +35,7 @@ func (s *Server) openStore(ctx context.Context, cfg config.File) (store.Store, *
 	case "none":
 		return nil, nil, nil
 	case "", "embedded":
-		emb, err = store.OpenEmbedded(ctx, store.EmbeddedOptions{DataDir: filepath.Join(cfg.DataDir, "clickhouse"), LibPath: cfg.Store.LibPath})
+		emb, err = store.OpenEmbedded(ctx, store.EmbeddedOptions{DataDir: filepath.Join(cfg.DataDir, "clickhouse"), LibPath: cfg.Store.LibPath, MaxMemory: cfg.Store.MaxMemory})
 		if err != nil {
 			return nil, nil, fmt.Errorf("embedded store: %w (or run with --store none, or --store clickhouse and --clickhouse-dsn)", err)
 		}
@@ -53,30 +57,82 @@ func (s *Server) openStore(ctx context.Context, cfg config.File) (store.Store, *
 	return st, emb, nil
 }
 
-// sqlServer serves the ClickHouse HTTP interface of the embedded engine, read-only.
-func (s *Server) sqlServer(cfg config.File, emb *store.Embedded) (*http.Server, net.Listener, error) {
+// sqlServer serves the ClickHouse HTTP interface of the embedded engine, read-only. It
+// always asks for a password (made up and kept in the data directory when none is
+// configured), and off loopback it serves TLS only, with the serving certificate.
+func (s *Server) sqlServer(ctx context.Context, cfg config.File, emb *store.Embedded) (*http.Server, net.Listener, error) {
 	if emb == nil || cfg.Store.SQLListen == "" {
 		return nil, nil, nil
 	}
-	opts := store.HTTPOptions{User: cfg.Store.SQLUser, Logger: s.log}
-	if cfg.Store.SQLPasswordFile != "" {
-		b, err := os.ReadFile(cfg.Store.SQLPasswordFile)
-		if err != nil {
-			return nil, nil, fmt.Errorf("SQL password file: %w", err)
-		}
-		opts.Password = strings.TrimSpace(string(b))
+	opts := store.HTTPOptions{User: cfg.Store.SQLUser, Logger: s.log, Limits: store.ReadLimits{
+		MaxConcurrent:    cfg.Store.SQLMaxConcurrentQueries,
+		MaxMemory:        cfg.Store.SQLMaxQueryMemory,
+		MaxExecutionTime: time.Duration(cfg.Store.SQLMaxExecutionTime),
+	}}
+	var err error
+	if opts.Password, err = sqlPassword(cfg); err != nil {
+		return nil, nil, err
 	}
 	ln, err := net.Listen("tcp", cfg.Store.SQLListen)
 	if err != nil {
-		return nil, nil, fmt.Errorf("listen for SQL on %s: %w", cfg.Store.SQLListen, err)
+		return nil, nil, fmt.Errorf("listen for SQL on %s: %w (another program, e.g. a ClickHouse server, may hold the port: choose another with --sql-listen, or turn SQL off with --sql-listen '')", cfg.Store.SQLListen, err)
 	}
-	if !isLoopback(ln.Addr()) && opts.Password == "" {
+	tlsOn := cfg.TLS.CertFile != "" && !cfg.InsecureHTTP
+	if !isLoopback(ln.Addr()) && !tlsOn {
 		ln.Close()
-		return nil, nil, fmt.Errorf("the SQL interface on %s is not loopback: set --sql-password-file (or listen on 127.0.0.1)", cfg.Store.SQLListen)
+		return nil, nil, fmt.Errorf("the SQL interface on %s is not loopback, and off loopback it is served over TLS only: give --tls-cert-file and --tls-key-file (or listen on 127.0.0.1)", cfg.Store.SQLListen)
 	}
-	h := store.NewHTTPHandler(emb, opts)
+	h, err := store.NewHTTPHandler(ctx, emb, opts)
+	if err != nil {
+		ln.Close()
+		return nil, nil, err
+	}
 	s.registry.MustRegister(h.Collectors()...)
-	return &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}, ln, nil
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute, IdleTimeout: 2 * time.Minute}
+	if tlsOn {
+		tc, err := ingest.ServerTLS(cfg.TLS.CertFile, cfg.TLS.KeyFile, "")
+		if err != nil {
+			ln.Close()
+			return nil, nil, fmt.Errorf("SQL interface: %w", err)
+		}
+		srv.TLSConfig = tc
+		ln = tls.NewListener(ln, tc)
+	}
+	return srv, ln, nil
+}
+
+// SQLPasswordFileName is where serve keeps the SQL interface's password when none is
+// configured, under the data directory.
+const SQLPasswordFileName = "sql-password"
+
+// sqlPassword reads the configured password file, or the one serve made up earlier, or makes
+// one up (and keeps it, mode 0600, so that peertrail sql and people with access to the data
+// directory can use it).
+func sqlPassword(cfg config.File) (string, error) {
+	if f := cfg.Store.SQLPasswordFile; f != "" {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return "", fmt.Errorf("SQL password file: %w", err)
+		}
+		pw := strings.TrimSpace(string(b))
+		if pw == "" {
+			return "", fmt.Errorf("SQL password file %s is empty", f)
+		}
+		return pw, nil
+	}
+	path := filepath.Join(cfg.DataDir, SQLPasswordFileName)
+	if b, err := os.ReadFile(path); err == nil && strings.TrimSpace(string(b)) != "" {
+		return strings.TrimSpace(string(b)), nil
+	}
+	var raw [18]byte
+	if _, err := rand.Read(raw[:]); err != nil {
+		return "", fmt.Errorf("make up a SQL password: %w", err)
+	}
+	pw := base64.RawURLEncoding.EncodeToString(raw[:])
+	if err := os.WriteFile(path, []byte(pw+"\n"), 0o600); err != nil {
+		return "", fmt.Errorf("keep the SQL password in %s: %w", path, err)
+	}
+	return pw, nil
 }
 
 // chainLookup finds a final chain the correlator no longer holds in the store's chains table.

@@ -20,6 +20,9 @@ type EmbeddedOptions struct {
 	// LibPath is the libchdb.so to load; empty: $CHDB_LIB_PATH, then the cache that
 	// scripts/fetch-chdb.sh fills (see chdb.Options).
 	LibPath string
+	// MaxMemory caps the whole engine, the writer's inserts and merges and every read
+	// together (max_server_memory_usage); 0: DefaultMaxMemory().
+	MaxMemory int64
 }
 
 // Embedded is the Store backed by the ClickHouse engine inside this process (chDB). A process
@@ -29,12 +32,16 @@ type Embedded struct {
 
 	mu       sync.Mutex
 	encoders map[string]*rowEncoder // by table and column list; compiled once
+	pools    []*ReadPool            // closed before the engine
 }
 
 // OpenEmbedded starts the embedded engine on opts.DataDir. A missing library is an error
 // wrapping chdb.ErrLibraryNotFound whose text says how to get it.
 func OpenEmbedded(ctx context.Context, opts EmbeddedOptions) (*Embedded, error) {
-	e, err := chdb.Open(ctx, chdb.Options{DataDir: opts.DataDir, LibPath: opts.LibPath})
+	if opts.MaxMemory <= 0 {
+		opts.MaxMemory = DefaultMaxMemory()
+	}
+	e, err := chdb.Open(ctx, chdb.Options{DataDir: opts.DataDir, LibPath: opts.LibPath, MaxServerMemory: opts.MaxMemory})
 	if err != nil {
 		return nil, fmt.Errorf("store: open the embedded ClickHouse engine: %w", err)
 	}
@@ -160,8 +167,17 @@ func (s *Embedded) encoder(table string, columns []Column) (*rowEncoder, error) 
 	return enc, nil
 }
 
-// Close implements Store.
-func (s *Embedded) Close() error { return s.engine.Close() }
+// Close implements Store. It closes the read pools first.
+func (s *Embedded) Close() error {
+	s.mu.Lock()
+	pools := s.pools
+	s.pools = nil
+	s.mu.Unlock()
+	for _, p := range pools {
+		p.Close()
+	}
+	return s.engine.Close()
+}
 
 func insertStatement(table string, columns []Column) string {
 	var b strings.Builder

@@ -34,9 +34,12 @@ import (
 // clickhouse.HTTP), `peertrail sql` and curl can query the live store while `peertrail serve`
 // holds it (the engine allows one process per data directory).
 //
-// It is read-only: one statement per request, SELECT, WITH, SHOW, DESCRIBE, EXISTS or EXPLAIN,
-// run with readonly=1 (which also refuses table functions that reach files, URLs or other
-// servers), no INTO OUTFILE. The subset of the protocol:
+// It is read-only, and the engine enforces it (see ReadPool): one SELECT, WITH, SHOW, DESCRIBE,
+// EXISTS or EXPLAIN statement per request, as the engine's parser counts and classifies it, run
+// on a connection opened with readonly=1 and fixed limits, so no table function reaches files,
+// URLs, other servers or processes and no query text lifts a limit. A client may set output
+// format settings (a connection is opened for it with them) and a shorter max_execution_time;
+// any other setting is refused. The subset of the protocol:
 //
 //   - GET or POST on /: the query in the `query` parameter and/or the POST body (joined with
 //     a newline, as ClickHouse does); `default_format` (TabSeparated when absent; a FORMAT
@@ -68,12 +71,9 @@ type HTTPOptions struct {
 	// User and Password, when Password is set, must be presented by clients. Without a
 	// password any user is accepted: serve it on loopback.
 	User, Password string
-	// MaxExecutionTime bounds one query inside the engine (default 30s; a client may ask for
-	// less). The embedded engine runs one statement at a time, so a long query delays the
-	// store writer: keep it short.
-	MaxExecutionTime time.Duration
-	// MaxResultBytes bounds the size of a result in memory (default 256 MiB).
-	MaxResultBytes int64
+	// Limits bound each query and how many run at once (see ReadLimits for the defaults).
+	// A client may ask for a shorter max_execution_time, never a longer one.
+	Limits ReadLimits
 	// MaxQueryBytes bounds the query text (default 1 MiB).
 	MaxQueryBytes int64
 	// UnsafeAllowWrites runs any statement, and INSERT ... FORMAT with the data in the body.
@@ -87,12 +87,6 @@ func (o *HTTPOptions) defaults() {
 	if o.Database == "" {
 		o.Database = Database
 	}
-	if o.MaxExecutionTime <= 0 {
-		o.MaxExecutionTime = 30 * time.Second
-	}
-	if o.MaxResultBytes <= 0 {
-		o.MaxResultBytes = 256 << 20
-	}
 	if o.MaxQueryBytes <= 0 {
 		o.MaxQueryBytes = 1 << 20
 	}
@@ -102,19 +96,28 @@ func (o *HTTPOptions) defaults() {
 }
 
 // HTTPHandler is the ClickHouse HTTP interface over an embedded engine. It is an
-// http.Handler; mount it at the root of its own listener.
+// http.Handler, safe for concurrent requests; mount it at the root of its own listener. Reads
+// run in its ReadPool, which Close (or the Embedded's Close) closes.
 type HTTPHandler struct {
 	engine   *chdb.Engine
+	reads    *ReadPool
 	opts     HTTPOptions
 	queries  *prometheus.CounterVec
 	duration prometheus.Histogram
 }
 
-// NewHTTPHandler returns the ClickHouse HTTP interface over s's engine.
-func NewHTTPHandler(s *Embedded, opts HTTPOptions) *HTTPHandler {
+// NewHTTPHandler returns the ClickHouse HTTP interface over s's engine, with a ReadPool of
+// opts.Limits.
+func NewHTTPHandler(ctx context.Context, s *Embedded, opts HTTPOptions) (*HTTPHandler, error) {
 	opts.defaults()
+	reads, err := s.NewReadPool(ctx, opts.Limits)
+	if err != nil {
+		return nil, err
+	}
+	opts.Limits = reads.Limits()
 	return &HTTPHandler{
 		engine: s.Engine(),
+		reads:  reads,
 		opts:   opts,
 		queries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: metrics.StoreHTTPQueriesTotal,
@@ -125,8 +128,11 @@ func NewHTTPHandler(s *Embedded, opts HTTPOptions) *HTTPHandler {
 			Help:    "Time to answer one query of the ClickHouse HTTP interface, waiting for the engine included.",
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
 		}),
-	}
+	}, nil
 }
+
+// Close closes the handler's read connections.
+func (h *HTTPHandler) Close() error { return h.reads.Close() }
 
 // Collectors returns the handler's metrics.
 func (h *HTTPHandler) Collectors() []prometheus.Collector {
@@ -149,6 +155,7 @@ const (
 	codeNoSuchColumn      = 16
 	codeUnknownIdentifier = 47
 	codeAccessDenied      = 497
+	codeTooManyQueries    = 202
 )
 
 // httpError is an error answer: a ClickHouse code and text.
@@ -169,6 +176,8 @@ func statusOf(code int) int {
 	switch code {
 	case codeRequiredPassword:
 		return http.StatusUnauthorized
+	case codeTooManyQueries:
+		return http.StatusServiceUnavailable
 	case codeAuthFailed, codeReadonly, codeAccessDenied, 192, 193:
 		return http.StatusForbidden
 	case codeUnknownTable, codeUnknownDatabase:
@@ -292,13 +301,13 @@ func (h *HTTPHandler) serve(w http.ResponseWriter, r *http.Request) (string, err
 	}
 
 	queryParams := map[string]string{}
-	var settings []string
+	var settings [][2]string
 	names := make([]string, 0, len(params))
 	for k := range params {
 		names = append(names, k)
 	}
 	sort.Strings(names)
-	maxTime := h.opts.MaxExecutionTime.Seconds()
+	var timeout time.Duration
 	for _, k := range names {
 		v := params.Get(k)
 		switch {
@@ -306,13 +315,18 @@ func (h *HTTPHandler) serve(w http.ResponseWriter, r *http.Request) (string, err
 			queryParams[strings.TrimPrefix(k, "param_")] = v
 		case reservedParams[k]:
 		case k == "max_execution_time":
-			if t, err := strconv.ParseFloat(v, 64); err == nil && t > 0 && t < maxTime {
-				maxTime = t
+			// Honoured when lower than the pool's limit, by killing the query (a read-only
+			// connection cannot change its own setting).
+			if t, err := strconv.ParseFloat(v, 64); err == nil && t > 0 {
+				timeout = time.Duration(t * float64(time.Second))
 			}
 		case !settingName.MatchString(k):
 			return metrics.ResultRefused, refuse(codeUnknownSetting, "UNKNOWN_SETTING", "bad setting name %q", k)
+		case h.opts.UnsafeAllowWrites || ClientSetting(k, v):
+			settings = append(settings, [2]string{k, v})
 		default:
-			settings = append(settings, k+" = "+QuoteString(v))
+			return metrics.ResultRefused, refuse(codeReadonly, "READONLY",
+				"setting %s cannot be changed on peertrail's read-only SQL interface (output format settings and a lower max_threads or max_execution_time can)", k)
 		}
 	}
 	if db := params.Get("database"); db != "" && !settingName.MatchString(db) {
@@ -338,46 +352,43 @@ func (h *HTTPHandler) serve(w http.ResponseWriter, r *http.Request) (string, err
 		queryID = newQueryID()
 	}
 	ctx := r.Context()
+	if f := formatClause(text); f != "" {
+		format = f
+	}
+	if stmt := strings.TrimSuffix(strings.TrimSpace(text), ";"); strings.Join(strings.Fields(stmt), " ") == helloQuery && strings.EqualFold(format, "Native") {
+		res, err := h.hello(ctx)
+		if err != nil {
+			return metrics.ResultError, err
+		}
+		return metrics.ResultError, h.write(w, r, params, format, queryID, res)
+	}
 	switch {
 	case insert:
 		res, err = h.insert(ctx, text, body)
-	case h.opts.UnsafeAllowWrites && !isRead(text):
-		res, err = h.engine.Exec(ctx, "USE "+quoteIdent(database)+";\n"+text, format, nilIfEmpty(queryParams))
-	default:
-		q, aerr := analyzeReadQuery(text)
-		if aerr != nil {
-			if errors.Is(aerr, ErrReadOnly) {
-				return metrics.ResultRefused, refuse(codeReadonly, "READONLY",
-					"peertrail's ClickHouse HTTP interface is read-only: only SELECT, WITH, SHOW, DESCRIBE, EXISTS and EXPLAIN are allowed")
-			}
-			return metrics.ResultRefused, refuse(codeSyntaxError, "SYNTAX_ERROR", "%s", aerr.Error())
+	case h.opts.UnsafeAllowWrites:
+		var set strings.Builder
+		for _, kv := range settings {
+			set.WriteString(", " + kv[0] + " = " + QuoteString(kv[1]))
 		}
-		if q.format != "" {
-			format = q.format
-		}
-		stmt := q.text
-		if strings.Join(strings.Fields(stmt), " ") == helloQuery && strings.EqualFold(format, "Native") {
-			res, err := h.hello(ctx)
-			if err != nil {
-				return metrics.ResultError, err
-			}
-			return metrics.ResultError, h.write(w, r, params, format, queryID, res)
-		}
-		settings = append(settings,
-			fmt.Sprintf("max_execution_time = %g", maxTime),
-			fmt.Sprintf("max_result_bytes = %d", h.opts.MaxResultBytes),
-			"result_overflow_mode = 'throw'",
-			// Last, so nothing in the statement or the request can lift it.
-			"readonly = 1")
-		if q.settingsEnd >= 0 {
-			// Into the statement's own clause: a second SETTINGS clause would be applied
-			// again in subqueries, after readonly, and be refused.
-			stmt = stmt[:q.settingsEnd] + ", " + strings.Join(settings, ", ") + stmt[q.settingsEnd:]
-		} else {
-			// A newline first: the statement may end in a -- comment.
-			stmt += "\nSETTINGS " + strings.Join(settings, ", ")
+		stmt := text
+		if set.Len() > 0 {
+			stmt += "\nSETTINGS " + set.String()[2:]
 		}
 		res, err = h.engine.Exec(ctx, "USE "+quoteIdent(database)+";\n"+stmt, format, nilIfEmpty(queryParams))
+	default:
+		res, err = h.reads.Run(ctx, ReadQuery{Text: text, Format: format, Params: queryParams,
+			Database: database, Settings: settings, Timeout: timeout})
+		switch {
+		case errors.Is(err, ErrUnparsable):
+			return metrics.ResultRefused, refuse(codeSyntaxError, "SYNTAX_ERROR", "%v", err)
+		case errors.Is(err, ErrNotARead):
+			return metrics.ResultRefused, refuse(codeReadonly, "READONLY",
+				"peertrail's SQL interface is read-only: it runs exactly one SELECT, WITH, SHOW, DESCRIBE, EXISTS or EXPLAIN statement (%v)", err)
+		case errors.Is(err, ErrTooManyQueries):
+			return metrics.ResultRefused, refuse(codeTooManyQueries, "TOO_MANY_SIMULTANEOUS_QUERIES", "%v", err)
+		case err != nil:
+			return metrics.ResultError, err
+		}
 	}
 	if err != nil {
 		return metrics.ResultError, embeddedError("query", err)
@@ -489,12 +500,6 @@ var insertFormat = regexp.MustCompile(`(?is)^\s*(INSERT\s+INTO\s+.*?)\s+FORMAT\s
 
 func isInsert(q string) bool { return insertFormat.MatchString(q) }
 
-// isRead says whether q looks like a read statement (for UnsafeAllowWrites, which runs the
-// rest as they are).
-func isRead(q string) bool {
-	rq, err := analyzeReadQuery(q)
-	return err == nil && rq.keyword != ""
-}
 
 func (h *HTTPHandler) insert(ctx context.Context, text string, data []byte) (*chdb.Result, error) {
 	m := insertFormat.FindStringSubmatch(text)

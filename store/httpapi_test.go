@@ -24,8 +24,15 @@ import (
 // httpServer serves the ClickHouse HTTP interface over the shared engine.
 func httpServer(t *testing.T, opts store.HTTPOptions) *httptest.Server {
 	t.Helper()
-	srv := httptest.NewServer(store.NewHTTPHandler(engine(t), opts))
-	t.Cleanup(srv.Close)
+	h, err := store.NewHTTPHandler(context.Background(), engine(t), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	t.Cleanup(func() {
+		srv.Close()
+		h.Close()
+	})
 	return srv
 }
 
@@ -80,7 +87,7 @@ func TestHTTPInterfaceClickHouseGo(t *testing.T) {
 	// One proxied request's ResponseComplete records, read with typed values.
 	id := sc.Expect[string(correlate.ClassProxied)][0]
 	qctx := clickhouse.Context(ctx, clickhouse.WithParameters(clickhouse.Parameters{"id": id}),
-		clickhouse.WithSettings(clickhouse.Settings{"max_threads": 2, "output_format_json_quote_64bit_integers": 0}))
+		clickhouse.WithSettings(clickhouse.Settings{"max_threads": 1, "output_format_json_quote_64bit_integers": 0}))
 	rows, err := conn.Query(qctx, `SELECT apiserver, audit_id, stage, code, stage_timestamp, source_ips, user_groups, annotations, has_response_object, response_object_bytes
 FROM events WHERE audit_id = {id:String} AND stage = 'ResponseComplete' ORDER BY apiserver`)
 	if err != nil {
@@ -143,10 +150,10 @@ FROM events WHERE audit_id = {id:String} AND stage = 'ResponseComplete' ORDER BY
 		{"SELEC 1", 62},
 		{"INSERT INTO peertrail.events (audit_id) VALUES ('x')", 164},
 		{"DROP TABLE peertrail.events", 164},
-		{"SELECT 1; DROP TABLE peertrail.events", 62},
+		{"SELECT 1; DROP TABLE peertrail.events", 164},
 		{"SELECT * FROM file('/etc/passwd', 'LineAsString')", 164},
 		{"SELECT * FROM url('http://127.0.0.1:1/', 'LineAsString')", 164},
-		{"SELECT 1 INTO OUTFILE '/tmp/peertrail-should-not-exist'", 62},
+		{"SELECT 1 INTO OUTFILE '/tmp/peertrail-should-not-exist'", 164},
 		{"SELECT 1 SETTINGS readonly = 0", 164},
 	} {
 		err := conn.Exec(ctx, c.sql)
@@ -281,11 +288,16 @@ func TestHTTPInterfacePlainHTTP(t *testing.T) {
 	if resp.StatusCode != 400 || resp.Header.Get("X-ClickHouse-Exception-Code") != "62" {
 		t.Fatalf("unterminated string: %d %q", resp.StatusCode, body)
 	}
-	// The statement's own SETTINGS clause, a subquery on a table, and URL settings: one
-	// clause in the end (two would be refused under readonly in the subquery).
-	resp, body = httpGet(t, srv.URL+"/?max_threads=2&query="+url.QueryEscape(
-		"SELECT count() FROM peertrail.schema_migrations WHERE version IN (SELECT version FROM peertrail.schema_migrations) SETTINGS max_block_size = 1000 FORMAT TSV"), nil)
+	// A subquery on a table with a URL setting a client may set (fewer threads): it runs.
+	resp, body = httpGet(t, srv.URL+"/?max_threads=1&query="+url.QueryEscape(
+		"SELECT count() FROM peertrail.schema_migrations WHERE version IN (SELECT version FROM peertrail.schema_migrations) FORMAT TSV"), nil)
 	if resp.StatusCode != 200 || body != "3\n" {
+		t.Fatalf("subquery with max_threads=1: %d %q", resp.StatusCode, body)
+	}
+	// The statement's own SETTINGS clause changes a setting: the read-only connection refuses
+	// it, as a ClickHouse server does under readonly=1.
+	resp, body = httpGet(t, srv.URL+"/?query="+url.QueryEscape("SELECT 1 SETTINGS max_block_size = 1000"), nil)
+	if resp.StatusCode != 403 || resp.Header.Get("X-ClickHouse-Exception-Code") != "164" {
 		t.Fatalf("own SETTINGS clause: %d %q", resp.StatusCode, body)
 	}
 	// A comment hiding nothing, and one trying to hide a second statement.

@@ -6,11 +6,9 @@ import (
 	"unicode"
 )
 
-// A small lexer for ClickHouse SQL: enough to split statements, find the first keyword, a
-// trailing FORMAT clause and INTO OUTFILE, without being fooled by strings, quoted identifiers
-// and comments. Where it cannot be sure (an unterminated string or comment) it says so, and
-// the HTTP interface refuses the query: the lexer guards what a read-only endpoint lets
-// through, so doubt means no.
+// A small lexer for ClickHouse SQL: enough to split peertrail's own schema into statements
+// and to find the trailing FORMAT clause of a query, for the label of its answer. It guards
+// nothing: what an untrusted query may do is decided by the engine (see ReadPool).
 
 type tokenKind int
 
@@ -157,73 +155,19 @@ func SplitStatements(s string) ([]string, error) {
 	return out, nil
 }
 
-// readQuery is what the HTTP interface needs to know about a query.
-type readQuery struct {
-	// keyword is the statement's first keyword, upper case.
-	keyword string
-	// format is the FORMAT clause's format, "" if none.
-	format string
-	// text is the statement without a trailing semicolon.
-	text string
-	// settingsEnd is the offset in text just after the trailing top-level SETTINGS clause,
-	// where more settings can be added (", name = value"); -1 when there is none.
-	settingsEnd int
-}
-
-// readKeywords are the statements the read-only HTTP interface runs.
-var readKeywords = map[string]bool{
-	"SELECT": true, "WITH": true, "SHOW": true, "DESC": true, "DESCRIBE": true, "EXISTS": true, "EXPLAIN": true,
-}
-
-// writeKeywords are statements that change something: refused as such (other words are
-// syntax errors, as a server would call them).
-var writeKeywords = map[string]bool{
-	"INSERT": true, "CREATE": true, "DROP": true, "ALTER": true, "TRUNCATE": true, "RENAME": true,
-	"OPTIMIZE": true, "SYSTEM": true, "KILL": true, "SET": true, "USE": true, "GRANT": true,
-	"REVOKE": true, "DETACH": true, "ATTACH": true, "DELETE": true, "UPDATE": true, "EXCHANGE": true,
-	"UNDROP": true, "BACKUP": true, "RESTORE": true, "MOVE": true, "CHECK": true, "WATCH": true, "REPLACE": true,
-}
-
-// errSyntax: the statement does not start like any ClickHouse statement.
-var errSyntax = errors.New("syntax error: not a statement this interface runs")
-
-// analyzeReadQuery checks that s is exactly one read statement and returns what the HTTP
-// interface needs to know about it; the error says why it is refused.
-func analyzeReadQuery(s string) (readQuery, error) {
+// formatClause returns the format of s's top-level trailing FORMAT clause ("" when there is
+// none), so that the HTTP interface can label its answer. It decides nothing about what runs:
+// the engine's parser and a read-only connection do that.
+func formatClause(s string) string {
 	toks, err := lexSQL(s)
 	if err != nil {
-		return readQuery{}, err
-	}
-	// One statement: a semicolon may only end it.
-	for i, t := range toks {
-		if t.kind == tokSemicolon && i != len(toks)-1 {
-			return readQuery{}, errors.New("multi-statements are not allowed")
-		}
+		return ""
 	}
 	if n := len(toks); n > 0 && toks[n-1].kind == tokSemicolon {
-		s = s[:toks[n-1].start]
 		toks = toks[:n-1]
 	}
-	if len(toks) == 0 {
-		return readQuery{}, errors.New("empty query")
-	}
-	q := readQuery{text: s, settingsEnd: -1}
-	first := 0
-	for first < len(toks) && toks[first].kind == tokOpen {
-		first++ // (SELECT ...) UNION ...
-	}
-	if first == len(toks) || toks[first].kind != tokWord {
-		return readQuery{}, ErrReadOnly
-	}
-	q.keyword = strings.ToUpper(toks[first].text)
-	if !readKeywords[q.keyword] {
-		if writeKeywords[q.keyword] {
-			return readQuery{}, ErrReadOnly
-		}
-		return readQuery{}, errSyntax
-	}
 	depth := 0
-	settingsAt, formatAt := -1, -1
+	format := ""
 	for i, t := range toks {
 		switch t.kind {
 		case tokOpen:
@@ -231,32 +175,13 @@ func analyzeReadQuery(s string) (readQuery, error) {
 		case tokClose:
 			depth--
 		case tokWord:
-			w := strings.ToUpper(t.text)
-			if w == "OUTFILE" && i > 0 && strings.EqualFold(toks[i-1].text, "INTO") {
-				return readQuery{}, errors.New("INTO OUTFILE is not allowed")
-			}
-			if depth != 0 {
-				continue
-			}
 			// FORMAT <name> at the top level, followed by nothing or by SETTINGS.
-			if w == "FORMAT" && i+1 < len(toks) && (toks[i+1].kind == tokWord || toks[i+1].kind == tokQuoted) &&
+			if depth == 0 && strings.EqualFold(t.text, "FORMAT") && i+1 < len(toks) &&
+				(toks[i+1].kind == tokWord || toks[i+1].kind == tokQuoted) &&
 				(i+2 == len(toks) || strings.EqualFold(toks[i+2].text, "SETTINGS")) {
-				q.format = strings.Trim(toks[i+1].text, "`\"")
-				formatAt = i
-			}
-			// SETTINGS name = ...
-			if w == "SETTINGS" && i+2 < len(toks) && toks[i+1].kind == tokWord && toks[i+2].text == "=" {
-				settingsAt = i
+				format = strings.Trim(toks[i+1].text, "`\"")
 			}
 		}
 	}
-	if settingsAt >= 0 {
-		// The clause runs to the end, or to a FORMAT clause that follows it.
-		end := len(toks) - 1
-		if formatAt > settingsAt {
-			end = formatAt - 1
-		}
-		q.settingsEnd = toks[end].end
-	}
-	return q, nil
+	return format
 }

@@ -67,8 +67,6 @@ var (
 	// ErrSchemaTooNew: the database has migrations this binary does not know (it was written
 	// by a newer peertrail). Upgrade peertrail rather than run an old writer against it.
 	ErrSchemaTooNew = errors.New("store: the database schema is newer than this peertrail")
-	// ErrReadOnly: the HTTP interface refused a statement that is not a read.
-	ErrReadOnly = errors.New("store: only SELECT, WITH, SHOW, DESCRIBE, EXISTS and EXPLAIN are allowed")
 )
 
 // Error is a failure reported by ClickHouse itself (either engine), with its error code.

@@ -48,7 +48,12 @@ func TestSQLReportSchemaCommands(t *testing.T) {
 	if err := storetest.Write(ctx, s, sc.Records, sc.Chains); err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(store.NewHTTPHandler(s, store.HTTPOptions{}))
+	h, err := store.NewHTTPHandler(ctx, s, store.HTTPOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	srv := httptest.NewServer(h)
 	defer srv.Close()
 
 	q := "SELECT class, count() AS n FROM chains FINAL WHERE class IN ('misleading_404', 'broken') GROUP BY class ORDER BY class"

@@ -98,6 +98,10 @@ type Options struct {
 	// process (see thread). 0 means DefaultNice; a negative value leaves them at the
 	// process's own.
 	Nice int
+	// MaxServerMemory caps the memory of the whole engine, every connection together
+	// (max_server_memory_usage), in bytes. 0 leaves the engine's default: 0.9 of the host's
+	// RAM, blind to a container's limit.
+	MaxServerMemory int64
 }
 
 // Engine is an open chDB (embedded ClickHouse) session.
@@ -210,6 +214,9 @@ func open(ctx context.Context, t *thread, libPath string, opts Options) (*Engine
 			return nil, fmt.Errorf("%w: %s", err, dataDir)
 		}
 		args = append(args, "--path="+dataDir)
+	}
+	if opts.MaxServerMemory > 0 {
+		args = append(args, fmt.Sprintf("--max_server_memory_usage=%d", opts.MaxServerMemory))
 	}
 	var conn unsafe.Pointer
 	t.do(func() { conn = connect(a, args) })
@@ -383,16 +390,17 @@ func (e *Engine) Exec(ctx context.Context, sql, format string, params map[string
 		if params == nil {
 			res = e.api.queryN(e.handle, strPtr(sql), uintptr(len(sql)), strPtr(format), uintptr(len(format)))
 		} else {
-			res = e.queryWithParams(sql, format, params)
+			res = queryWithParams(e.api, e.handle, sql, format, params)
 		}
 		runtime.KeepAlive(sql)
 		runtime.KeepAlive(format)
-		r, err = e.collect(res, "query", sql)
+		r, err = collect(e.api, res, "query", sql)
 	})
 	return r, err
 }
 
-func (e *Engine) queryWithParams(sql, format string, params map[string]string) unsafe.Pointer {
+// queryWithParams calls chdb_query_with_params_n on the connection handle.
+func queryWithParams(a *api, handle unsafe.Pointer, sql, format string, params map[string]string) unsafe.Pointer {
 	names := make([]string, 0, len(params))
 	for k := range params {
 		names = append(names, k)
@@ -410,7 +418,7 @@ func (e *Engine) queryWithParams(sql, format string, params map[string]string) u
 		namePtrs[i], nameLens[i] = strPtr(k), uintptr(len(k))
 		valPtrs[i], valLens[i] = strPtr(vals[i]), uintptr(len(vals[i]))
 	}
-	res := e.api.queryWithParamsN(e.handle, strPtr(sql), uintptr(len(sql)), strPtr(format), uintptr(len(format)),
+	res := a.queryWithParamsN(handle, strPtr(sql), uintptr(len(sql)), strPtr(format), uintptr(len(format)),
 		&namePtrs[0], &nameLens[0], &valPtrs[0], &valLens[0], uintptr(n))
 	runtime.KeepAlive(names)
 	runtime.KeepAlive(vals)
@@ -422,27 +430,27 @@ func (e *Engine) queryWithParams(sql, format string, params map[string]string) u
 }
 
 // collect copies a chdb_result into a Result and destroys it.
-func (e *Engine) collect(res unsafe.Pointer, op, sql string) (*Result, error) {
+func collect(a *api, res unsafe.Pointer, op, sql string) (*Result, error) {
 	if res == nil {
 		return nil, engineError(op, sql, errNilResult.Error())
 	}
-	defer e.api.destroyResult(res)
-	if msg := e.api.resultError(res); msg != "" {
+	defer a.destroyResult(res)
+	if msg := a.resultError(res); msg != "" {
 		return nil, engineError(op, sql, msg)
 	}
 	r := &Result{
-		Elapsed:          time.Duration(e.api.resultElapsed(res) * float64(time.Second)),
-		RowsRead:         e.api.resultRowsRead(res),
-		BytesRead:        e.api.resultBytesRead(res),
-		StorageRowsRead:  e.api.resultStorageRows(res),
-		StorageBytesRead: e.api.resultStorageBytes(res),
-		RowsWritten:      e.api.resultRowsWritten(res),
-		BytesWritten:     e.api.resultBytesWritten(res),
+		Elapsed:          time.Duration(a.resultElapsed(res) * float64(time.Second)),
+		RowsRead:         a.resultRowsRead(res),
+		BytesRead:        a.resultBytesRead(res),
+		StorageRowsRead:  a.resultStorageRows(res),
+		StorageBytesRead: a.resultStorageBytes(res),
+		RowsWritten:      a.resultRowsWritten(res),
+		BytesWritten:     a.resultBytesWritten(res),
 	}
-	n := e.api.resultLength(res)
+	n := a.resultLength(res)
 	r.Data = make([]byte, n)
 	if n > 0 {
-		if buf := e.api.resultBuffer(res); buf != nil {
+		if buf := a.resultBuffer(res); buf != nil {
 			copy(r.Data, unsafe.Slice(buf, n))
 		}
 	}

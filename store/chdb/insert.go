@@ -106,7 +106,7 @@ func (e *Engine) Insert(ctx context.Context, stmt, format string, data io.Reader
 				return
 			}
 		}
-		r, err = e.collect(res, "insert", stmt)
+		r, err = collect(a, res, "insert", stmt)
 	})
 	if err != nil {
 		return nil, err

@@ -102,6 +102,9 @@ type api struct {
 	streamCancelInsert  func(stream unsafe.Pointer)
 	streamInsertError   func(stream unsafe.Pointer) string
 	destroyInsertStream func(stream unsafe.Pointer)
+
+	// Optional: nil when the library does not export it (before chDB 26.7.2).
+	classifyQueryN func(conn unsafe.Pointer, q *byte, qlen uintptr, db *byte, dblen uintptr, out *queryAnalysisV1) int32
 }
 
 // dlopen loads the library. The handle is never dlclosed: unloading a library
@@ -160,6 +163,9 @@ func bindAPI(h uintptr, path string) (*api, error) {
 	}
 	if len(missing) > 0 {
 		return nil, fmt.Errorf("%w: %s does not export %v (want chDB %s)", ErrIncompatibleLibrary, path, missing, Version)
+	}
+	if sym, err := purego.Dlsym(h, "chdb_classify_query_n"); err == nil && sym != 0 {
+		purego.RegisterFunc(&a.classifyQueryN, sym)
 	}
 	return a, nil
 }

@@ -97,7 +97,13 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: store.NewHTTPHandler(s, store.HTTPOptions{Logger: log}), ReadHeaderTimeout: 10 * time.Second}
+	h, err := store.NewHTTPHandler(ctx, s, store.HTTPOptions{Logger: log})
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	defer h.Close()
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		<-ctx.Done()
 		srv.Shutdown(context.Background())
