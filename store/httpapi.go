@@ -500,7 +500,6 @@ var insertFormat = regexp.MustCompile(`(?is)^\s*(INSERT\s+INTO\s+.*?)\s+FORMAT\s
 
 func isInsert(q string) bool { return insertFormat.MatchString(q) }
 
-
 func (h *HTTPHandler) insert(ctx context.Context, text string, data []byte) (*chdb.Result, error) {
 	m := insertFormat.FindStringSubmatch(text)
 	return h.engine.Insert(ctx, m[1], m[2], bytes.NewReader(data))
