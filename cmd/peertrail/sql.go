@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -14,6 +16,8 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/peertrail/peertrail/config"
+	"github.com/peertrail/peertrail/server"
 	"github.com/peertrail/peertrail/store"
 )
 
@@ -35,15 +39,28 @@ func (f *queryFlags) add(fs *pflag.FlagSet) {
 	fs.StringArrayVar(&f.params, "param", nil, "query parameter name=value for a {name:Type} placeholder (repeatable)")
 }
 
-// open connects to --clickhouse-dsn, else to --server.
+// defaultSQLPasswordFile is where `peertrail serve` keeps the SQL password it made up, with
+// its default --data-dir.
+var defaultSQLPasswordFile = filepath.Join(config.Defaults().DataDir, server.SQLPasswordFileName)
+
+// open connects to --clickhouse-dsn, else to --server, with the password of
+// --clickhouse-password-file, $CLICKHOUSE_PASSWORD, or the one serve made up in ./data.
 func (f *queryFlags) open(ctx context.Context) (store.Store, error) {
 	o := f.ch
 	if o.DSN == "" {
 		o.DSN = f.server
+		if o.Password == "" && o.PasswordFile == "" && os.Getenv("CLICKHOUSE_PASSWORD") == "" {
+			if _, err := os.Stat(defaultSQLPasswordFile); err == nil {
+				o.PasswordFile = defaultSQLPasswordFile
+			}
+		}
 	}
 	s, err := store.OpenServer(ctx, o)
 	if err != nil {
 		if f.ch.DSN == "" {
+			if strings.Contains(err.Error(), "code: 194") || strings.Contains(err.Error(), "code: 516") {
+				return nil, fmt.Errorf("%w\n(the SQL interface asks for its password: pass --clickhouse-password-file <serve's --data-dir>/%s, or set $CLICKHOUSE_PASSWORD)", err, server.SQLPasswordFileName)
+			}
 			return nil, fmt.Errorf("%w\n(is `peertrail serve` running with its ClickHouse HTTP interface on %s? Or pass --clickhouse-dsn)", err, f.server)
 		}
 		return nil, err
@@ -79,6 +96,12 @@ func newSQLCommand(_ *globalFlags) *cobra.Command {
 By default it asks a running ` + "`peertrail serve`" + ` through its ClickHouse HTTP interface
 (--server, http://127.0.0.1:8123): the embedded engine allows one process per data directory, so
 the serving process answers. With --clickhouse-dsn it queries a ClickHouse server directly.
+
+The interface asks for a password: --clickhouse-password-file, $CLICKHOUSE_PASSWORD, or by
+default data/sql-password, which serve makes up when it is given none (its --data-dir). It runs
+exactly one read statement (SELECT, WITH, SHOW, DESCRIBE, EXISTS, EXPLAIN) on a read-only
+connection of the engine, within serve's memory, time and row limits; a SETTINGS clause that
+changes a setting is refused.
 
 The tables are in the database peertrail (the default database of the serve endpoint):
 events, chains, audit_ids and the per-minute rollups events_per_minute, request_latency_per_minute,

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -25,6 +26,7 @@ import (
 	"time"
 
 	"github.com/peertrail/peertrail/correlate"
+	"github.com/peertrail/peertrail/server"
 	"github.com/peertrail/peertrail/test/e2e/harness"
 )
 
@@ -133,7 +135,7 @@ func startPT(ctx context.Context, t *testing.T, bin string, args []string, logFi
 			p.URL = string(m[1])
 		}
 		if m := ptSQLRE.FindSubmatch(b); m != nil {
-			p.SQLURL = string(m[1])
+			p.SQLURL = withSQLPassword(string(m[1]), args)
 		}
 		if p.URL == "" || p.SQLURL == "" {
 			return false, nil
@@ -408,4 +410,27 @@ func lastLinesOf(path string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
+}
+
+// withSQLPassword puts the SQL password that `peertrail serve` made up under its --data-dir
+// into base's user info, which net/http sends as basic auth.
+func withSQLPassword(base string, args []string) string {
+	dir := ""
+	for i, a := range args {
+		if a == "--data-dir" && i+1 < len(args) {
+			dir = args[i+1]
+		} else if v, ok := strings.CutPrefix(a, "--data-dir="); ok {
+			dir = v
+		}
+	}
+	b, err := os.ReadFile(filepath.Join(dir, server.SQLPasswordFileName))
+	if err != nil {
+		return base
+	}
+	u, err := url.Parse(base)
+	if err != nil {
+		return base
+	}
+	u.User = url.UserPassword("default", strings.TrimSpace(string(b)))
+	return u.String()
 }

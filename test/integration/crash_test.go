@@ -70,7 +70,7 @@ func startBinary(t *testing.T, dataDir string, extra ...string) *process {
 			line := sc.Text()
 			p.logs.WriteString(line + "\n")
 			if m := sqlURL.FindStringSubmatch(line); m != nil {
-				p.sqlURL = m[1]
+				p.sqlURL = withSQLPassword(m[1], dataDir)
 			}
 			if m := servingURL.FindStringSubmatch(line); m != nil {
 				urlc <- m[1]
