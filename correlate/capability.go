@@ -44,8 +44,9 @@ type Capabilities struct {
 
 	mu      sync.RWMutex
 	changes uint64 // counts mutations, so that savers know when to save
-	// epochs are, per apiserver, the times it was first seen running a new version: evidence
-	// from before a restart into another version says nothing about after it.
+	// epochs are, per apiserver, the times a new process or a new version of it was first
+	// seen: evidence from before a restart says nothing about after it (the new process may
+	// run other flags, feature gates or runtime-config even with the same version).
 	epochs    map[string][]time.Time
 	evidence  map[string]map[GVR][]run // apiserver -> GVR -> runs by time
 	proxiedBy map[string]map[GVR]time.Time
@@ -56,7 +57,8 @@ type Capabilities struct {
 type ServerInfo struct {
 	Name string `json:"name"`
 	// Version is taken from the configuration or from the user agent of the apiserver's own
-	// loopback requests ("kube-apiserver/v1.36.3 ...").
+	// loopback requests ("<binary>/v1.36.3 ...", whatever the binary is called), as written
+	// there: it parses with ParseVersion.
 	Version string `json:"version,omitempty"`
 	// Addresses are the IPs the apiserver was seen to connect from (its own loopback requests)
 	// or was configured with.
@@ -64,6 +66,52 @@ type ServerInfo struct {
 	LastSeen  time.Time `json:"last_seen"`
 	// Proxied says whether the apiserver was seen to forward any request to a peer.
 	Proxied bool `json:"proxied"`
+	// Process identifies the apiserver's current process: the UID of its loopback identity,
+	// which every start of an apiserver makes up afresh. Empty until a loopback request with
+	// a UID was seen.
+	Process string `json:"process,omitempty"`
+	// History is the apiserver's version history, oldest first (at most maxHistory): when
+	// it was first seen, and each restart and version change since, each of which began a
+	// capability epoch.
+	History []VersionEpoch `json:"history,omitempty"`
+}
+
+// VersionEpoch is one entry of an apiserver's version history: from Since on, it ran Version
+// ("" when its user agent gave no version that parses) in the process Process.
+type VersionEpoch struct {
+	Since   time.Time `json:"since"`
+	Version string    `json:"version,omitempty"`
+	Process string    `json:"process,omitempty"`
+	// Cause is why the entry began: CauseFirstSeen, CauseRestart or CauseVersionChange.
+	Cause string `json:"cause"`
+}
+
+// Values of VersionEpoch.Cause.
+const (
+	// CauseFirstSeen: the first loopback request peertrail saw of the apiserver.
+	CauseFirstSeen = "first_seen"
+	// CauseRestart: a new process of the apiserver, running the same version.
+	CauseRestart = "restart"
+	// CauseVersionChange: the apiserver runs another version than before (or than configured).
+	CauseVersionChange = "version_change"
+)
+
+// maxHistory bounds the version history and the epochs kept per apiserver: an upgrade
+// restarts each server a few times, not dozens.
+const maxHistory = 32
+
+// Sighting is what one of an apiserver's own loopback requests (or its configuration, with
+// a zero At) tells about it.
+type Sighting struct {
+	// Version is the version its user agent names, already parsed with AgentVersion ("" when
+	// unknown).
+	Version string
+	// Process is the UID of its loopback identity ("" when the record has none).
+	Process string
+	// Address is the IP it connected from ("" when unknown).
+	Address string
+	// At is when the request was received; zero for the configuration, which starts no epoch.
+	At time.Time
 }
 
 // NewCapabilities returns an empty view in which evidence older than horizon is ignored.
@@ -224,32 +272,92 @@ func (c *Capabilities) ProxiedRecently(apiserver string, g GVR, t time.Time) boo
 	return d < c.horizon && d > -c.horizon
 }
 
-// NoteServer records that an apiserver was seen, with its version and address when known.
+// NoteServer records that an apiserver was seen, with its version and address when known,
+// at t (zero for its configuration). It is Note without a process identity.
 func (c *Capabilities) NoteServer(apiserver, version, address string, t time.Time) {
+	c.Note(apiserver, Sighting{Version: version, Address: address, At: t})
+}
+
+// Note records what one of apiserver's own loopback requests showed. A new process (another
+// loopback UID than the current one) or another version than the current one, at a time not
+// before the last sighting, begins a capability epoch and an entry of the version history:
+// what the apiserver served before it is history. Older news (a late record of a previous
+// process, or records replayed from the spool after peertrail restarted) changes nothing but
+// the addresses, and neither does a record of a process already in the history, so two
+// processes that send under one name cannot make the view flap. A configured version (zero
+// At) starts no epoch.
+func (c *Capabilities) Note(apiserver string, s Sighting) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	info := c.infoLocked(apiserver)
-	if version != "" && !t.IsZero() && t.Before(info.LastSeen) {
-		version = "" // older news than what is known: a late record from before a restart
-	}
-	if version != "" && info.Version != "" && version != info.Version && !t.IsZero() {
-		// Restarted into another version: what it served before is history.
-		c.epochs[apiserver] = append(c.epochs[apiserver], t)
+	if s.Address != "" && !slices.Contains(info.Addresses, s.Address) && len(info.Addresses) < 8 {
+		info.Addresses = append(info.Addresses, s.Address)
 		c.changes++
 	}
-	if version != "" {
-		info.Version = version
+	if s.At.IsZero() {
+		c.setVersionLocked(info, s.Version)
+		return
 	}
-	if address != "" && !slices.Contains(info.Addresses, address) && len(info.Addresses) < 8 {
-		info.Addresses = append(info.Addresses, address)
+	if s.At.Before(info.LastSeen) || s.Process != "" && s.Process != info.Process && pastProcess(info.History, s.Process) {
+		return
+	}
+	otherVersion := s.Version != "" && info.Version != "" && !sameRelease(s.Version, info.Version)
+	cause := ""
+	switch {
+	case otherVersion:
+		cause = CauseVersionChange
+	case s.Process != "" && info.Process != "" && s.Process != info.Process:
+		cause = CauseRestart
+	case len(info.History) == 0 && (s.Process != "" || s.Version != ""):
+		cause = CauseFirstSeen
+	}
+	if cause == CauseRestart || cause == CauseVersionChange {
+		c.epochs[apiserver] = append(c.epochs[apiserver], s.At)
+		if n := len(c.epochs[apiserver]); n > maxHistory {
+			c.epochs[apiserver] = slices.Delete(c.epochs[apiserver], 0, n-maxHistory)
+		}
+	}
+	c.setVersionLocked(info, s.Version)
+	if s.Process != "" && s.Process != info.Process {
+		info.Process = s.Process
 		c.changes++
 	}
-	if version != "" && version != info.Version {
+	if cause != "" {
+		v := s.Version
+		if v == "" && cause == CauseFirstSeen {
+			v = info.Version // the configured one
+		}
+		info.History = append(info.History, VersionEpoch{Since: s.At.UTC(), Version: v, Process: s.Process, Cause: cause})
+		if n := len(info.History); n > maxHistory {
+			info.History = slices.Delete(info.History, 0, n-maxHistory)
+		}
 		c.changes++
 	}
-	if t.After(info.LastSeen) {
-		info.LastSeen = t
+	info.LastSeen = s.At
+}
+
+// setVersionLocked takes version as the apiserver's current one, unless it names the same
+// release as what is known with less detail (an agent's "v1.35.4" for a configured
+// "v1.35.4-eks-4a1b2c3").
+func (c *Capabilities) setVersionLocked(info *ServerInfo, version string) {
+	if version == "" || version == info.Version {
+		return
 	}
+	if info.Version != "" && sameRelease(version, info.Version) && len(version) <= len(info.Version) {
+		return
+	}
+	info.Version = version
+	c.changes++
+}
+
+// pastProcess reports whether process is one of history's processes.
+func pastProcess(history []VersionEpoch, process string) bool {
+	for _, e := range history {
+		if e.Process == process {
+			return true
+		}
+	}
+	return false
 }
 
 func (c *Capabilities) infoLocked(apiserver string) *ServerInfo {
@@ -321,6 +429,7 @@ func (c *Capabilities) Snapshot() []APIServerView {
 		if info := c.seen[n]; info != nil {
 			v.ServerInfo = *info
 			v.Addresses = slices.Clone(info.Addresses)
+			v.History = slices.Clone(info.History)
 		}
 		for g, runs := range c.evidence[n] {
 			last := runs[len(runs)-1]
@@ -402,17 +511,31 @@ func (c *Capabilities) UnmarshalJSON(b []byte) error {
 	if err := json.Unmarshal(b, &f); err != nil {
 		return err
 	}
+	c.mu.Lock()
 	for _, s := range f.Servers {
+		// Restored as saved, not as sightings: what was learned from the stream wins over a
+		// configured version, and restoring starts no epoch.
+		info := c.infoLocked(s.Name)
 		for _, a := range s.Addresses {
-			c.NoteServer(s.Name, s.Version, a, s.LastSeen)
+			if !slices.Contains(info.Addresses, a) && len(info.Addresses) < 8 {
+				info.Addresses = append(info.Addresses, a)
+			}
 		}
-		c.NoteServer(s.Name, s.Version, "", s.LastSeen)
-		if s.Proxied {
-			c.mu.Lock()
-			c.infoLocked(s.Name).Proxied = true
-			c.mu.Unlock()
+		if s.Version != "" {
+			info.Version = s.Version
+		}
+		if s.LastSeen.After(info.LastSeen) {
+			info.LastSeen = s.LastSeen
+		}
+		info.Proxied = info.Proxied || s.Proxied
+		if s.Process != "" {
+			info.Process = s.Process
+		}
+		if len(s.History) > 0 {
+			info.History = s.History[max(0, len(s.History)-maxHistory):]
 		}
 	}
+	c.mu.Unlock()
 	for _, e := range f.Evidence {
 		for _, r := range e.Runs {
 			c.Learn(e.APIServer, e.GVR, r.First, r.Served)
@@ -438,6 +561,7 @@ func (c *Capabilities) Servers() []ServerInfo {
 	for _, info := range c.seen {
 		s := *info
 		s.Addresses = slices.Clone(info.Addresses)
+		s.History = slices.Clone(info.History)
 		out = append(out, s)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })

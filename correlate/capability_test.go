@@ -2,6 +2,7 @@ package correlate
 
 import (
 	"encoding/json"
+	"slices"
 	"testing"
 	"time"
 )
@@ -63,5 +64,98 @@ func TestEvidenceOlderThanTheHorizonIsIgnored(t *testing.T) {
 	}
 	if _, ok := c.OtherServer("kas-a", podgroupsGVR, t0.Add(20*time.Minute)); ok {
 		t.Fatal("evidence 20 minutes old still counts with a 15-minute horizon")
+	}
+}
+
+// TestRestartWithTheSameVersionStartsAnEpoch: a new process of an apiserver (another loopback
+// UID) is a new epoch even when the version stays, and the history says why each began.
+func TestRestartWithTheSameVersionStartsAnEpoch(t *testing.T) {
+	c := NewCapabilities(15 * time.Minute)
+	c.Note("kas-c", Sighting{Version: "v1.36.3", Process: "uid-1", Address: addrC, At: t0})
+	c.Learn("kas-c", podgroupsGVR, t0.Add(time.Minute), true)
+	// Records of the same process, in and out of order, change nothing.
+	c.Note("kas-c", Sighting{Version: "v1.36.3", Process: "uid-1", At: t0.Add(2 * time.Minute)})
+	c.Note("kas-c", Sighting{Version: "v1.36.3", Process: "uid-1", At: t0.Add(90 * time.Second)})
+	if h := c.Servers()[0].History; len(h) != 1 || h[0].Cause != CauseFirstSeen || h[0].Process != "uid-1" {
+		t.Fatalf("history after one process: %+v", h)
+	}
+	// Restarted with other runtime-config, same binary: what it served is history.
+	c.Note("kas-c", Sighting{Version: "v1.36.3", Process: "uid-2", At: t0.Add(3 * time.Minute)})
+	if _, known := c.Serves("kas-c", podgroupsGVR, t0.Add(4*time.Minute)); known {
+		t.Fatal("evidence from the previous process counts for the new one")
+	}
+	if served, known := c.Serves("kas-c", podgroupsGVR, t0.Add(90*time.Second)); !known || !served {
+		t.Fatalf("the previous process's evidence lost for its own time: served=%v known=%v", served, known)
+	}
+	// A late record of the previous process neither flips the process back nor starts an epoch,
+	// even when its time is after the restart (two processes sending under one name).
+	c.Note("kas-c", Sighting{Version: "v1.36.3", Process: "uid-1", At: t0.Add(150 * time.Second)})
+	c.Note("kas-c", Sighting{Version: "v1.36.3", Process: "uid-1", At: t0.Add(5 * time.Minute)})
+	// Then an upgrade.
+	c.Note("kas-c", Sighting{Version: "v1.37.2", Process: "uid-3", At: t0.Add(6 * time.Minute)})
+	s := c.Servers()[0]
+	want := []VersionEpoch{
+		{Since: t0, Version: "v1.36.3", Process: "uid-1", Cause: CauseFirstSeen},
+		{Since: t0.Add(3 * time.Minute), Version: "v1.36.3", Process: "uid-2", Cause: CauseRestart},
+		{Since: t0.Add(6 * time.Minute), Version: "v1.37.2", Process: "uid-3", Cause: CauseVersionChange},
+	}
+	if !slices.Equal(s.History, want) || s.Process != "uid-3" || s.Version != "v1.37.2" {
+		t.Fatalf("server %+v\nwant history %+v", s, want)
+	}
+
+	// The history and the current process survive a restart of peertrail, and the spool's
+	// replay of records peertrail saw before it starts no epoch.
+	b, err := json.Marshal(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := NewCapabilities(15 * time.Minute)
+	d.NoteServer("kas-c", "v1.36", "", time.Time{}) // configured, as the server does before loading
+	if err := json.Unmarshal(b, d); err != nil {
+		t.Fatal(err)
+	}
+	d.Note("kas-c", Sighting{Version: "v1.37.2", Process: "uid-3", At: t0.Add(6 * time.Minute)})
+	d.Note("kas-c", Sighting{Version: "v1.36.3", Process: "uid-2", At: t0.Add(3 * time.Minute)})
+	if got := d.Servers()[0]; !slices.Equal(got.History, want) || got.Process != "uid-3" || got.Version != "v1.37.2" {
+		t.Fatalf("restored %+v", got)
+	}
+	if _, known := d.Serves("kas-c", podgroupsGVR, t0.Add(4*time.Minute)); known {
+		t.Fatal("the restored view lost the restart's epoch")
+	}
+}
+
+// TestConfiguredVersionAndTheAgent: a configured full version is kept when the agent shows the
+// same release cut at its first "-"; a configured version the server does not run is replaced
+// and begins an epoch, as the old prefix rule did.
+func TestConfiguredVersionAndTheAgent(t *testing.T) {
+	c := NewCapabilities(15 * time.Minute)
+	c.NoteServer("kas-a", "v1.35.4-eks-4a1b2c3", "", time.Time{})
+	c.NoteServer("kas-b", "v1.35.4", "", time.Time{})
+	c.NoteServer("kas-c", "v1.36", "", time.Time{})
+	c.Note("kas-a", Sighting{Version: "v1.35.4", Process: "uid-a", At: t0})
+	c.Note("kas-b", Sighting{Version: "v1.36.3", Process: "uid-b", At: t0})
+	c.Note("kas-c", Sighting{Version: "v1.36.3", Process: "uid-c", At: t0})
+	got := map[string]ServerInfo{}
+	for _, s := range c.Servers() {
+		got[s.Name] = s
+	}
+	for name, want := range map[string]struct{ version, cause string }{
+		"kas-a": {"v1.35.4-eks-4a1b2c3", CauseFirstSeen},
+		"kas-b": {"v1.36.3", CauseVersionChange},
+		"kas-c": {"v1.36.3", CauseFirstSeen},
+	} {
+		s := got[name]
+		if s.Version != want.version || len(s.History) != 1 || s.History[0].Cause != want.cause {
+			t.Errorf("%s: version %q history %+v; want %q, one entry %s", name, s.Version, s.History, want.version, want.cause)
+		}
+	}
+	// An apiserver without a loopback UID (none in its records) still gets version epochs.
+	c.Note("kas-d", Sighting{Version: "v1.35.4", At: t0})
+	c.Note("kas-d", Sighting{Version: "v1.35.4", At: t0.Add(time.Minute)})
+	c.Note("kas-d", Sighting{Version: "v1.36.3", At: t0.Add(2 * time.Minute)})
+	for _, s := range c.Servers() {
+		if s.Name == "kas-d" && (len(s.History) != 2 || s.History[1].Cause != CauseVersionChange || s.Process != "") {
+			t.Errorf("kas-d: %+v", s)
+		}
 	}
 }
