@@ -35,7 +35,7 @@ func (s *Server) openStore(ctx context.Context, cfg config.File) (store.Store, *
 	case "none":
 		return nil, nil, nil
 	case "", "embedded":
-		emb, err = store.OpenEmbedded(ctx, store.EmbeddedOptions{DataDir: filepath.Join(cfg.DataDir, "clickhouse"), LibPath: cfg.Store.LibPath, MaxMemory: cfg.Store.MaxMemory})
+		emb, err = store.OpenEmbedded(ctx, store.EmbeddedOptions{DataDir: filepath.Join(cfg.DataDir, "clickhouse"), LibPath: cfg.Store.LibPath, MaxMemory: int64(cfg.Store.MaxMemory)})
 		if err != nil {
 			return nil, nil, fmt.Errorf("embedded store: %w (or run with --store none, or --store clickhouse and --clickhouse-dsn)", err)
 		}
@@ -66,7 +66,7 @@ func (s *Server) sqlServer(ctx context.Context, cfg config.File, emb *store.Embe
 	}
 	opts := store.HTTPOptions{User: cfg.Store.SQLUser, Logger: s.log, Limits: store.ReadLimits{
 		MaxConcurrent:    cfg.Store.SQLMaxConcurrentQueries,
-		MaxMemory:        cfg.Store.SQLMaxQueryMemory,
+		MaxMemory:        int64(cfg.Store.SQLMaxQueryMemory),
 		MaxExecutionTime: time.Duration(cfg.Store.SQLMaxExecutionTime),
 	}}
 	var err error

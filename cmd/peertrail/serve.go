@@ -28,7 +28,8 @@ resends is recognised and counted, never stored twice. Invalid items are kept in
 
 Every accepted record is also written to the store (embedded ClickHouse by default, under
 --data-dir; a ClickHouse server with --store clickhouse), and the embedded store answers SQL on
---sql-listen (peertrail sql, peertrail report, Grafana's ClickHouse data source). The embedded
+--sql-listen (peertrail sql, peertrail report, Grafana's ClickHouse data source), read-only,
+with a password, within per-query limits the engine enforces. The embedded
 engine's threads run at nice 10, and the Go scheduler gets twice as many Ps as CPUs unless
 $GOMAXPROCS is set, so that acknowledgements come before the store's work (BENCHMARKS.md).
 
@@ -128,7 +129,11 @@ func bindServeFlags(f *pflag.FlagSet, cfg *config.File) {
 	f.StringVar(&cfg.Store.LibPath, "chdb-lib", "", "the embedded engine's libchdb.so (default: $CHDB_LIB_PATH, then the cache scripts/fetch-chdb.sh fills)")
 	f.StringVar(&cfg.Store.SQLListen, "sql-listen", cfg.Store.SQLListen, "where the embedded store answers the ClickHouse HTTP interface, read-only, for peertrail sql, Grafana and curl (\"\" turns it off; off loopback it needs --sql-password-file)")
 	f.StringVar(&cfg.Store.SQLUser, "sql-user", "", "user the SQL interface asks for (with --sql-password-file)")
-	f.StringVar(&cfg.Store.SQLPasswordFile, "sql-password-file", "", "file holding the password of the SQL interface")
+	f.StringVar(&cfg.Store.SQLPasswordFile, "sql-password-file", "", "file holding the password of the SQL interface (default: one made up and kept in <data-dir>/sql-password, mode 0600)")
+	f.IntVar(&cfg.Store.SQLMaxConcurrentQueries, "sql-max-concurrent-queries", 0, "SQL queries that run at once, beside the store writer; more wait up to 10s, then get 503 (default 2)")
+	f.Var(&cfg.Store.SQLMaxQueryMemory, "sql-max-query-memory", "memory one SQL query may use, enforced by the engine (default 1Gi)")
+	f.Var(&cfg.Store.SQLMaxExecutionTime, "sql-max-execution-time", "time one SQL query may run before the engine stops it (default 30s; a client may ask for less)")
+	f.Var(&cfg.Store.MaxMemory, "store-max-memory", "memory the embedded engine may use in all, writer and queries together (default: half of what the process may use, from its cgroup's limit or the host's RAM)")
 	f.Var(&cfg.Store.Retention, "retention", "how long events and chains are kept in the store (TTL)")
 	f.StringVar(&cfg.Store.DSN, "clickhouse-dsn", "", "ClickHouse server to use with --store clickhouse: clickhouse://host:9000 (native protocol), http(s)://host:8123 (HTTP); ?secure=true for TLS")
 	f.StringVar(&cfg.Store.User, "clickhouse-user", "", "ClickHouse user (default: the DSN's, or $CLICKHOUSE_USER)")
