@@ -20,13 +20,15 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"sync"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/peertrail/peertrail/ingest/record"
 	"github.com/peertrail/peertrail/ingest/spool"
 	"github.com/peertrail/peertrail/internal/fsutil"
+	"github.com/peertrail/peertrail/metrics"
 )
 
 // ConsumerName is the correlator's spool consumer name.
@@ -71,6 +73,10 @@ type Correlator struct {
 	// MaxPending bounds the final chains waiting for the sink before Consume pushes back.
 	maxPending int
 	recs       []record.Record // the last frame's records; their memory decodes the next
+	// versionErrors counts, per apiserver, its loopback requests without a parseable version;
+	// reportedAgents are the (apiserver, user agent) pairs already logged.
+	versionErrors  *prometheus.CounterVec
+	reportedAgents map[string]struct{}
 
 	stateFile    string
 	lastSave     time.Time
@@ -115,6 +121,11 @@ func New(cfg Config) *Correlator {
 		opts: cfg.Options, codec: cfg.Codec, classifier: cfg.Classifier, caps: cfg.Caps, sink: cfg.Sink,
 		tracer: cfg.Tracer, log: cfg.Log, m: newCorrelateMetrics(), now: time.Now, maxPending: cfg.MaxPending,
 		j: NewJoiner(cfg.Options), stateFile: cfg.StateFile,
+		versionErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: metrics.APIServerVersionUnparseableTotal,
+			Help: "Loopback requests of the apiserver whose user agent named no version peertrail could parse.",
+		}, []string{metrics.LabelAPIServer}),
+		reportedAgents: map[string]struct{}{},
 	}
 	if cfg.StateFile != "" {
 		b, err := os.ReadFile(cfg.StateFile)
@@ -232,18 +243,55 @@ func (co *Correlator) Consume(ctx context.Context, entries []spool.Entry) (spool
 	return co.checkpointLocked(co.safeLocked(), false), nil
 }
 
-// noteServer learns an apiserver's version and address from its own loopback requests, whose
-// user agent names its binary ("kube-apiserver/v1.36.3 (linux/amd64) kubernetes/...").
+// noteServer learns an apiserver's version, process and address from its own loopback
+// requests (isLoopback), whatever its binary is called: the version from the user agent
+// (AgentVersion), the process from the loopback identity's UID, which a real apiserver makes
+// up afresh at every start (measured: in test/testdata/real/peer-stopped, kas-c restarted into
+// the same v1.36.3 and its loopback UID went from 63b0c382-... to 423d4b6a-...). Every stage
+// counts, at the time the request was received: a new process's first requests are its
+// informers' initial watches, before it serves anyone, and a policy may omit any stage but
+// ResponseComplete. A user agent without a version that parses is counted and logged, once
+// per apiserver and agent, never silently skipped.
 func (co *Correlator) noteServer(r *record.Record) {
-	if r.UserName != userAPIServer || !strings.HasPrefix(r.UserAgent, "kube-apiserver/") || r.Stage != "ResponseComplete" {
+	if !isLoopback(r) {
 		return
 	}
-	version, _, _ := strings.Cut(strings.TrimPrefix(r.UserAgent, "kube-apiserver/"), " ")
+	at := r.RequestReceivedTimestamp
+	if at.IsZero() {
+		at = r.StageTimestamp
+	}
+	v, err := AgentVersion(r.UserAgent)
+	if err != nil {
+		co.reportAgent(r, err)
+	}
 	addr := ""
 	if len(r.SourceIPs) > 0 {
 		addr = r.SourceIPs[0]
 	}
-	co.caps.NoteServer(r.APIServer, version, addr, r.StageTimestamp)
+	co.caps.Note(r.APIServer, Sighting{Version: v, Process: r.UserUID, Address: addr, At: at})
+}
+
+// maxReportedAgents bounds the (apiserver, user agent) pairs logged as unparseable; past it
+// they are only counted.
+const maxReportedAgents = 64
+
+// reportAgent counts a loopback request whose user agent gave no version (once per request:
+// at its final stage) and logs each apiserver's such agent the first time.
+func (co *Correlator) reportAgent(r *record.Record, err error) {
+	if r.Stage == "RequestReceived" || r.Stage == "ResponseStarted" {
+		return
+	}
+	co.versionErrors.WithLabelValues(r.APIServer).Inc()
+	key := r.APIServer + "\x00" + r.UserAgent
+	if _, done := co.reportedAgents[key]; done || len(co.reportedAgents) > maxReportedAgents {
+		return
+	}
+	co.reportedAgents[key] = struct{}{}
+	msg := "correlate: an apiserver's own request names no version peertrail can parse; its version, the skew check and its capability epochs do not follow it"
+	if len(co.reportedAgents) > maxReportedAgents {
+		msg += " (further such user agents are only counted in " + metrics.APIServerVersionUnparseableTotal + ")"
+	}
+	co.log.Warn(msg, "apiserver", r.APIServer, "user_agent", r.UserAgent, "uid", r.UserUID, "err", err)
 }
 
 // safeLocked is the position before which nothing is needed any more: neither by an open

@@ -77,7 +77,7 @@ func (co *Correlator) Collectors() []prometheus.Collector {
 		defer co.mu.Unlock()
 		return float64(co.j.Reopened)
 	})
-	return []prometheus.Collector{m.records, m.chains, m.findings, m.overhead, m.proxiedDur, m.open, m.evictions, reopened, m.reclassified, m.pending, m.sinkErrors, m.badFrames}
+	return []prometheus.Collector{m.records, m.chains, m.findings, m.overhead, m.proxiedDur, m.open, m.evictions, reopened, m.reclassified, m.pending, m.sinkErrors, m.badFrames, co.versionErrors}
 }
 
 func (m *correlateMetrics) count(c *Chain) {

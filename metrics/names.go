@@ -148,6 +148,9 @@ const (
 	GateCheckThreshold = "peertrail_gate_check_threshold"
 	// APIServerVersionInfo is 1 per apiserver and the version it was last seen running (LabelVersion).
 	APIServerVersionInfo = "peertrail_apiserver_version_info"
+	// APIServerVersionUnparseableTotal counts, per apiserver, its own loopback requests whose
+	// user agent named no version peertrail could parse (its version is then not followed).
+	APIServerVersionUnparseableTotal = "peertrail_apiserver_version_unparseable_total"
 )
 
 // Label names of the gate metrics and values of LabelCheck.
