@@ -9,9 +9,10 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
+
+	"k8s.io/apimachinery/pkg/util/version"
 
 	"github.com/peertrail/peertrail/correlate"
 	"github.com/peertrail/peertrail/metrics"
@@ -211,44 +212,51 @@ func (g *Gate) ingestGap(now time.Time, last map[string]time.Time, names map[str
 	return c
 }
 
-// minor parses the minor version of "v1.35.4" (or "1.35").
-func minor(v string) (int, bool) {
-	v = strings.TrimPrefix(v, "v")
-	parts := strings.SplitN(v, ".", 3)
-	if len(parts) < 2 || parts[0] != "1" {
-		return 0, false
-	}
-	m, err := strconv.Atoi(strings.TrimRightFunc(parts[1], func(r rune) bool { return r < '0' || r > '9' }))
-	return m, err == nil
-}
-
+// versionSkew checks the version-skew policy over the watched apiservers: their versions,
+// parsed with correlate.ParseVersion (so "v1.35.4+k3s1" and "v1.36.3-eks-4a1b2c3" compare as
+// 1.35 and 1.36), at most MaxMinorSkew minors apart. Apiservers of different major versions
+// are never within the policy. A version that does not parse is named in the detail and
+// left out of the comparison.
 func (g *Gate) versionSkew(servers []correlate.ServerInfo, watched map[string]bool) Check {
 	c := Check{Name: metrics.CheckVersionSkew, Threshold: float64(g.t.MaxMinorSkew), OK: true}
-	lo, hi := -1, -1
-	var versions []string
+	var lo, hi *version.Version
+	var versions, unparsed []string
 	for _, s := range servers {
-		if !watched[s.Name] {
+		if !watched[s.Name] || s.Version == "" {
 			continue
 		}
-		m, ok := minor(s.Version)
-		if !ok {
+		v, err := correlate.ParseVersion(s.Version)
+		if err != nil {
+			unparsed = append(unparsed, s.Name+"="+s.Version)
 			continue
 		}
 		versions = append(versions, s.Name+"="+s.Version)
-		if lo < 0 || m < lo {
-			lo = m
+		if lo == nil || v.LessThan(lo) {
+			lo = v
 		}
-		if m > hi {
-			hi = m
+		if hi == nil || v.GreaterThan(hi) {
+			hi = v
 		}
 	}
 	sort.Strings(versions)
-	if lo < 0 {
-		c.Detail = "no apiserver versions known yet"
-		return c
+	sort.Strings(unparsed)
+	var ignored string
+	if len(unparsed) > 0 {
+		ignored = "; left out, not a version: " + strings.Join(unparsed, ", ")
 	}
-	c.Value = float64(hi - lo)
-	c.OK = hi-lo <= g.t.MaxMinorSkew
-	c.Detail = fmt.Sprintf("versions %s: %d minor apart (policy: at most %d)", strings.Join(versions, ", "), hi-lo, g.t.MaxMinorSkew)
+	switch {
+	case lo == nil:
+		c.Detail = "no apiserver versions known yet" + ignored
+	case lo.Major() != hi.Major():
+		// No count of minors spans majors; any value past the threshold says "beyond the
+		// policy" to the alert rules (and +Inf would not encode as JSON).
+		c.OK, c.Value = false, float64(g.t.MaxMinorSkew+1)
+		c.Detail = fmt.Sprintf("versions %s: different major versions (policy: at most %d minor apart)%s", strings.Join(versions, ", "), g.t.MaxMinorSkew, ignored)
+	default:
+		skew := int(hi.Minor()) - int(lo.Minor())
+		c.Value = float64(skew)
+		c.OK = skew <= g.t.MaxMinorSkew
+		c.Detail = fmt.Sprintf("versions %s: %d minor apart (policy: at most %d)%s", strings.Join(versions, ", "), skew, g.t.MaxMinorSkew, ignored)
+	}
 	return c
 }

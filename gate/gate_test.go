@@ -1,6 +1,8 @@
 package gate
 
 import (
+	"encoding/json"
+	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
@@ -114,16 +116,49 @@ func TestExpectedApiserverThatNeverSentPauses(t *testing.T) {
 	}
 }
 
-func TestMinor(t *testing.T) {
-	for in, want := range map[string]int{"v1.35.4": 35, "1.36": 36, "v1.37.0-rc.1": 37} {
-		if got, ok := minor(in); !ok || got != want {
-			t.Errorf("minor(%q) = %d %v", in, got, ok)
-		}
+// TestVersionSkewComparesParsedVersions: the skew check compares minors of versions as
+// distributions write them (build metadata, pre-releases, a configured major.minor), across
+// majors never passes, and names what does not parse instead of dropping it silently.
+func TestVersionSkewComparesParsedVersions(t *testing.T) {
+	cases := []struct {
+		name     string
+		versions []string
+		ok       bool
+		value    float64
+		detail   string
+	}{
+		{"kubeadm", []string{"v1.35.4", "v1.36.3"}, true, 1, "1 minor apart"},
+		{"k3s", []string{"v1.35.4+k3s1", "v1.36.3+k3s1"}, true, 1, "kas-0=v1.35.4+k3s1"},
+		{"rke2 and eks and gke", []string{"v1.35.4+rke2r1", "v1.36.3-eks-4a1b2c3", "v1.36.1-gke.1200"}, true, 1, "1 minor apart"},
+		{"configured minor only", []string{"v1.36", "v1.36.3"}, true, 0, "0 minor apart"},
+		{"release candidate", []string{"v1.35.4", "v1.37.0-rc.1"}, false, 2, "2 minor apart"},
+		{"two minors with metadata", []string{"v1.35.4+k3s1", "v1.37.2+k3s1"}, false, 2, "2 minor apart"},
+		{"other major", []string{"v1.36.3", "v2.0.0"}, false, 2, "different major versions"},
+		{"garbage is named", []string{"v1.35.4", "unknown"}, true, 0, "left out, not a version: kas-1=unknown"},
+		{"nothing parses", []string{"garbage"}, true, 0, "no apiserver versions known yet; left out, not a version: kas-0=garbage"},
 	}
-	for _, in := range []string{"", "v2.1.0", "unknown", "v1"} {
-		if _, ok := minor(in); ok {
-			t.Errorf("minor(%q) accepted", in)
-		}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			f := healthy()
+			f.servers, f.last = nil, map[string]time.Time{}
+			for i, v := range tc.versions {
+				name := fmt.Sprintf("kas-%d", i)
+				f.servers = append(f.servers, correlate.ServerInfo{Name: name, Version: v})
+				f.last[name] = now
+			}
+			var c Check
+			for _, c = range f.gate().Evaluate().Checks {
+				if c.Name == metrics.CheckVersionSkew {
+					break
+				}
+			}
+			if c.OK != tc.ok || c.Value != tc.value || !strings.Contains(c.Detail, tc.detail) {
+				t.Fatalf("ok=%v value=%v detail %q; want ok=%v value=%v detail containing %q", c.OK, c.Value, c.Detail, tc.ok, tc.value, tc.detail)
+			}
+			if _, err := json.Marshal(c); err != nil {
+				t.Fatalf("the check does not encode: %v", err)
+			}
+		})
 	}
 }
 
