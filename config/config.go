@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/peertrail/peertrail/correlate"
 )
 
 // APIServer describes one kube-apiserver of the control plane.
@@ -23,7 +25,8 @@ type APIServer struct {
 	// (usually its --peer-advertise-ip or --advertise-address). Optional: it makes telling the
 	// entry of a forwarded request from its peer certain instead of inferred.
 	Address string `json:"address,omitempty"`
-	// Version is the apiserver's version (e.g. v1.35.4). Optional: peertrail learns it from
+	// Version is the apiserver's version as its distribution writes it (v1.35.4,
+	// v1.35.4+k3s1, v1.35.4-eks-4a1b2c3, or v1.35 alone). Optional: peertrail learns it from
 	// the apiserver's own requests too.
 	Version string `json:"version,omitempty"`
 	// CertSubject is the subject of the client certificate this apiserver's webhook presents:
@@ -69,11 +72,11 @@ type Store struct {
 	// SQLMaxConcurrentQueries, SQLMaxQueryMemory (bytes) and SQLMaxExecutionTime bound the
 	// SQL interface's reads (0: 2 queries, 1 GiB, 30s); the engine enforces them.
 	SQLMaxConcurrentQueries int      `json:"sqlMaxConcurrentQueries,omitempty"`
-	SQLMaxQueryMemory       ByteSize `json:"sqlMaxQueryMemory,omitempty"`
+	SQLMaxQueryMemory       int64    `json:"sqlMaxQueryMemory,omitempty"`
 	SQLMaxExecutionTime     Duration `json:"sqlMaxExecutionTime,omitempty"`
-	// MaxMemory caps the embedded engine as a whole (0: half of the memory the process may
-	// use, read from its cgroup or the host).
-	MaxMemory ByteSize `json:"maxMemory,omitempty"`
+	// MaxMemory caps the embedded engine as a whole, in bytes (0: half of the memory the
+	// process may use, read from its cgroup or the host).
+	MaxMemory int64 `json:"maxMemory,omitempty"`
 	// Retention is how long events and chains are kept.
 	Retention Duration `json:"retention,omitempty"`
 	// ClickHouse server connection, for Engine "clickhouse".
@@ -169,6 +172,9 @@ func (f File) Validate() error {
 			errs = append(errs, fmt.Errorf("apiservers[%d]: duplicate name %q", i, a.Name))
 		}
 		seen[a.Name] = true
+		if _, err := correlate.ParseVersion(a.Version); a.Version != "" && err != nil {
+			errs = append(errs, fmt.Errorf("apiservers[%d] (%s): %w", i, a.Name, err))
+		}
 		if a.CertSubject != "" {
 			if other, ok := subjects[a.CertSubject]; ok {
 				errs = append(errs, fmt.Errorf("apiservers[%d]: certSubject %q already names %q", i, a.CertSubject, other))
