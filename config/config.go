@@ -72,11 +72,11 @@ type Store struct {
 	// SQLMaxConcurrentQueries, SQLMaxQueryMemory (bytes) and SQLMaxExecutionTime bound the
 	// SQL interface's reads (0: 2 queries, 1 GiB, 30s); the engine enforces them.
 	SQLMaxConcurrentQueries int      `json:"sqlMaxConcurrentQueries,omitempty"`
-	SQLMaxQueryMemory       int64    `json:"sqlMaxQueryMemory,omitempty"`
+	SQLMaxQueryMemory       ByteSize `json:"sqlMaxQueryMemory,omitempty"`
 	SQLMaxExecutionTime     Duration `json:"sqlMaxExecutionTime,omitempty"`
-	// MaxMemory caps the embedded engine as a whole, in bytes (0: half of the memory the
-	// process may use, read from its cgroup or the host).
-	MaxMemory int64 `json:"maxMemory,omitempty"`
+	// MaxMemory caps the embedded engine as a whole (0: half of the memory the process may
+	// use, read from its cgroup or the host).
+	MaxMemory ByteSize `json:"maxMemory,omitempty"`
 	// Retention is how long events and chains are kept.
 	Retention Duration `json:"retention,omitempty"`
 	// ClickHouse server connection, for Engine "clickhouse".
