@@ -40,10 +40,13 @@ const (
 	FindingIdentityMismatch       Finding = "identity_mismatch"
 	FindingImpersonationFlattened Finding = "impersonation_flattened"
 	FindingStatusMismatch         Finding = "status_mismatch"
+	// FindingAuditIDReused: more records arrived for the chain, or for its auditID, than one
+	// request makes (MaxChainRecords); the excess was not joined. A client sets its own Audit-ID.
+	FindingAuditIDReused Finding = "audit_id_reused"
 )
 
 // Findings lists every finding, in a stable order.
-var Findings = []Finding{FindingPeerAuditMissing, FindingEntryAuditMissing, FindingIdentityMismatch, FindingImpersonationFlattened, FindingStatusMismatch}
+var Findings = []Finding{FindingPeerAuditMissing, FindingEntryAuditMissing, FindingIdentityMismatch, FindingImpersonationFlattened, FindingStatusMismatch, FindingAuditIDReused}
 
 // State says whether a chain may still change.
 type State string
@@ -135,7 +138,8 @@ type Chain struct {
 	// FirstReceived and LastReceived are when peertrail received the chain's first and last records.
 	FirstReceived time.Time `json:"first_received"`
 	LastReceived  time.Time `json:"last_received"`
-	// Records is how many audit records the chain holds.
+	// Records is how many audit records arrived for the chain: those it holds, at most
+	// MaxChainRecords, and those it dropped beyond that (then it has FindingAuditIDReused).
 	Records int `json:"records"`
 	// Revision counts how often the chain was finalised: above 1 when a late record reopened
 	// it. The store keeps the highest revision.

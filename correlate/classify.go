@@ -81,6 +81,13 @@ func (k *DefaultClassifier) Classify(c *Chain) {
 	default:
 		k.loop(c)
 	}
+	// Whatever the class, a chain that had to drop records (its auditID sent more than one
+	// request can make: a client reusing its own Audit-ID) is decided on the records it kept.
+	if c.Records > MaxChainRecords {
+		c.Findings = append(c.Findings, FindingAuditIDReused)
+		c.Explanation += fmt.Sprintf("; %d records arrived for its auditID, more than one request makes: %d were joined, the rest dropped (%s)",
+			c.Records, MaxChainRecords, FindingAuditIDReused)
+	}
 	fillDerived(c)
 }
 

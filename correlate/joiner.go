@@ -3,6 +3,7 @@ package correlate
 import (
 	"encoding/binary"
 	"encoding/hex"
+	"math"
 	"net/url"
 	"slices"
 	"strings"
@@ -118,7 +119,10 @@ type chainState struct {
 	id      string
 	auditID string
 	uri     string
-	name    string
+	// canonURI is uri with its query re-encoded, kept once a record of the same path but
+	// another URI was compared with it (see uriMatcher).
+	canonURI string
+	name     string
 	*target
 	sides    []side
 	inline   [2]side // backing for sides: most chains have one or two
@@ -310,7 +314,24 @@ type Joiner struct {
 	Evicted int64
 	// Reopened counts final chains that a late record reopened.
 	Reopened int64
+	// Dropped counts records not joined because their chain, or their auditID, already had
+	// MaxChainRecords (see there).
+	Dropped int64
 }
+
+// MaxChainRecords bounds the records one chain takes, and the chains one auditID has in memory
+// at a time. One request makes at most 2 sides (an entry and one peer: a forwarded request is
+// never forwarded again) x 4 stages (RequestReceived, ResponseStarted, ResponseComplete, Panic)
+// records; the apiserver's resends of a batch are dropped as duplicates at ingest, so 8 is the
+// real maximum, and 64 leaves room for what we have not seen. A client chooses its own Audit-ID,
+// though, and may send one for every request: each record is compared with every chain of its
+// auditID, so without a bound 60k such records cost 155 CPU-seconds (quadratic) and starved
+// every other reader of the joiner's lock. With it, a record costs at most 64 comparisons.
+//
+// A record beyond the bound is not joined and is counted in Dropped and in its chain's records
+// (the auditID's newest chain when it matches none): Chain.Records above MaxChainRecords gives
+// the chain FindingAuditIDReused. The record itself is not lost: the store keeps every event.
+const MaxChainRecords = 64
 
 // NewJoiner returns an empty joiner.
 func NewJoiner(opts Options) *Joiner {
@@ -328,7 +349,16 @@ func (j *Joiner) Add(r *record.Record, pos spool.Position) *chainState {
 		j.now = recv
 	}
 	rr := r.RequestReceivedTimestamp.UnixMicro()
-	c := j.find(j.chains[r.AuditID], r, rr)
+	head := j.chains[r.AuditID]
+	c, chains := j.find(head, r, rr)
+	switch {
+	case c == nil && chains >= MaxChainRecords:
+		j.drop(head) // the auditID's newest chain answers for it
+		return nil
+	case c != nil && c.records >= MaxChainRecords:
+		j.drop(c)
+		return nil
+	}
 	if c != nil && c.final {
 		j.reopen(c)
 	}
@@ -353,13 +383,29 @@ func (j *Joiner) Add(r *record.Record, pos spool.Position) *chainState {
 	return evicted
 }
 
-// find returns the chain in the sameID list starting at c that r belongs to.
-func (j *Joiner) find(c *chainState, r *record.Record, rr int64) *chainState {
+// drop counts a record that c, or c's auditID, has no room for (MaxChainRecords). It neither
+// extends c's window nor reopens it, so a flood cannot keep a chain open, except once: the first
+// drop changes a final chain's findings, and it is finalised again to say so.
+func (j *Joiner) drop(c *chainState) {
+	j.Dropped++
+	if c.records == MaxChainRecords && c.final {
+		j.reopen(c)
+	}
+	if c.records < math.MaxInt32 {
+		c.records++
+	}
+}
+
+// find returns the chain in the sameID list starting at c that r belongs to, and how many
+// chains the list holds (at most MaxChainRecords, so this is bounded work).
+func (j *Joiner) find(c *chainState, r *record.Record, rr int64) (found *chainState, chains int) {
 	window := j.opts.Window.Microseconds()
 	// Open chains are preferred over final ones when both match.
 	var final *chainState
+	var uris uriMatcher
 	for ; c != nil; c = c.sameID {
-		if c.verb != r.Verb || !sameRequest(c.uri, r.RequestURI) {
+		chains++
+		if found != nil || c.verb != r.Verb || !uris.same(c.uri, r.RequestURI, &c.canonURI) {
 			continue
 		}
 		if c.final {
@@ -369,10 +415,13 @@ func (j *Joiner) find(c *chainState, r *record.Record, rr int64) *chainState {
 			continue
 		}
 		if c.matches(r, rr, window) {
-			return c
+			found = c
 		}
 	}
-	return final
+	if found == nil {
+		found = final
+	}
+	return found, chains
 }
 
 // matches reports whether r, a record of the same request (verb and URI), belongs to c: its
@@ -508,20 +557,62 @@ func (j *Joiner) addToSide(c *chainState, r *record.Record, rr int64) {
 // sameRequest compares request URIs the way a forwarded request changes them: the peer
 // re-encodes the query string with its keys sorted.
 func sameRequest(a, b string) bool {
+	var u uriMatcher
+	return u.same(a, b, nil)
+}
+
+// uriMatcher compares one record's request URI with the URIs of several chains (sameRequest),
+// re-encoding the record's query at most once and each chain's at most once in its life: a
+// client reusing its Audit-ID sends many URIs with one path, and parsing both queries on every
+// comparison was most of the cost of such a flood.
+type uriMatcher struct {
+	canon string // the record's URI with its query re-encoded, once known
+	done  bool
+	ok    bool // the record's query parses
+}
+
+// same reports whether the record's URI b names the request a, whose re-encoded form is
+// cached in *aCanon when aCanon is not nil ("" until computed).
+func (u *uriMatcher) same(a, b string, aCanon *string) bool {
 	if a == b {
 		return true
 	}
-	pa, qa, _ := strings.Cut(a, "?")
-	pb, qb, _ := strings.Cut(b, "?")
+	pa, _, _ := strings.Cut(a, "?")
+	pb, _, _ := strings.Cut(b, "?")
 	if pa != pb {
 		return false
 	}
-	va, err1 := url.ParseQuery(qa)
-	vb, err2 := url.ParseQuery(qb)
-	if err1 != nil || err2 != nil {
+	if !u.done {
+		u.canon, u.ok = canonicalURI(b)
+		u.done = true
+	}
+	if !u.ok {
 		return false
 	}
-	return va.Encode() == vb.Encode()
+	var ca string
+	if aCanon != nil && *aCanon != "" {
+		ca = *aCanon
+	} else {
+		var ok bool
+		if ca, ok = canonicalURI(a); !ok {
+			ca = "\x00" // unparseable: matches nothing but itself (a == b above)
+		}
+		if aCanon != nil {
+			*aCanon = ca
+		}
+	}
+	return ca == u.canon
+}
+
+// canonicalURI is uri with its query parsed and re-encoded (keys sorted), or false when the
+// query does not parse.
+func canonicalURI(uri string) (string, bool) {
+	p, q, _ := strings.Cut(uri, "?")
+	v, err := url.ParseQuery(q)
+	if err != nil {
+		return "", false
+	}
+	return p + "?" + v.Encode(), true
 }
 
 func (j *Joiner) reopen(c *chainState) {

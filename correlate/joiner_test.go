@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/peertrail/peertrail/ingest/record"
 	"github.com/peertrail/peertrail/ingest/spool"
 )
 
@@ -47,5 +48,104 @@ func TestSafePositionIsTheOldestOpenChain(t *testing.T) {
 	add("n", 1100, 3*time.Minute, "ResponseComplete")
 	if p, _ := j.SafePosition(); p != 1100 {
 		t.Fatalf("with a running watch first: safe %d, want 1100", p)
+	}
+}
+
+// TestReusedAuditIDIsBounded floods one auditID, as a client that sets its own Audit-ID can:
+// 60k distinct requests, then many records of one request. Every record costs bounded work (the
+// flood took 155 CPU-seconds before the cap), at most MaxChainRecords chains and records are
+// kept, the excess is counted, the chains that dropped records have FindingAuditIDReused, and a
+// normal request beside the flood is classified as without it.
+func TestReusedAuditIDIsBounded(t *testing.T) {
+	h := newHarness(t, DefaultOptions())
+	const n = 60_000
+	start := time.Now()
+	for i := 0; i < n; i += 1000 {
+		batch := make([]record.Record, 0, 1000)
+		for k := i; k < i+1000; k++ {
+			r := pods("flood", t0.Add(time.Duration(k)*time.Microsecond))
+			r.uri = fmt.Sprintf("/api/v1/namespaces/default/pods?limit=%d&a=b", k) // a distinct request each
+			batch = append(batch, r.local("kas-a", 200, "")[1])
+		}
+		h.feed(batch)
+	}
+	normal := pods("normal", t0.Add(time.Millisecond))
+	h.feed(normal.local("kas-a", 200, ""))
+	if took := time.Since(start); took > 10*time.Second {
+		t.Errorf("%d records of one auditID took %s", n, took)
+	}
+	if got := len(h.co.j.lookup("flood")); got != MaxChainRecords {
+		t.Errorf("%d chains of one auditID in memory, want %d", got, MaxChainRecords)
+	}
+	if d := h.co.j.Dropped; d != n-MaxChainRecords {
+		t.Errorf("dropped %d, want %d", d, n-MaxChainRecords)
+	}
+	h.settle()
+	var flagged, kept int
+	for _, c := range h.sink.chains {
+		if c.AuditID != "flood" {
+			continue
+		}
+		kept++
+		if c.HasFinding(FindingAuditIDReused) {
+			flagged++
+			if c.Records != 1+n-MaxChainRecords {
+				t.Errorf("flagged chain counts %d records, want its own and every dropped one", c.Records)
+			}
+		}
+	}
+	if kept != MaxChainRecords || flagged != 1 {
+		t.Errorf("%d flood chains written (%d flagged), want %d, the newest flagged", kept, flagged, MaxChainRecords)
+	}
+	expect(t, h.chain("normal"), ClassLocal)
+
+	// One request, many records (distinct stage times, so none is a duplicate at ingest).
+	h2 := newHarness(t, DefaultOptions())
+	one := pods("one", t0)
+	var recs []record.Record
+	for k := range 1000 {
+		r := one.local("kas-a", 200, "")[1]
+		r.StageTimestamp = r.StageTimestamp.Add(time.Duration(k) * time.Microsecond)
+		recs = append(recs, r)
+	}
+	h2.feed(recs)
+	h2.settle()
+	c := h2.chain("one")
+	expect(t, c, ClassLocal, FindingAuditIDReused)
+	if c.Records != 1000 || h2.co.j.Dropped != 1000-MaxChainRecords {
+		t.Errorf("records %d, dropped %d", c.Records, h2.co.j.Dropped)
+	}
+}
+
+// TestDropReclassifiesAFinalChainOnce: the first record a final chain has no room for gives it
+// the finding (re-emitted once); later ones change nothing and do not keep reopening it.
+func TestDropReclassifiesAFinalChainOnce(t *testing.T) {
+	h := newHarness(t, DefaultOptions())
+	one := pods("full", t0)
+	rec := func(k int, at time.Duration) record.Record {
+		r := one.local("kas-a", 200, "")[1]
+		r.StageTimestamp = r.StageTimestamp.Add(time.Duration(k) * time.Microsecond)
+		r.ReceivedAt = t0.Add(at)
+		return r
+	}
+	var recs []record.Record
+	for k := range MaxChainRecords {
+		recs = append(recs, rec(k, time.Second))
+	}
+	h.feed(recs)
+	h.feed(pods("tick", t0.Add(40*time.Second)).records(sideOpts{apiserver: "kas-b", code: 200, received: t0.Add(41 * time.Second)}))
+	if c := h.chain("full"); c.Revision != 1 || c.HasFinding(FindingAuditIDReused) {
+		t.Fatalf("full chain before the excess: revision %d, findings %v", c.Revision, c.Findings)
+	}
+	for k := range 5 {
+		h.feed([]record.Record{rec(MaxChainRecords+k, time.Minute)})
+	}
+	h.settle()
+	c := h.chain("full")
+	if c.Revision != 2 || !c.HasFinding(FindingAuditIDReused) || c.Records != MaxChainRecords+5 {
+		t.Fatalf("after the excess: revision %d, records %d, findings %v", c.Revision, c.Records, c.Findings)
+	}
+	if h.co.j.Reopened != 1 {
+		t.Fatalf("reopened %d times", h.co.j.Reopened)
 	}
 }

@@ -77,7 +77,14 @@ func (co *Correlator) Collectors() []prometheus.Collector {
 		defer co.mu.Unlock()
 		return float64(co.j.Reopened)
 	})
-	return []prometheus.Collector{m.records, m.chains, m.findings, m.overhead, m.proxiedDur, m.open, m.evictions, reopened, m.reclassified, m.pending, m.sinkErrors, m.badFrames, co.versionErrors}
+	dropped := prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: metrics.CorrelateDroppedRecordsTotal, Help: "Records not joined: their chain or auditID had as many as a chain takes (a reused Audit-ID).",
+	}, func() float64 {
+		co.mu.Lock()
+		defer co.mu.Unlock()
+		return float64(co.j.Dropped)
+	})
+	return []prometheus.Collector{m.records, m.chains, m.findings, m.overhead, m.proxiedDur, m.open, m.evictions, reopened, dropped, m.reclassified, m.pending, m.sinkErrors, m.badFrames, co.versionErrors}
 }
 
 func (m *correlateMetrics) count(c *Chain) {

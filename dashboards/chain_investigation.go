@@ -125,7 +125,7 @@ FROM
 )
 ORDER BY time, pair`, proxied))).
 		WithPanel(chGraph(graph{title: "Findings per minute", bars: true,
-			description: "Chains per minute with each finding: identity_mismatch, impersonation_flattened, peer_audit_missing, entry_audit_missing, status_mismatch."}, `
+			description: "Chains per minute with each finding: identity_mismatch, impersonation_flattened, peer_audit_missing, entry_audit_missing, status_mismatch, audit_id_reused."}, `
 SELECT time, finding, sum(n) AS chains
 FROM
 (

@@ -115,6 +115,9 @@ const (
 	CorrelateEvictionsTotal = "peertrail_correlate_evictions_total"
 	// CorrelateReopenedTotal counts final chains reopened by a late record.
 	CorrelateReopenedTotal = "peertrail_correlate_reopened_total"
+	// CorrelateDroppedRecordsTotal counts records not joined because their chain or auditID
+	// already had as many as a chain takes (a reused Audit-ID; finding audit_id_reused).
+	CorrelateDroppedRecordsTotal = "peertrail_correlate_dropped_records_total"
 	// CorrelateReclassifiedTotal counts reopened chains whose class changed, by old and new class.
 	CorrelateReclassifiedTotal = "peertrail_correlate_reclassified_total"
 	// CorrelatePendingChains is the number of final chains not yet written to the store.
