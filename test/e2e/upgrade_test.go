@@ -1274,3 +1274,228 @@ func firstLine(s string) string {
 	s, _, _ = strings.Cut(strings.TrimSpace(s), "\n")
 	return truncate(s, 120)
 }
+
+// TestUpgradeRenamedBinaries: apiservers whose binary is not called kube-apiserver, as a
+// distribution's package or a side-by-side install names it. Two real apiservers run as
+// "kube-apiserver-1.35.4" (so their loopback user agent is "kube-apiserver-1.35.4/v1.35.4
+// ..."); kas-b is restarted into the same version, then replaced by v1.36.3 run as
+// "kube-apiserver-1.36". peertrail must learn every version from the apiservers' own calls,
+// see the restart as a new process though the version stayed, keep the version history in
+// /api/v1/apiservers, and compare the minors in the gate's version-skew check.
+//
+//	go test ./test/e2e -run TestUpgradeRenamedBinaries -count=1 -v
+func TestUpgradeRenamedBinaries(t *testing.T) {
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	dir := harness.TempDir(t)
+	pki, err := harness.NewPKI(filepath.Join(dir, "pki"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	serving, err := pki.ServerCA.IssueServing("peertrail", "127.0.0.1", "localhost")
+	if err != nil {
+		t.Fatal(err)
+	}
+	auditCA, err := harness.NewCA(filepath.Join(dir, "pki"), "audit-ca")
+	if err != nil {
+		t.Fatal(err)
+	}
+	old, err := harness.RenamedBinary(filepath.Join(dir, "bin"), harness.OldVersion, "kube-apiserver-1.35.4")
+	if err != nil {
+		t.Fatal(err)
+	}
+	next, err := harness.RenamedBinary(filepath.Join(dir, "bin"), harness.NewVersion, "kube-apiserver-1.36")
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := []string{ruA, ruB}
+	var cfg strings.Builder
+	cfg.WriteString("apiservers:\n")
+	for _, n := range names {
+		fmt.Fprintf(&cfg, "- name: %s\n  certSubject: %s-audit\n", n, n)
+	}
+	cfgFile := filepath.Join(dir, "pt.yaml")
+	if err := os.WriteFile(cfgFile, []byte(cfg.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	bin := buildPeertrail(t, dir)
+	pt := startPT(ctx, t, bin, []string{"serve", "--config", cfgFile,
+		"--listen", "127.0.0.1:0", "--sql-listen", "127.0.0.1:0", "--data-dir", filepath.Join(dir, "pt-data"),
+		"--tls-cert-file", serving.CertFile, "--tls-key-file", serving.KeyFile, "--client-ca-file", auditCA.CertFile,
+		"--chain-window", ruChainWindow.String()}, filepath.Join(dir, "pt.log"), pki.ServerCA)
+	webhookFlags := map[string][]string{}
+	for _, n := range names {
+		kp, err := auditCA.IssueClient("audit-"+n, n+"-audit")
+		if err != nil {
+			t.Fatal(err)
+		}
+		kc := filepath.Join(dir, "webhook-"+n+".kubeconfig")
+		out, err := exec.Command(bin, "deploy", "webhook-config", "--apiserver", n, "--url", pt.URL,
+			"--ca", pki.ServerCA.CertFile, "--client-cert", kp.CertFile, "--client-key", kp.KeyFile, "-o", kc).CombinedOutput()
+		if err != nil {
+			t.Fatalf("peertrail deploy webhook-config: %v\n%s", err, out)
+		}
+		webhookFlags[n] = []string{"--audit-webhook-config-file=" + kc, "--audit-webhook-mode=batch", "--audit-webhook-batch-max-wait=1s"}
+	}
+	c, err := harness.Start(ctx, t, harness.Config{
+		Dir: filepath.Join(dir, "cluster"),
+		PKI: pki,
+		// The audit policy users deploy: it keeps the apiservers' own calls at Metadata.
+		AuditPolicyFile: filepath.Join(depRepoRoot(t), "deploy/control-plane/audit-policy.yaml"),
+		Servers: []harness.ServerConfig{
+			{Name: ruA, Version: harness.OldVersion, Binary: old, ExtraFlags: webhookFlags[ruA]},
+			{Name: ruB, Version: harness.OldVersion, Binary: old, ExtraFlags: webhookFlags[ruB]},
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("control plane ready after %s", time.Since(start).Round(time.Millisecond))
+
+	// history waits until /api/v1/apiservers shows each apiserver's version and causes of its
+	// version history, and returns what it showed.
+	history := func(step string, want map[string][]string) map[string]correlate.APIServerView {
+		t.Helper()
+		var last map[string]correlate.APIServerView
+		err := pollUntil(ctx, 90*time.Second, func() (bool, error) {
+			if err := pt.exited(); err != nil {
+				return false, err
+			}
+			v, err := pt.apiservers(ctx)
+			if err != nil {
+				return false, nil
+			}
+			last = v
+			for n, w := range want {
+				h := v[n].History
+				if v[n].Version != w[0] || len(h) != len(w)-1 {
+					return false, nil
+				}
+				for i, cause := range w[1:] {
+					if h[i].Cause != cause || h[i].Process == "" {
+						return false, nil
+					}
+				}
+			}
+			return true, nil
+		})
+		if err != nil {
+			b, _ := json.MarshalIndent(last, "", "  ")
+			t.Fatalf("%s: /api/v1/apiservers never showed %v (version, then the causes of the history): %v\n%s", step, want, err, b)
+		}
+		return last
+	}
+	skew := func(step string, value float64, detail string) {
+		t.Helper()
+		var v struct {
+			Checks []struct {
+				Name   string  `json:"name"`
+				OK     bool    `json:"ok"`
+				Value  float64 `json:"value"`
+				Detail string  `json:"detail"`
+			} `json:"checks"`
+		}
+		if code, err := pt.getJSON(ctx, "/api/v1/gate", &v); err != nil || code != http.StatusOK {
+			t.Fatalf("%s: GET /api/v1/gate: %d %v", step, code, err)
+		}
+		for _, c := range v.Checks {
+			if c.Name == metrics.CheckVersionSkew {
+				if !c.OK || c.Value != value || !strings.Contains(c.Detail, detail) {
+					t.Errorf("%s: version-skew check %+v, want ok, value %v, detail containing %q", step, c, value, detail)
+				}
+				return
+			}
+		}
+		t.Errorf("%s: no %s check in the gate's verdict", step, metrics.CheckVersionSkew)
+	}
+
+	first := history("start", map[string][]string{
+		ruA: {harness.OldVersion, correlate.CauseFirstSeen},
+		ruB: {harness.OldVersion, correlate.CauseFirstSeen},
+	})
+	skew("start", 0, "versions kas-a=v1.35.4, kas-b=v1.35.4: 0 minor apart")
+
+	// kas-b restarts into the same version: a new process, told by its new loopback identity.
+	if err := c.StopGraceful(ruB); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.StartServer(ctx, ruB, ""); err != nil {
+		t.Fatal(err)
+	}
+	restarted := history("restart", map[string][]string{
+		ruA: {harness.OldVersion, correlate.CauseFirstSeen},
+		ruB: {harness.OldVersion, correlate.CauseFirstSeen, correlate.CauseRestart},
+	})
+	if h := restarted[ruB].History; h[1].Version != harness.OldVersion || h[1].Process == h[0].Process || !h[1].Since.After(h[0].Since) {
+		t.Errorf("kas-b's restart: %+v", h)
+	}
+	if restarted[ruA].History[0] != first[ruA].History[0] {
+		t.Errorf("kas-a's process changed though it never restarted: %+v, then %+v", first[ruA].History, restarted[ruA].History)
+	}
+
+	// The upgrade step: kas-b runs v1.36.3 as kube-apiserver-1.36.
+	if err := c.ReplaceServerWith(ctx, ruB, harness.ServerConfig{Version: harness.NewVersion, Binary: next, ExtraFlags: webhookFlags[ruB]}); err != nil {
+		t.Fatal(err)
+	}
+	upgraded := history("upgrade", map[string][]string{
+		ruA: {harness.OldVersion, correlate.CauseFirstSeen},
+		ruB: {harness.NewVersion, correlate.CauseFirstSeen, correlate.CauseRestart, correlate.CauseVersionChange},
+	})
+	if h := upgraded[ruB].History; h[2].Version != harness.NewVersion || h[2].Process == h[1].Process {
+		t.Errorf("kas-b's upgrade: %+v", h)
+	}
+	skew("upgrade", 1, "versions kas-a=v1.35.4, kas-b=v1.36.3: 1 minor apart")
+	if b, err := json.Marshal(upgraded[ruB].History); err == nil {
+		t.Logf("kas-b's version history: %s", b)
+	}
+
+	// What the apiservers really sent: their own calls named the renamed binaries (the chains
+	// in memory hold every record of this short test).
+	seen := map[string]bool{}
+	for _, n := range names {
+		chains, err := pt.chains(ctx, "apiserver="+n+"&limit=10000")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ch := range chains {
+			for _, s := range append([]*correlate.Side{ch.Entry, ch.Peer}, ch.Others...) {
+				if s != nil && s.APIServer == n && s.User == "system:apiserver" && slices.Contains(s.Groups, "system:masters") {
+					prefix, _, _ := strings.Cut(s.UserAgent, " ")
+					seen[n+" "+prefix] = true
+				}
+			}
+		}
+	}
+	for _, want := range []string{"kas-a kube-apiserver-1.35.4/v1.35.4", "kas-b kube-apiserver-1.35.4/v1.35.4", "kas-b kube-apiserver-1.36/v1.36.3"} {
+		if !seen[want] {
+			t.Errorf("no loopback user agent %q in the chains: %v", want, sortedKeys(seen))
+		}
+	}
+	text, err := pt.metrics(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		metrics.APIServerVersionInfo + `{apiserver="kas-a",version="v1.35.4"} 1`,
+		metrics.APIServerVersionInfo + `{apiserver="kas-b",version="v1.36.3"} 1`,
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+	if strings.Contains(text, metrics.APIServerVersionUnparseableTotal+"{") {
+		t.Errorf("a real apiserver's version reported unparseable:\n%s", grepLines(text, metrics.APIServerVersionUnparseableTotal))
+	}
+	t.Logf("TestUpgradeRenamedBinaries took %s", time.Since(start).Round(time.Millisecond))
+}
+
+func grepLines(text, sub string) string {
+	var out []string
+	for _, l := range strings.Split(text, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
