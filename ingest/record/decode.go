@@ -22,7 +22,9 @@ var ErrNotEventList = errors.New("body is not an audit.k8s.io/v1 EventList")
 type Invalid struct {
 	// Index is the item's position in the list.
 	Index int
-	// Raw is the item exactly as sent.
+	// Raw is the item exactly as sent, except that the objects of a redacted resource are
+	// dropped as from a record's (Redaction), when the item decoded far enough to tell its
+	// resource.
 	Raw []byte
 	// Reason says what is wrong with it.
 	Reason string
@@ -64,6 +66,7 @@ type unmarshaler func([]byte, any) error
 type Decoder struct {
 	unmarshal unmarshaler
 	scan      bool
+	redaction *Redaction // nil: DefaultRedacted
 
 	bounds  []int // where each item starts and ends in the body
 	items   []json.RawMessage
@@ -76,6 +79,10 @@ type Decoder struct {
 
 // NewDecoder returns a Decoder for production use (the scanner, then goccy/go-json).
 func NewDecoder() *Decoder { return &Decoder{unmarshal: gojson.Unmarshal, scan: true} }
+
+// Redact sets the resources whose objects d drops (NewRedaction: DefaultRedacted and more);
+// without it d drops those of DefaultRedacted. Call it before the first Decode.
+func (d *Decoder) Redact(x *Redaction) { d.redaction = x }
 
 // Decode is the package's Decode, except that what it returns is valid only until the next call.
 func (d *Decoder) Decode(body []byte, apiserver string, receivedAt time.Time) ([]Record, []Invalid, error) {
@@ -148,6 +155,10 @@ func (d *Decoder) decode(scan bool, body []byte, apiserver string, receivedAt ti
 
 	// Items decode independently, so a large batch is split across the cores: the apiserver
 	// waits for the answer, and this is most of the time spent before it.
+	redaction := d.redaction
+	if redaction == nil {
+		redaction = defaultRedaction
+	}
 	parts := max(min(runtime.GOMAXPROCS(0), n/parallelDecodeMin), 1)
 	d.mem = slices.Grow(d.mem[:0], parts)[:parts]
 	var wg sync.WaitGroup
@@ -166,6 +177,8 @@ func (d *Decoder) decode(scan bool, body []byte, apiserver string, receivedAt ti
 				}
 				maps := &d.maps[i]
 				d.decoded[i], d.errs[i] = decodeEvent(d.unmarshal, scan, items[i], apiserver, receivedAt, mem, maps)
+				// Before anything keeps the event, an invalid one (kept as a dead letter) too.
+				redaction.redact(&d.decoded[i], mem)
 				if len(maps.annotations) > maxReusedMap {
 					maps.annotations = nil
 				}
@@ -198,7 +211,11 @@ func (d *Decoder) decode(scan bool, body []byte, apiserver string, receivedAt ti
 	var invalid []Invalid
 	for i, err := range d.errs {
 		if err != nil {
-			invalid = append(invalid, Invalid{Index: i, Raw: items[i], Reason: err.Error()})
+			raw := items[i]
+			if d.decoded[i].Raw != nil {
+				raw = d.decoded[i].Raw // redacted, when it decoded far enough to tell its resource
+			}
+			invalid = append(invalid, Invalid{Index: i, Raw: raw, Reason: err.Error()})
 			continue
 		}
 		records = append(records, d.decoded[i])

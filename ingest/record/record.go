@@ -67,7 +67,9 @@ type Record struct {
 	// ReceivedAt is when peertrail received the batch that carried this event.
 	ReceivedAt time.Time `json:"received_at"`
 
-	// Raw is the event's JSON exactly as it appeared in the EventList, unknown fields included.
+	// Raw is the event's JSON exactly as it appeared in the EventList, unknown fields included,
+	// unless its resource's objects are redacted (Redaction): then it is the event without
+	// requestObject and responseObject, and with RedactedAnnotation, which Annotations has too.
 	Raw []byte `json:"-"`
 }
 
