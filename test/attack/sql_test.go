@@ -1,0 +1,595 @@
+package attack
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/peertrail/peertrail/server"
+	"github.com/peertrail/peertrail/simulate"
+)
+
+// The SQL interface's attack suite: a real `peertrail serve` on its embedded engine, attacked
+// over HTTP the way the issue's reproductions did. Each attack asserts the refusal AND that
+// nothing changed: tables, row counts, databases, files, and what the next client sees.
+
+var sqlBinary = sync.OnceValues(func() (string, error) {
+	dir, err := os.MkdirTemp("", "peertrail-attack-bin")
+	if err != nil {
+		return "", err
+	}
+	bin := filepath.Join(dir, "peertrail")
+	out, err := exec.Command("go", "build", "-o", bin, "github.com/peertrail/peertrail/cmd/peertrail").CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("go build: %v\n%s", err, out)
+	}
+	return bin, nil
+})
+
+// sqlTarget is a running peertrail serve.
+type sqlTarget struct {
+	cmd     *exec.Cmd
+	url     string // the webhook
+	sqlURL  string // the SQL interface, without credentials
+	user    string
+	pass    string
+	dataDir string
+	logs    *syncBuffer
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+var (
+	sqlServingRE = regexp.MustCompile(`msg="peertrail serving" url=(\S+)`)
+	sqlSQLRE     = regexp.MustCompile(`msg="SQL: [^"]*" url=(\S+)`)
+)
+
+func startSQLTarget(t *testing.T, extra ...string) *sqlTarget {
+	t.Helper()
+	bin, err := sqlBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	st := &sqlTarget{dataDir: filepath.Join(dir, "data"), logs: &syncBuffer{}, user: "default"}
+	tokenFile := filepath.Join(dir, "reader-token")
+	if err := os.WriteFile(tokenFile, []byte("attack-suite-reader-token\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	args := append([]string{"serve", "--insecure-http", "--listen", "127.0.0.1:0", "--sql-listen", "127.0.0.1:0",
+		"--accept-unknown-apiservers", "--data-dir", st.dataDir, "--reader-token-file", tokenFile,
+		"--chain-window", "1s", "--late-window", "2s"}, extra...)
+	st.cmd = exec.Command(bin, args...)
+	st.cmd.Stdout = st.logs
+	stderr, err := st.cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	found := make(chan struct{})
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		var once sync.Once
+		for sc.Scan() {
+			st.logs.Write(append(sc.Bytes(), '\n'))
+			if st.url != "" && st.sqlURL != "" {
+				continue
+			}
+			line := sc.Text()
+			if m := sqlServingRE.FindStringSubmatch(line); m != nil {
+				st.url = m[1]
+			}
+			if m := sqlSQLRE.FindStringSubmatch(line); m != nil {
+				st.sqlURL = m[1]
+			}
+			if st.url != "" && st.sqlURL != "" {
+				once.Do(func() { close(found) })
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		st.cmd.Process.Kill()
+		st.cmd.Wait()
+		if t.Failed() {
+			t.Logf("peertrail's log:\n%s", tail(st.logs.String(), 60))
+		}
+	})
+	select {
+	case <-found:
+	case <-time.After(90 * time.Second):
+		t.Fatalf("peertrail serve did not start:\n%s", st.logs.String())
+	}
+	pw, err := os.ReadFile(filepath.Join(st.dataDir, server.SQLPasswordFileName))
+	if err != nil {
+		t.Fatalf("serve made up no SQL password: %v", err)
+	}
+	st.pass = strings.TrimSpace(string(pw))
+	return st
+}
+
+func tail(s string, n int) string {
+	lines := strings.Split(s, "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// query posts q as the reader and returns status, exception code and body.
+func (st *sqlTarget) query(ctx context.Context, q string, params url.Values) (int, string, string, error) {
+	u := st.sqlURL + "/?" + params.Encode()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, strings.NewReader(q))
+	if err != nil {
+		return 0, "", "", err
+	}
+	req.SetBasicAuth(st.user, st.pass)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, "", "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, resp.Header.Get("X-ClickHouse-Exception-Code"), string(b), err
+}
+
+func (st *sqlTarget) mustQuery(t *testing.T, q string) string {
+	t.Helper()
+	code, _, body, err := st.query(context.Background(), q, nil)
+	if err != nil || code != 200 {
+		t.Fatalf("%s: %d %v %s", q, code, err, body)
+	}
+	return body
+}
+
+// post sends one EventList as apiserver name and wants it acknowledged.
+func (st *sqlTarget) post(t *testing.T, name string, body []byte) {
+	t.Helper()
+	resp, err := http.Post(st.url+"/audit/"+name, "application/json", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("POST /audit/%s: %d %s", name, resp.StatusCode, b)
+	}
+}
+
+// loadEvents posts n simulated events and waits until the store holds them all.
+func (st *sqlTarget) loadEvents(t *testing.T, seed uint64, n int) {
+	t.Helper()
+	gen := simulate.NewEvents(seed, nil)
+	body, _, err := gen.EventList(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := st.count(t, "SELECT count() FROM peertrail.events")
+	st.post(t, "kas-a", body)
+	st.waitCount(t, "SELECT count() FROM peertrail.events", before+n)
+}
+
+func (st *sqlTarget) count(t *testing.T, q string) int {
+	t.Helper()
+	n, err := strconv.Atoi(strings.TrimSpace(st.mustQuery(t, q)))
+	if err != nil {
+		t.Fatalf("%s: %v", q, err)
+	}
+	return n
+}
+
+func (st *sqlTarget) waitCount(t *testing.T, q string, want int) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		got := st.count(t, q)
+		if got >= want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %d, want %d", q, got, want)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// snapshot is what an attack must not change: every table of the engine with its rows and
+// rows, the databases, and the files under the watched directories.
+func (st *sqlTarget) snapshot(t *testing.T, dirs ...string) string {
+	t.Helper()
+	var b strings.Builder
+	b.WriteString(st.mustQuery(t, "SELECT database, name, engine FROM system.tables WHERE database NOT IN ('system', 'INFORMATION_SCHEMA', 'information_schema') ORDER BY database, name"))
+	b.WriteString(st.mustQuery(t, "SELECT name FROM system.databases ORDER BY name"))
+	// Row counts of the tables whose rows merges do not fold together.
+	for _, tbl := range []string{"events", "chains", "audit_ids", "schema_migrations"} {
+		b.WriteString(tbl + " " + st.mustQuery(t, "SELECT count() FROM peertrail."+tbl+" FINAL"))
+	}
+	b.WriteString(st.mustQuery(t, "SELECT count() FROM system.mutations"))
+	b.WriteString(st.mustQuery(t, "SELECT count() FROM system.functions WHERE origin != 'System'"))
+	for _, d := range dirs {
+		filepath.WalkDir(d, func(p string, e os.DirEntry, err error) error {
+			if err == nil {
+				fmt.Fprintf(&b, "%s\n", p)
+			}
+			return nil
+		})
+	}
+	return b.String()
+}
+
+// TestSQLAttacksChangeNothing throws the statement-level attacks at the SQL interface: every
+// one is refused, no secret file's content comes back, no URL is fetched, no file is written,
+// and the store is exactly as before.
+func TestSQLAttacksChangeNothing(t *testing.T) {
+	st := startSQLTarget(t)
+	st.loadEvents(t, 7, 300)
+	st.waitCount(t, "SELECT count() FROM peertrail.chains FINAL WHERE state = 'final'", 300)
+
+	watch := t.TempDir()
+	secret := filepath.Join(watch, "tls.key")
+	const secretText = "PEERTRAIL-ATTACK-SECRET-5f1e"
+	if err := os.WriteFile(secret, []byte(secretText+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	outfile := filepath.Join(watch, "written")
+	var hits atomic.Int64
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go http.Serve(ln, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		hits.Add(1)
+		io.WriteString(w, secretText+"\n")
+	}))
+	defer ln.Close()
+	internal := "http://" + ln.Addr().String() + "/"
+	q := func(s string) string { return "'" + strings.ReplaceAll(s, "'", "\\'") + "'" }
+
+	before := st.snapshot(t, watch)
+	attacks := []string{
+		// Hidden statements: a splitter that disagrees with the engine's parser.
+		"SELECT $$ ' $$; ALTER TABLE peertrail.events DELETE WHERE 1 SETTINGS mutations_sync=1; SELECT 1 -- '",
+		"SELECT $$ ' $$; DROP TABLE peertrail.events; SELECT 1 -- '",
+		"SELECT $tag$ ; $tag$; TRUNCATE TABLE peertrail.events",
+		"SELECT 1 /* /* */ */ ; CREATE TABLE peertrail.x (a UInt8) ENGINE = Memory",
+		"SELECT '\\'' ; DROP DATABASE peertrail",
+		"SELECT 1 AS `x;` ; DROP TABLE peertrail.events",
+		"SELECT \"a;b\" FROM (SELECT 1 AS \"a;b\"); ALTER TABLE peertrail.events DELETE WHERE 1",
+		"SELECT 1; INSERT INTO FUNCTION file(" + q(outfile) + ", 'LineAsString') SELECT 'x'",
+		"SELECT 1 -- \n; DROP TABLE peertrail.events",
+		"SELECT 1 # \n; DROP TABLE peertrail.events",
+		// Writes, DDL, control.
+		"ALTER TABLE peertrail.events DELETE WHERE 1 SETTINGS mutations_sync = 1",
+		"ALTER TABLE peertrail.events UPDATE verb = 'x' WHERE 1",
+		"DELETE FROM peertrail.events WHERE 1",
+		"INSERT INTO peertrail.events (audit_id) VALUES ('forged')",
+		"INSERT INTO peertrail.events (audit_id) SELECT 'forged'",
+		"INSERT INTO FUNCTION file(" + q(outfile) + ", 'LineAsString') SELECT 'x'",
+		"CREATE TABLE peertrail.x (a UInt8) ENGINE = Memory",
+		"CREATE TEMPORARY TABLE x (a UInt8)",
+		"CREATE DATABASE evil",
+		"CREATE FUNCTION evil AS (x) -> x",
+		"CREATE VIEW peertrail.v AS SELECT 1",
+		"DROP TABLE peertrail.events",
+		"DROP DATABASE peertrail",
+		"TRUNCATE TABLE peertrail.events",
+		"RENAME TABLE peertrail.events TO peertrail.gone",
+		"DETACH TABLE peertrail.events",
+		"OPTIMIZE TABLE peertrail.events FINAL",
+		"SYSTEM SHUTDOWN",
+		"SYSTEM DROP MARK CACHE",
+		"KILL QUERY WHERE 1 ASYNC",
+		"KILL MUTATION WHERE 1",
+		"SET readonly = 0",
+		"USE system",
+		"BACKUP DATABASE peertrail TO File(" + q(filepath.Join(watch, "backup")) + ")",
+		"SELECT 1 INTO OUTFILE " + q(outfile),
+		"SELECT * FROM peertrail.events INTO OUTFILE " + q(outfile) + " FORMAT CSV",
+		"EXPLAIN SELECT 1 INTO OUTFILE " + q(outfile),
+		// Table functions that reach files, URLs, other servers or processes, at the top
+		// and behind subquery, CTE, scalar and IN tricks with a nested SETTINGS clause.
+		"SELECT * FROM file(" + q(secret) + ", 'LineAsString')",
+		"SELECT * FROM (SELECT * FROM file(" + q(secret) + ", 'LineAsString') SETTINGS readonly = 0)",
+		"SELECT * FROM (SELECT * FROM file(" + q(secret) + ", 'LineAsString') SETTINGS readonly = 2)",
+		"WITH s AS (SELECT * FROM file(" + q(secret) + ", 'LineAsString') SETTINGS readonly = 0) SELECT * FROM s",
+		"SELECT (SELECT any(line) FROM file(" + q(secret) + ", 'LineAsString') SETTINGS readonly = 0)",
+		"SELECT 1 WHERE 'x' IN (SELECT line FROM file(" + q(secret) + ", 'LineAsString') SETTINGS readonly = 0)",
+		"SELECT * FROM (SELECT * FROM file(" + q(secret) + ", 'LineAsString') SETTINGS enable_analyzer = 1, readonly = 0)",
+		"SELECT * FROM url(" + q(internal) + ", 'LineAsString')",
+		"SELECT * FROM (SELECT * FROM url(" + q(internal) + ", 'LineAsString') SETTINGS readonly = 0)",
+		"SELECT * FROM urlCluster('default', " + q(internal) + ", 'LineAsString')",
+		"SELECT * FROM s3(" + q(internal+"b/k") + ", 'LineAsString')",
+		"SELECT * FROM remote('127.0.0.1:9000', system.one)",
+		"SELECT * FROM remoteSecure('127.0.0.1:9440', system.one)",
+		"SELECT * FROM cluster('default', system.one)",
+		"SELECT * FROM executable('cat " + secret + "', 'LineAsString', 'line String')",
+		"SELECT * FROM mysql('127.0.0.1:3306', 'db', 't', 'u', 'p')",
+		"SELECT * FROM postgresql('127.0.0.1:5432', 'db', 't', 'u', 'p')",
+		"SELECT * FROM sqlite(" + q(secret) + ", 't')",
+		"SELECT * FROM hdfs('hdfs://127.0.0.1:9000/x', 'LineAsString')",
+		"SELECT * FROM jdbc('jdbc:x', 't')",
+		"SELECT * FROM odbc('DSN=x', 't')",
+		"SELECT * FROM mongodb('127.0.0.1:27017', 'db', 'c', 'u', 'p', 'x String')",
+		"SELECT * FROM redis('127.0.0.1:6379', 'k', 'k String')",
+		"SELECT * FROM azureBlobStorage('DefaultEndpointsProtocol=http', 'c', 'b')",
+		"SELECT * FROM input('x String')",
+		"SELECT * FROM format(LineAsString, (SELECT * FROM file(" + q(secret) + ", 'LineAsString') SETTINGS readonly = 0))",
+		"SELECT * FROM merge(currentDatabase(), '') SETTINGS readonly = 0",
+		// Settings that would lift a limit, by the statement or the request.
+		"SELECT 1 SETTINGS max_memory_usage = 100000000000",
+		"SELECT 1 SETTINGS max_execution_time = 100000",
+		"SELECT 1 SETTINGS readonly = 0",
+		"SELECT 1 SETTINGS allow_ddl = 0",
+		"SELECT 1 SETTINGS enable_analyzer = 1",
+	}
+	// The engine nests comments, so this is one harmless read: it may run, and the snapshot
+	// below shows that the DROP inside the comment did nothing.
+	if code, _, body, err := st.query(context.Background(), "SELECT 1 /* /* */ ; DROP TABLE peertrail.chains; /* */ */", nil); err != nil || code != 200 || body != "1\n" {
+		t.Errorf("a nested comment: %d %v %q", code, err, body)
+	}
+	for _, a := range attacks {
+		code, exc, body, err := st.query(context.Background(), a, nil)
+		if err != nil {
+			t.Fatalf("%s: %v", a, err)
+		}
+		if code == 200 {
+			t.Errorf("attack answered 200: %s\n%s", a, body)
+		}
+		if exc == "" {
+			t.Errorf("attack refused without a ClickHouse exception code (%d): %s\n%s", code, a, body)
+		}
+		if strings.Contains(body, secretText) {
+			t.Errorf("attack read the secret: %s", a)
+		}
+	}
+	// Settings in the request that would lift a limit or readonly.
+	for _, p := range []url.Values{
+		{"readonly": {"0"}}, {"allow_ddl": {"1"}}, {"max_memory_usage": {"100000000000"}},
+		{"max_result_bytes": {"0"}}, {"max_rows_to_read": {"0"}}, {"enable_analyzer": {"1"}},
+		{"max_threads": {"10000"}}, {"max_execution_time": {"100000"}, "max_memory_usage": {"0"}},
+		{"database": {"system; DROP TABLE peertrail.events"}},
+	} {
+		code, _, body, err := st.query(context.Background(), "SELECT * FROM (SELECT * FROM file("+q(secret)+", 'LineAsString'))", p)
+		if err != nil || code == 200 || strings.Contains(body, secretText) {
+			t.Errorf("request settings %v: %d %v %s", p, code, err, body)
+		}
+	}
+	// A parameter is a value, never SQL.
+	code, _, body, _ := st.query(context.Background(), "SELECT {x:String}", url.Values{"param_x": {"'; DROP TABLE peertrail.events; --"}})
+	if code != 200 || body != "\\'; DROP TABLE peertrail.events; --\n" { // TabSeparated escapes the quote
+		t.Errorf("parameter: %d %q", code, body)
+	}
+
+	if after := st.snapshot(t, watch); after != before {
+		t.Errorf("the attacks changed something:\nbefore:\n%s\nafter:\n%s", before, after)
+	}
+	if _, err := os.Stat(outfile); err == nil {
+		t.Errorf("a file was written at %s", outfile)
+	}
+	if n := hits.Load(); n != 0 {
+		t.Errorf("the engine fetched an internal URL %d times", n)
+	}
+	// Reads still work.
+	if got := st.count(t, "SELECT count() FROM events"); got != 300 {
+		t.Errorf("events: %d, want 300", got)
+	}
+}
+
+// TestSQLNoRequestSeesAnotherRequestsOutput: a query that fails part-way through leaves its
+// output nowhere; the next request, anyone's, gets its own answer and nothing else.
+func TestSQLNoRequestSeesAnotherRequestsOutput(t *testing.T) {
+	st := startSQLTarget(t, "--sql-max-concurrent-queries", "1")
+	ctx := context.Background()
+	for i := range 4 {
+		code, _, body, err := st.query(ctx, "SELECT number FROM numbers(3000000) WHERE throwIf(number = 2500000) = 0", nil)
+		if err != nil || code == 200 {
+			t.Fatalf("the failing query: %d %v %.200s", code, err, body)
+		}
+		want := fmt.Sprintf("answer-for-B-%d\n", i)
+		code, _, body, err = st.query(ctx, "SELECT 'answer-for-B-"+strconv.Itoa(i)+"'", nil)
+		if err != nil || code != 200 || body != want {
+			t.Fatalf("the next request got %d bytes (%d), want %q: %.200q", len(body), code, want, body)
+		}
+		if body := st.mustQuery(t, "SELECT 1"); body != "1\n" {
+			t.Fatalf("SELECT 1 got %.200q", body)
+		}
+	}
+}
+
+// TestSQLBombsAreBoundedAndTheRestGoesOn: a memory bomb, a time bomb, a huge result and a
+// query whose client went away are each stopped by the engine's limits, the process stays
+// small, and meanwhile the webhook acknowledges, the store writer stores and /metrics
+// answers.
+func TestSQLBombsAreBoundedAndTheRestGoesOn(t *testing.T) {
+	st := startSQLTarget(t, "--sql-max-query-memory", "256Mi", "--sql-max-execution-time", "4s", "--store-max-memory", "2Gi")
+	ctx := context.Background()
+	st.loadEvents(t, 11, 100)
+
+	code, exc, body, err := st.query(ctx, "SELECT length(groupArray(number)) FROM numbers(1e10)", nil)
+	if err != nil || code == 200 || exc != "241" {
+		t.Errorf("memory bomb: %d %s %v %.300s", code, exc, err, body)
+	}
+	// 1 GB of result: the result limit (396) or the memory limit (241) stops it first.
+	code, exc, body, err = st.query(ctx, "SELECT repeat('x', 1000000) FROM numbers(1000)", nil)
+	if err != nil || code == 200 || (exc != "396" && exc != "241") {
+		t.Errorf("huge result: %d %s %v %.300s", code, exc, err, body)
+	}
+	if rss := peakRSS(t, st.cmd.Process.Pid); rss > 1500<<20 {
+		t.Errorf("peak RSS after the bombs: %d MiB", rss>>20)
+	}
+
+	// The time bomb runs while the rest of the service is used.
+	bomb := make(chan string, 1)
+	go func() {
+		code, exc, body, err := st.query(ctx, slowQuery, nil)
+		bomb <- fmt.Sprintf("%d %s %v %.200s", code, exc, err, body)
+	}()
+	time.Sleep(500 * time.Millisecond)
+	gen := simulate.NewEvents(12, nil)
+	batch, _, err := gen.EventList(50)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.post(t, "kas-b", batch)
+	hc := &http.Client{Timeout: 3 * time.Second}
+	if resp, err := hc.Get(st.url + "/healthz"); err != nil {
+		t.Errorf("/healthz during the time bomb: %v", err)
+	} else {
+		resp.Body.Close()
+	}
+	st.waitCount(t, "SELECT count() FROM peertrail.events", 150)
+	if got := <-bomb; !strings.HasPrefix(got, "500 159") {
+		t.Errorf("time bomb: %s", got)
+	}
+
+	// A client that goes away: its query is killed, long before the time limit would stop it.
+	cctx, cancel := context.WithTimeout(ctx, time.Second)
+	_, _, _, err = st.query(cctx, slowQuery+" /* abandoned */", nil)
+	cancel()
+	if err == nil {
+		t.Fatal("the abandoned query answered")
+	}
+	running := func() int {
+		return st.count(t, "SELECT count() FROM system.processes WHERE query LIKE '%/* abandoned */%' AND query NOT LIKE '%system.processes%'")
+	}
+	// The time limit is 4s; the kill acts within about a second of the client leaving.
+	deadline := time.Now().Add(2500 * time.Millisecond)
+	for running() > 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the abandoned query is still running")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestSQLConcurrencyIsBounded: with one slot, a second query waits and a flood is refused
+// with 503, while the store writer goes on.
+func TestSQLConcurrencyIsBounded(t *testing.T) {
+	st := startSQLTarget(t, "--sql-max-concurrent-queries", "1", "--sql-max-execution-time", "20s")
+	ctx := context.Background()
+	st.loadEvents(t, 13, 20)
+	var wg sync.WaitGroup
+	codes := make(chan int, 8)
+	for range 8 {
+		wg.Go(func() {
+			code, _, _, _ := st.query(ctx, "SELECT sleepEachRow(0.5) FROM numbers(5)", nil)
+			codes <- code
+		})
+	}
+	// While they hold the slot or wait, events are still acknowledged and stored.
+	time.Sleep(time.Second)
+	st.loadEventsNoWait(t, 14, 20)
+	wg.Wait()
+	close(codes)
+	n503, n200 := 0, 0
+	for c := range codes {
+		switch c {
+		case http.StatusServiceUnavailable:
+			n503++
+		case http.StatusOK:
+			n200++
+		default:
+			t.Errorf("a query answered %d", c)
+		}
+	}
+	if n200 == 0 {
+		t.Error("no query ran")
+	}
+	if n503 == 0 {
+		t.Error("8 concurrent 2.5-second queries with one slot and a 10s queue: none refused with 503")
+	}
+	st.waitCount(t, "SELECT count() FROM peertrail.events", 40)
+}
+
+func (st *sqlTarget) loadEventsNoWait(t *testing.T, seed uint64, n int) {
+	t.Helper()
+	body, _, err := simulate.NewEvents(seed, nil).EventList(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.post(t, "kas-c", body)
+}
+
+// TestSQLNeedsThePassword: no credentials, a wrong password, or a reader token of the API
+// are refused.
+func TestSQLNeedsThePassword(t *testing.T) {
+	st := startSQLTarget(t)
+	for _, c := range []struct {
+		name       string
+		user, pass string
+		want       int
+	}{
+		{"no credentials", "", "", 401},
+		{"wrong password", "default", "guess", 403},
+		{"the API's reader token", "default", "attack-suite-reader-token", 403},
+	} {
+		req, _ := http.NewRequest(http.MethodPost, st.sqlURL+"/", strings.NewReader("SELECT count() FROM events"))
+		if c.user != "" {
+			req.SetBasicAuth(c.user, c.pass)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != c.want {
+			t.Errorf("%s: %d, want %d", c.name, resp.StatusCode, c.want)
+		}
+	}
+	if fi, err := os.Stat(filepath.Join(st.dataDir, server.SQLPasswordFileName)); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("the password file: %v %v, want mode 0600", fi, err)
+	}
+}
+
+// slowQuery reads few rows (under max_rows_to_read) but takes far longer than the time limit.
+const slowQuery = "SELECT count() FROM numbers(2000000000) WHERE NOT ignore(SHA256(toString(number)))"
+
+// peakRSS is the process's peak resident set (VmHWM).
+func peakRSS(t *testing.T, pid int) int64 {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			f := strings.Fields(rest)
+			kb, _ := strconv.ParseInt(f[0], 10, 64)
+			return kb << 10
+		}
+	}
+	t.Fatal("no VmHWM")
+	return 0
+}
