@@ -32,6 +32,10 @@ type APIServer struct {
 	// CertSubject is the subject of the client certificate this apiserver's webhook presents:
 	// its common name, or the whole subject as "CN=...,O=...". Optional.
 	CertSubject string `json:"certSubject,omitempty"`
+	// TokenFile holds the bearer token this apiserver's webhook presents (its webhook
+	// kubeconfig's token), instead of or besides a client certificate. The token authenticates
+	// this apiserver only: posting under another name with it is refused (403). Optional.
+	TokenFile string `json:"tokenFile,omitempty"`
 }
 
 // File is the YAML configuration file.
@@ -45,6 +49,7 @@ type File struct {
 	AcceptUnknownAPIServers bool        `json:"acceptUnknownAPIServers,omitempty"`
 	InsecureHTTP            bool        `json:"insecureHTTP,omitempty"`
 	TLS                     TLS         `json:"tls,omitempty"`
+	Readers                 Readers     `json:"readers,omitempty"`
 	Limits                  Limits      `json:"limits,omitempty"`
 	Spool                   Spool       `json:"spool,omitempty"`
 	Correlate               Correlate   `json:"correlate,omitempty"`
@@ -122,17 +127,38 @@ type Tracing struct {
 
 // TLS is the receiver's transport security.
 type TLS struct {
-	CertFile     string `json:"certFile,omitempty"`
-	KeyFile      string `json:"keyFile,omitempty"`
+	CertFile string `json:"certFile,omitempty"`
+	KeyFile  string `json:"keyFile,omitempty"`
+	// ClientCAFile verifies the apiservers' client certificates; such a certificate may post
+	// audit batches as the apiserver its subject names, and nothing else.
 	ClientCAFile string `json:"clientCAFile,omitempty"`
-	// TokenFile holds a bearer token that authenticates senders (alternative to client certs).
+	// TokenFile is the old single bearer token shared by every sender. It cannot tell one
+	// apiserver from another, so it is accepted only when exactly one apiserver is configured
+	// (as that apiserver's token, with a warning); use apiservers[].tokenFile instead.
 	TokenFile string `json:"tokenFile,omitempty"`
+}
+
+// Readers are the credentials that may read: /metrics, the chain, apiserver and gate APIs and
+// /debug/pprof. Without any, those endpoints refuse everyone. Reader credentials may not post
+// audit batches.
+type Readers struct {
+	// TokenFile holds readers' bearer tokens, one a line (# starts a comment line).
+	TokenFile string `json:"tokenFile,omitempty"`
+	// ClientCAFile verifies readers' client certificates. It must be another CA than
+	// tls.clientCAFile's.
+	ClientCAFile string `json:"clientCAFile,omitempty"`
 }
 
 // Limits protect the receiver.
 type Limits struct {
-	MaxBodyBytes       ByteSize `json:"maxBodyBytes,omitempty"`
-	MaxInflight        int      `json:"maxInflight,omitempty"`
+	MaxBodyBytes ByteSize `json:"maxBodyBytes,omitempty"`
+	// MaxInflight bounds the batches processed at once (after their bodies are read).
+	MaxInflight int `json:"maxInflight,omitempty"`
+	// MaxInflightPerAPIServer bounds one apiserver's requests being read or processed at once
+	// (0: maxInflight / number of apiservers + 1), so one sender cannot starve the others.
+	MaxInflightPerAPIServer int `json:"maxInflightPerAPIServer,omitempty"`
+	// MaxReadingBytes bounds the memory of request bodies being read, all senders together.
+	MaxReadingBytes    ByteSize `json:"maxReadingBytes,omitempty"`
 	ReadTimeout        Duration `json:"readTimeout,omitempty"`
 	MaxDeadLetterBytes ByteSize `json:"maxDeadLetterBytes,omitempty"`
 }
@@ -181,6 +207,24 @@ func (f File) Validate() error {
 			}
 			subjects[a.CertSubject] = a.Name
 		}
+	}
+	if f.TLS.TokenFile != "" {
+		switch {
+		case len(f.APIServers) != 1 || f.AcceptUnknownAPIServers:
+			errs = append(errs, fmt.Errorf("tls.tokenFile (--token-file) is one token for every apiserver, so its holder could post as any of them; "+
+				"give each apiserver its own token with apiservers[].tokenFile in the --config file (a shared token is accepted only with exactly one apiserver configured and without acceptUnknownAPIServers)"))
+		case f.APIServers[0].TokenFile != "":
+			errs = append(errs, fmt.Errorf("apiserver %s has both tls.tokenFile (--token-file) and its own tokenFile: keep its own", f.APIServers[0].Name))
+		}
+	}
+	if f.Readers.ClientCAFile != "" && f.Readers.ClientCAFile == f.TLS.ClientCAFile {
+		errs = append(errs, errors.New("--reader-client-ca-file is the apiservers' --client-ca-file: readers need a CA of their own, or an apiserver's certificate could read and a reader's could post"))
+	}
+	if f.Limits.MaxInflight < 0 || f.Limits.MaxInflightPerAPIServer < 0 {
+		errs = append(errs, errors.New("limits: maxInflight and maxInflightPerAPIServer cannot be negative"))
+	}
+	if f.Limits.MaxReadingBytes > 0 && f.Limits.MaxReadingBytes < f.Limits.MaxBodyBytes {
+		errs = append(errs, fmt.Errorf("limits: maxReadingBytes (%s) is below maxBodyBytes (%s): a body of the largest size could never be read", f.Limits.MaxReadingBytes, f.Limits.MaxBodyBytes))
 	}
 	switch f.Store.Engine {
 	case "", "embedded", "none":

@@ -8,8 +8,10 @@ func Defaults() File {
 		Listen:  ":8443",
 		DataDir: "data",
 		Limits: Limits{
-			MaxBodyBytes:       32 << 20,
-			MaxInflight:        64,
+			MaxBodyBytes: 32 << 20,
+			MaxInflight:  64,
+			// Eight bodies of the largest size; a control plane's batches are far smaller.
+			MaxReadingBytes:    256 << 20,
 			ReadTimeout:        Duration(60 * time.Second),
 			MaxDeadLetterBytes: 1 << 30,
 		},

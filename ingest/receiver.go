@@ -12,7 +12,6 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
-	"crypto/subtle"
 	"errors"
 	"fmt"
 	"io"
@@ -42,18 +41,24 @@ type Options struct {
 	// unless AcceptUnknown.
 	APIServers    []string
 	AcceptUnknown bool
-	// CertSubjects maps a client certificate's subject (its common name, or the whole subject
-	// as "CN=...,O=...") to the apiserver it identifies.
-	CertSubjects map[string]string
-	// Token, when set, is a bearer token that authenticates a sender.
-	Token string
-	// RequireAuth refuses (401) requests with neither a verified client certificate nor the
-	// token. It is on whenever a client CA or a token is configured.
+	// Auth tells which apiserver a request's credential (client certificate or token) names,
+	// and refuses readers' credentials. nil: no credential is known (trials on loopback).
+	Auth *Authenticator
+	// RequireAuth refuses (401) requests without an apiserver's credential. It is on whenever
+	// an apiserver CA or token is configured.
 	RequireAuth bool
 	// MaxBodyBytes bounds a body, both as received and after gzip decoding.
 	MaxBodyBytes int64
-	// MaxInflight bounds the requests read and processed at once; beyond it, 503.
+	// MaxInflight bounds the batches processed (decoded, deduplicated, spooled) at once; a
+	// slot is taken only once a body is read, so slow senders cannot hold one. Beyond it, 503.
 	MaxInflight int
+	// MaxInflightPerSender bounds one apiserver's requests being read or processed at once,
+	// so that one sender (slow, hostile or broken) can never take the others' turn; beyond it,
+	// 503 to that sender only. 0: MaxInflight / len(APIServers) + 1.
+	MaxInflightPerSender int
+	// MaxReadingBytes bounds the memory of the bodies being read and processed, all senders
+	// together (decoded size); a body that would take more is refused 503. 0: 8 x MaxBodyBytes.
+	MaxReadingBytes int64
 	// ReadTimeout bounds reading one request body.
 	ReadTimeout time.Duration
 	// RetryAfter is the delay suggested with a 503.
@@ -77,6 +82,17 @@ type Receiver struct {
 
 	lastMu sync.Mutex
 	last   map[string]time.Time // last accepted batch per apiserver
+
+	// perSender counts each apiserver's requests being read or processed (Options.
+	// MaxInflightPerSender); reading is the byte budget of bodies in memory.
+	senderMu  sync.Mutex
+	perSender map[string]int
+	reading   *byteBudget
+
+	// refusedMu guards refused, the last append the spool refused, until one succeeds: Ready
+	// reports it while its cause lasts.
+	refusedMu sync.Mutex
+	refused   *refusal
 
 	// bodies, frames and batches recycle request bodies, encoded frames and the decoded
 	// batches with their keys: a batch is a third of a megabyte, 25 a second.
@@ -104,6 +120,14 @@ func NewReceiver(opts Options, sp *spool.Spool, ix *dedup.Index, codec *record.C
 	if opts.RetryAfter <= 0 {
 		opts.RetryAfter = time.Second
 	}
+	if opts.MaxInflightPerSender <= 0 {
+		opts.MaxInflightPerSender = min(opts.MaxInflight/max(len(opts.APIServers), 1)+1, opts.MaxInflight)
+	}
+	if opts.MaxReadingBytes <= 0 {
+		opts.MaxReadingBytes = 8 * opts.MaxBodyBytes
+	}
+	// One body of the largest size must always fit, or it could never be accepted.
+	opts.MaxReadingBytes = max(opts.MaxReadingBytes, opts.MaxBodyBytes+1)
 	known := make(map[string]bool, len(opts.APIServers))
 	for _, n := range opts.APIServers {
 		known[n] = true
@@ -111,7 +135,7 @@ func NewReceiver(opts Options, sp *spool.Spool, ix *dedup.Index, codec *record.C
 	return &Receiver{
 		opts: opts, known: known, spool: sp, index: ix, codec: codec, dead: dl, log: log,
 		m: newReceiverMetrics(), slots: make(chan struct{}, opts.MaxInflight), now: time.Now,
-		last:   map[string]time.Time{},
+		last: map[string]time.Time{}, perSender: map[string]int{}, reading: newByteBudget(opts.MaxReadingBytes),
 		bodies: bufpool.New(pooledBuffers, maxPooledBody),
 		frames: bufpool.New(pooledBuffers, maxPooledBody),
 		batches: bufpool.NewFree(pooledBuffers, func(m *batchMem) bool {
@@ -136,6 +160,7 @@ type answer struct {
 	msg       string
 	retry     bool          // add Retry-After
 	buf       *bytes.Buffer // the body's buffer, to recycle
+	reserved  int64         // bytes of the reading budget held, to release
 }
 
 func (rc *Receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -163,34 +188,36 @@ var apiserverName = regexp.MustCompile(`^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$`)
 
 func (rc *Receiver) serve(w http.ResponseWriter, r *http.Request, start time.Time) answer {
 	unknown := metrics.UnknownAPIServer
-	select {
-	case rc.slots <- struct{}{}:
-		defer func() { <-rc.slots }()
-	default:
-		return answer{code: http.StatusServiceUnavailable, apiserver: unknown, retry: true,
-			msg: fmt.Sprintf("overloaded: %d requests in flight", rc.opts.MaxInflight)}
+	// Who is asking comes first, from the handshake and the headers alone: nothing of the
+	// body is read, and no slot or memory is taken, for a request that may not post.
+	id := Identity{}
+	if rc.opts.Auth != nil {
+		id = rc.opts.Auth.Identify(r)
 	}
-	rc.m.inflight.Inc()
-	defer rc.m.inflight.Dec()
-
-	certName, certOK, certSubject := rc.certIdentity(r)
-	if rc.opts.RequireAuth && !certOK && !rc.tokenOK(r) {
+	switch {
+	case id.Role == Reader:
+		return answer{code: http.StatusForbidden, apiserver: unknown,
+			msg: "a reader's credential may not post audit batches; post with the apiserver's own certificate or token"}
+	case id.Role == Invalid:
+		return answer{code: http.StatusUnauthorized, apiserver: unknown, msg: "unauthenticated: " + id.Reason}
+	case rc.opts.RequireAuth && id.Role != Sender:
 		return answer{code: http.StatusUnauthorized, apiserver: unknown,
-			msg: "unauthenticated: present a client certificate signed by the configured client CA, or the bearer token"}
+			msg: "unauthenticated: present the apiserver's client certificate (signed by --client-ca-file) or its bearer token"}
 	}
 	name := r.PathValue("apiserver")
 	if name != "" && !apiserverName.MatchString(name) {
 		return answer{code: http.StatusForbidden, apiserver: unknown, msg: fmt.Sprintf("%q is not a valid apiserver name", name)}
 	}
-	switch {
-	case certSubject != "" && certName == "" && len(rc.opts.CertSubjects) > 0:
-		return answer{code: http.StatusForbidden, apiserver: unknown,
-			msg: fmt.Sprintf("client certificate %q does not map to any apiserver", certSubject)}
-	case certName != "" && name != "" && certName != name:
-		return answer{code: http.StatusForbidden, apiserver: unknown,
-			msg: fmt.Sprintf("path names apiserver %q but the client certificate is %q's", name, certName)}
-	case name == "":
-		name = certName
+	if id.Role == Sender {
+		switch {
+		case id.APIServer == "":
+			return answer{code: http.StatusForbidden, apiserver: unknown,
+				msg: fmt.Sprintf("client certificate %q does not map to any apiserver (set its certSubject in the apiservers: config)", id.Subject)}
+		case name != "" && id.APIServer != name:
+			return answer{code: http.StatusForbidden, apiserver: unknown,
+				msg: fmt.Sprintf("path names apiserver %q but the credential is %q's", name, id.APIServer)}
+		}
+		name = id.APIServer
 	}
 	if name == "" {
 		return answer{code: http.StatusForbidden, apiserver: unknown,
@@ -201,43 +228,58 @@ func (rc *Receiver) serve(w http.ResponseWriter, r *http.Request, start time.Tim
 			msg: fmt.Sprintf("unknown apiserver %q (configure it, or run with --accept-unknown-apiservers)", name)}
 	}
 
+	// The sender's share covers reading and processing: however slowly its bodies come, it
+	// holds its own turns only.
+	if !rc.takeSenderSlot(name) {
+		return answer{code: http.StatusServiceUnavailable, apiserver: name, retry: true,
+			msg: fmt.Sprintf("overloaded: apiserver %s already has %d requests in flight", name, rc.opts.MaxInflightPerSender)}
+	}
+	defer rc.releaseSenderSlot(name)
+	rc.m.inflight.Inc()
+	defer rc.m.inflight.Dec()
+
 	body, a := rc.readBody(w, r, name)
+	defer rc.reading.release(a.reserved)
 	if body == nil {
 		return a
 	}
 	// Nothing keeps the body once it is decoded (records own copies of their events).
 	defer rc.putBody(a.buf)
+
+	// A processing slot only now that the body is here: slots are held for decoding and the
+	// spool's fsync, never for a client's network.
+	select {
+	case rc.slots <- struct{}{}:
+		defer func() { <-rc.slots }()
+	default:
+		return answer{code: http.StatusServiceUnavailable, apiserver: name, retry: true,
+			msg: fmt.Sprintf("overloaded: %d batches being processed", rc.opts.MaxInflight)}
+	}
 	return rc.accept(r.Context(), body, name, r.RemoteAddr, start)
 }
 
-// certIdentity returns the apiserver named by a verified client certificate, whether a verified
-// certificate was presented at all, and its subject.
-func (rc *Receiver) certIdentity(r *http.Request) (name string, verified bool, subject string) {
-	if r.TLS == nil || len(r.TLS.VerifiedChains) == 0 || len(r.TLS.VerifiedChains[0]) == 0 {
-		return "", false, ""
-	}
-	cert := r.TLS.VerifiedChains[0][0]
-	subject = cert.Subject.String()
-	if n, ok := rc.opts.CertSubjects[subject]; ok {
-		return n, true, subject
-	}
-	if n, ok := rc.opts.CertSubjects[cert.Subject.CommonName]; ok {
-		return n, true, subject
-	}
-	return "", true, subject
-}
-
-func (rc *Receiver) tokenOK(r *http.Request) bool {
-	if rc.opts.Token == "" {
+func (rc *Receiver) takeSenderSlot(name string) bool {
+	rc.senderMu.Lock()
+	defer rc.senderMu.Unlock()
+	if rc.perSender[name] >= rc.opts.MaxInflightPerSender {
 		return false
 	}
-	h := r.Header.Get("Authorization")
-	tok, ok := strings.CutPrefix(h, "Bearer ")
-	return ok && subtle.ConstantTimeCompare([]byte(strings.TrimSpace(tok)), []byte(rc.opts.Token)) == 1
+	rc.perSender[name]++
+	return true
 }
 
-// readBody reads the (possibly gzip-encoded) body within the size and time limits. On failure
-// it returns nil and the answer to give.
+func (rc *Receiver) releaseSenderSlot(name string) {
+	rc.senderMu.Lock()
+	defer rc.senderMu.Unlock()
+	if rc.perSender[name]--; rc.perSender[name] <= 0 {
+		delete(rc.perSender, name)
+	}
+}
+
+// readBody reads the (possibly gzip-encoded) body within the size and time limits, and within
+// the memory budget of bodies being read. On failure it returns nil and the answer to give. The
+// answer's reserved bytes, success or not, are the caller's to release once the body is no
+// longer used.
 func (rc *Receiver) readBody(w http.ResponseWriter, r *http.Request, name string) ([]byte, answer) {
 	if rc.opts.ReadTimeout > 0 {
 		// Per request, so it also holds on HTTP/2 where connection deadlines do not apply.
@@ -265,23 +307,39 @@ func (rc *Receiver) readBody(w http.ResponseWriter, r *http.Request, name string
 			msg: fmt.Sprintf("unsupported Content-Encoding %q (want gzip or none)", enc)}
 	}
 	// Read one byte past the limit so that a decoded body over it is recognised (a gzip bomb).
+	// The budget is taken as the bytes arrive (the declared length at once, when it is given):
+	// a slow sender holds only what it has sent.
+	budgeted := &budgetReader{r: io.LimitReader(src, limit+1), budget: rc.reading}
 	buf := bytes.NewBuffer(rc.bodies.Get())
 	if r.ContentLength > 0 && src == io.Reader(counted) {
+		if !budgeted.reserve(r.ContentLength + 1) {
+			return nil, rc.overBudget(name, budgeted.reserved)
+		}
 		buf.Grow(int(r.ContentLength) + 1)
 	}
-	_, err := buf.ReadFrom(io.LimitReader(src, limit+1))
+	_, err := buf.ReadFrom(budgeted)
 	body := buf.Bytes()
 	rc.m.bytes.WithLabelValues(name).Add(float64(counted.n))
 	if err != nil {
 		rc.putBody(buf)
-		return nil, rc.readError(name, err, "body")
+		if errors.Is(err, errOverBudget) {
+			return nil, rc.overBudget(name, budgeted.reserved)
+		}
+		a := rc.readError(name, err, "body")
+		a.reserved = budgeted.reserved
+		return nil, a
 	}
 	if int64(len(body)) > limit {
 		rc.putBody(buf)
-		return nil, answer{code: http.StatusRequestEntityTooLarge, apiserver: name,
+		return nil, answer{code: http.StatusRequestEntityTooLarge, apiserver: name, reserved: budgeted.reserved,
 			msg: fmt.Sprintf("decoded body exceeds the limit of %d bytes", limit)}
 	}
-	return body, answer{buf: buf}
+	return body, answer{buf: buf, reserved: budgeted.reserved}
+}
+
+func (rc *Receiver) overBudget(name string, reserved int64) answer {
+	return answer{code: http.StatusServiceUnavailable, apiserver: name, retry: true, reserved: reserved,
+		msg: fmt.Sprintf("overloaded: bodies being read hold the memory budget of %d bytes", rc.opts.MaxReadingBytes)}
 }
 
 // maxPooledBody bounds the buffers kept for reuse, so that one huge body does not stay.
@@ -373,6 +431,7 @@ func (rc *Receiver) accept(ctx context.Context, body []byte, name, remote string
 	var end spool.Position
 	if ndup < len(recs) {
 		end, err = rc.spool.Append(frame)
+		rc.noteAppend(err, len(frame))
 		if err != nil {
 			rc.index.Forget(keys, dup)
 			rc.commit.Unlock()
@@ -420,7 +479,33 @@ func (rc *Receiver) LastBatches() map[string]time.Time {
 	return out
 }
 
-// Ready reports whether the receiver can accept batches: the spool is open, healthy and has room.
+// refusal is an append the spool refused: its error, the frame's size and when.
+type refusal struct {
+	err  error
+	need int64
+	at   time.Time
+}
+
+// refusalHoldsFor is how long Ready reports an append that failed for another reason than the
+// spool's size limit (a write error, such as a full disk), unless an append succeeds first: the
+// receiver cannot tell when the disk has room again without trying.
+const refusalHoldsFor = 30 * time.Second
+
+// noteAppend remembers the outcome of a spool append for Ready.
+func (rc *Receiver) noteAppend(err error, frame int) {
+	rc.refusedMu.Lock()
+	defer rc.refusedMu.Unlock()
+	if err == nil {
+		rc.refused = nil
+		return
+	}
+	rc.refused = &refusal{err: err, need: int64(frame), at: rc.now()}
+}
+
+// Ready reports whether the receiver can accept batches: the spool is open and healthy, has
+// room, and did not refuse the last append for a reason that still holds (the size limit, until
+// consumers free room for that batch; a write error such as a full disk, until an append
+// succeeds or refusalHoldsFor passes). Safe for concurrent use.
 func (rc *Receiver) Ready() error {
 	st := rc.spool.Stats()
 	switch {
@@ -430,6 +515,19 @@ func (rc *Receiver) Ready() error {
 		return st.Failed
 	case st.Bytes >= st.MaxBytes:
 		return fmt.Errorf("%w: %d of %d bytes used", spool.ErrFull, st.Bytes, st.MaxBytes)
+	}
+	rc.refusedMu.Lock()
+	ref := rc.refused
+	rc.refusedMu.Unlock()
+	switch {
+	case ref == nil:
+		return nil
+	case errors.Is(ref.err, spool.ErrFull):
+		if st.Bytes+ref.need > st.MaxBytes {
+			return fmt.Errorf("%w: %d of %d bytes used, the last batch refused needs %d", spool.ErrFull, st.Bytes, st.MaxBytes, ref.need)
+		}
+	case rc.now().Sub(ref.at) < refusalHoldsFor:
+		return fmt.Errorf("the spool refused the last batch %s ago: %w", rc.now().Sub(ref.at).Round(time.Second), ref.err)
 	}
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"compress/gzip"
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/json"
 	"fmt"
@@ -19,6 +20,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -296,17 +298,61 @@ func TestUnknownApiserversAcceptedWhenAllowed(t *testing.T) {
 	}
 }
 
-func TestBearerToken(t *testing.T) {
-	f := newFixture(t, Options{Token: "s3cret", RequireAuth: true}, 0)
-	body := events(t, 1, 1)
-	if w := f.post(t, "/audit/kas-a", body, nil); w.Code != 401 || w.Header().Get("WWW-Authenticate") == "" {
-		t.Fatalf("no token: %d %v", w.Code, w.Header())
+func TestBearerTokensNameOneApiserverEach(t *testing.T) {
+	auth, err := NewAuthenticator(AuthOptions{
+		SenderTokens: []NamedToken{{"kas-a", "token-of-a"}, {"kas-b", "token-of-b"}},
+		ReaderTokens: []string{"reader-token"},
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
-	if w := f.post(t, "/audit/kas-a", body, map[string]string{"Authorization": "Bearer wrong"}); w.Code != 401 {
-		t.Fatalf("wrong token: %d", w.Code)
+	f := newFixture(t, Options{Auth: auth, RequireAuth: true}, 0)
+	bearer := func(tok string) map[string]string { return map[string]string{"Authorization": "Bearer " + tok} }
+	for _, c := range []struct {
+		name, path string
+		hdr        map[string]string
+		code       int
+	}{
+		{"no token", "/audit/kas-a", nil, 401},
+		{"wrong token", "/audit/kas-a", bearer("wrong"), 401},
+		{"not a bearer token", "/audit/kas-a", map[string]string{"Authorization": "Basic a2FzLWE6eA=="}, 401},
+		{"kas-b's token posting as kas-a", "/audit/kas-a", bearer("token-of-b"), 403},
+		{"a reader's token", "/audit/kas-a", bearer("reader-token"), 403},
+		{"a reader's token without a name", "/audit", bearer("reader-token"), 403},
+		{"encoded slash", "/audit/kas-a%2F..%2Fkas-b", bearer("token-of-a"), 403},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if w := f.post(t, c.path, events(t, 1, 1), c.hdr); w.Code != c.code {
+				t.Fatalf("status %d, want %d: %s", w.Code, c.code, w.Body)
+			}
+		})
 	}
-	if w := f.post(t, "/audit/kas-a", body, map[string]string{"Authorization": "Bearer s3cret"}); w.Code != 200 {
+	if recs := f.stored(t); len(recs) != 0 {
+		t.Fatalf("refused requests stored %d records", len(recs))
+	}
+	if w := f.post(t, "/audit/kas-a", events(t, 2, 1), bearer("token-of-a")); w.Code != 200 {
 		t.Fatalf("right token: %d %s", w.Code, w.Body)
+	}
+	if w := f.post(t, "/audit", events(t, 3, 1), bearer("token-of-b")); w.Code != 200 {
+		t.Fatalf("token alone names the sender: %d %s", w.Code, w.Body)
+	}
+	recs := f.stored(t)
+	if len(recs) != 2 || recs[0].APIServer != "kas-a" || recs[1].APIServer != "kas-b" {
+		t.Fatalf("stored %+v", recs)
+	}
+}
+
+func TestAuthenticatorRefusesAmbiguousCredentials(t *testing.T) {
+	ca := testpki.NewCA(t, t.TempDir(), "both")
+	for name, o := range map[string]AuthOptions{
+		"one CA for both":            {SenderCAs: []*x509.Certificate{ca.Cert}, ReaderCAs: []*x509.Certificate{ca.Cert}},
+		"one token for two":          {SenderTokens: []NamedToken{{"kas-a", "t"}, {"kas-b", "t"}}},
+		"reader token is a sender's": {SenderTokens: []NamedToken{{"kas-a", "t"}}, ReaderTokens: []string{"t"}},
+		"empty token":                {SenderTokens: []NamedToken{{"kas-a", ""}}},
+	} {
+		if _, err := NewAuthenticator(o); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
 	}
 }
 
@@ -319,8 +365,17 @@ func TestClientCertificatesNameTheSender(t *testing.T) {
 	stranger := ca.Client(t, "stranger", pkix.Name{CommonName: "someone-else"})
 	forged := other.Client(t, "forged", pkix.Name{CommonName: "kas-a-audit"})
 
-	f := newFixture(t, Options{RequireAuth: true, CertSubjects: map[string]string{"kas-a-audit": "kas-a"}}, 0)
-	tc, err := ServerTLS(serving.CertFile, serving.KeyFile, ca.CertFile)
+	readerCA := testpki.NewCA(t, dir, "reader")
+	reader := readerCA.Client(t, "reader", pkix.Name{CommonName: "kas-a-audit"})
+	auth, err := NewAuthenticator(AuthOptions{
+		SenderCAs: []*x509.Certificate{ca.Cert}, ReaderCAs: []*x509.Certificate{readerCA.Cert},
+		CertSubjects: map[string]string{"kas-a-audit": "kas-a"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := newFixture(t, Options{RequireAuth: true, Auth: auth}, 0)
+	tc, err := ServerTLS(serving.CertFile, serving.KeyFile, ca.CertFile, readerCA.CertFile)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -360,6 +415,7 @@ func TestClientCertificatesNameTheSender(t *testing.T) {
 		{"certificate alone names the sender", client(&kasA), "/audit", 200},
 		{"certificate and path disagree", client(&kasA), "/audit/kas-b", 403},
 		{"certificate not mapped to an apiserver", client(&stranger), "/audit/kas-a", 403},
+		{"reader certificate with an apiserver's subject", client(&reader), "/audit/kas-a", 403},
 		{"no certificate, no token", client(nil), "/audit/kas-a", 401},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -431,6 +487,10 @@ func TestFullSpoolAnswers503AndIsNotReady(t *testing.T) {
 	if got := eventCount(f.rc, "kas-a", metrics.ResultDuplicate); got != 0 {
 		t.Fatalf("%d events of a refused batch counted as duplicates", got)
 	}
+	// The probe tells the truth: the spool is under its limit, but not by enough for that batch.
+	if err := f.rc.Ready(); err == nil || !strings.Contains(err.Error(), "full") {
+		t.Fatalf("Ready() = %v while batches are refused as the spool is full", err)
+	}
 	// (Room freed by consumers is the spool's own test: TestFullUntilConsumersCatchUp.)
 	// What was acknowledged before the spool filled is all there, and a refused batch left nothing.
 	if n, acked := len(f.stored(t)), eventCount(f.rc, "kas-a", metrics.ResultAccepted); n != acked {
@@ -475,5 +535,96 @@ func waitUntil(t *testing.T, cond func() bool) {
 			t.Fatal("condition not reached")
 		case <-time.After(5 * time.Millisecond):
 		}
+	}
+}
+
+// stall starts a request to path whose body never completes, and returns a func that ends it.
+func stall(t *testing.T, base, path string, length int) func() {
+	t.Helper()
+	conn, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n{\"kind\":", path, length)
+	return func() { conn.Close() }
+}
+
+func TestSlowSenderCannotStarveAnother(t *testing.T) {
+	// Four processing slots for three apiservers: a share of two each.
+	f := newFixture(t, Options{MaxInflight: 4, ReadTimeout: 30 * time.Second}, 0)
+	srv := httptest.NewServer(f.handler())
+	defer srv.Close()
+	for range 20 {
+		defer stall(t, srv.URL, "/audit/kas-a", 100000)()
+	}
+	waitUntil(t, func() bool { return testutil.ToFloat64(f.rc.m.inflight) == 2 })
+	start := time.Now()
+	resp, err := http.Post(srv.URL+"/audit/kas-b", "application/json", bytes.NewReader(events(t, 1, 3)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 || time.Since(start) > 5*time.Second {
+		t.Fatalf("kas-b behind 20 stalled kas-a bodies: status %d after %s", resp.StatusCode, time.Since(start))
+	}
+	resp, err = http.Post(srv.URL+"/audit/kas-a", "application/json", bytes.NewReader(events(t, 2, 3)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 503 || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("kas-a beyond its share: %d, want 503 with Retry-After", resp.StatusCode)
+	}
+	if recs := f.stored(t); len(recs) != 3 || recs[0].APIServer != "kas-b" {
+		t.Fatalf("stored %d records", len(recs))
+	}
+}
+
+func TestBodiesBeingReadAreBoundedInMemory(t *testing.T) {
+	f := newFixture(t, Options{MaxBodyBytes: 1 << 20, MaxReadingBytes: 1<<20 + 1, ReadTimeout: 30 * time.Second}, 0)
+	srv := httptest.NewServer(f.handler())
+	defer srv.Close()
+	end := stall(t, srv.URL, "/audit/kas-a", 1<<20)
+	waitUntil(t, func() bool { return f.rc.reading.inUse() > 0 })
+	resp, err := http.Post(srv.URL+"/audit/kas-b", "application/json", bytes.NewReader(events(t, 1, 3)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 503 || !strings.Contains(string(b), "memory budget") {
+		t.Fatalf("a body beyond the budget: %d %s", resp.StatusCode, b)
+	}
+	end()
+	waitUntil(t, func() bool { return f.rc.reading.inUse() == 0 })
+	resp, err = http.Post(srv.URL+"/audit/kas-b", "application/json", bytes.NewReader(events(t, 1, 3)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("after the stalled body went: %d", resp.StatusCode)
+	}
+}
+
+func TestReadyReportsAFailedWrite(t *testing.T) {
+	f := newFixture(t, Options{}, 0)
+	now := time.Now()
+	f.rc.now = func() time.Time { return now }
+	if err := f.rc.Ready(); err != nil {
+		t.Fatal(err)
+	}
+	f.rc.noteAppend(fmt.Errorf("spool: write frame: %w", syscall.ENOSPC), 1000)
+	if err := f.rc.Ready(); err == nil || !strings.Contains(err.Error(), "no space") {
+		t.Fatalf("Ready() = %v after a write failed for lack of space", err)
+	}
+	now = now.Add(refusalHoldsFor)
+	if err := f.rc.Ready(); err != nil {
+		t.Fatalf("Ready() = %v once the refusal is old", err)
+	}
+	f.rc.noteAppend(fmt.Errorf("spool: write frame: %w", syscall.ENOSPC), 1000)
+	f.rc.noteAppend(nil, 1000)
+	if err := f.rc.Ready(); err != nil {
+		t.Fatalf("Ready() = %v after a successful append", err)
 	}
 }

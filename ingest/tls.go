@@ -12,10 +12,12 @@ import (
 
 // ServerTLS returns the receiver's TLS configuration. The serving certificate is re-read when
 // its files change (checked at most every reloadEvery), so a rotated certificate (cert-manager)
-// takes effect without a restart. With clientCAFile, client certificates are verified against
-// it when presented; whether one is required is the receiver's decision (a bearer token may
-// stand in for it).
-func ServerTLS(certFile, keyFile, clientCAFile string) (*tls.Config, error) {
+// takes effect without a restart. With clientCAFiles (the apiservers' CA and the readers' CA),
+// a client certificate is verified against all of them when presented; which one it chains to,
+// and so what it may do, is the Authenticator's decision, and whether one is required is the
+// receiver's and the read endpoints' (a bearer token may stand in for it). Empty names are
+// skipped.
+func ServerTLS(certFile, keyFile string, clientCAFiles ...string) (*tls.Config, error) {
 	if certFile == "" || keyFile == "" {
 		return nil, errors.New("TLS needs both --tls-cert-file and --tls-key-file (or --insecure-http on loopback)")
 	}
@@ -28,15 +30,22 @@ func ServerTLS(certFile, keyFile, clientCAFile string) (*tls.Config, error) {
 		NextProtos:     []string{"h2", "http/1.1"},
 		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return kp.get() },
 	}
-	if clientCAFile != "" {
-		pem, err := os.ReadFile(clientCAFile)
+	pool := x509.NewCertPool()
+	n := 0
+	for _, f := range clientCAFiles {
+		if f == "" {
+			continue
+		}
+		cas, err := LoadCAs(f)
 		if err != nil {
-			return nil, fmt.Errorf("read client CA: %w", err)
+			return nil, fmt.Errorf("client CA: %w", err)
 		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("client CA file %s holds no PEM certificate", clientCAFile)
+		for _, c := range cas {
+			pool.AddCert(c)
+			n++
 		}
+	}
+	if n > 0 {
 		cfg.ClientCAs = pool
 		cfg.ClientAuth = tls.VerifyClientCertIfGiven
 	}

@@ -15,7 +15,6 @@ import (
 	"net/http/pprof"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"time"
 
@@ -43,6 +42,7 @@ type Server struct {
 	spool      *spool.Spool
 	codec      *record.Codec
 	receiver   *ingest.Receiver
+	auth       *ingest.Authenticator
 	correlator *correlate.Correlator
 	gate       *gate.Gate
 	store      store.Store
@@ -115,12 +115,16 @@ func New(ctx context.Context, cfg config.File, log *slog.Logger) (_ *Server, err
 		return nil, err
 	}
 
-	opts, err := receiverOptions(cfg)
+	opts, err := receiverOptions(cfg, log)
 	if err != nil {
 		return nil, err
 	}
+	s.auth = opts.Auth
 	if !opts.RequireAuth {
-		log.Warn("no client CA and no token configured: any client that reaches the listener can post audit events")
+		log.Warn("no client CA and no apiserver token configured: any client that reaches the listener can post audit events as any apiserver")
+	}
+	if !s.auth.HasReaderCredentials() {
+		log.Warn("no reader credential configured: /metrics, the chain, apiserver and gate APIs and pprof refuse every request; give --reader-token-file or --reader-client-ca-file to read them")
 	}
 	s.receiver = ingest.NewReceiver(opts, s.spool, index, s.codec, dead, log)
 	s.registry.MustRegister(s.receiver.Collectors()...)
@@ -233,30 +237,73 @@ func (s *Server) runConsumer(ctx context.Context, name string, c spool.Consumer)
 	})
 }
 
-func receiverOptions(cfg config.File) (ingest.Options, error) {
+// receiverOptions turns the configuration into the receiver's options and the authenticator
+// that tells apiservers (client CA, per-apiserver tokens) from readers (reader CA, reader
+// tokens).
+func receiverOptions(cfg config.File, log *slog.Logger) (ingest.Options, error) {
 	o := ingest.Options{
-		AcceptUnknown: cfg.AcceptUnknownAPIServers,
-		CertSubjects:  map[string]string{},
-		MaxBodyBytes:  int64(cfg.Limits.MaxBodyBytes),
-		MaxInflight:   cfg.Limits.MaxInflight,
-		ReadTimeout:   time.Duration(cfg.Limits.ReadTimeout),
-		RequireAuth:   cfg.TLS.ClientCAFile != "" || cfg.TLS.TokenFile != "",
+		AcceptUnknown:        cfg.AcceptUnknownAPIServers,
+		MaxBodyBytes:         int64(cfg.Limits.MaxBodyBytes),
+		MaxInflight:          cfg.Limits.MaxInflight,
+		MaxInflightPerSender: cfg.Limits.MaxInflightPerAPIServer,
+		MaxReadingBytes:      int64(cfg.Limits.MaxReadingBytes),
+		ReadTimeout:          time.Duration(cfg.Limits.ReadTimeout),
+	}
+	ao := ingest.AuthOptions{CertSubjects: map[string]string{}}
+	oneToken := func(path, whose string) (string, error) {
+		toks, err := ingest.ReadTokenFile(path)
+		if err != nil {
+			return "", fmt.Errorf("%s: %w", whose, err)
+		}
+		if len(toks) != 1 {
+			return "", fmt.Errorf("%s: token file %s holds %d tokens, want one", whose, path, len(toks))
+		}
+		return toks[0], nil
 	}
 	for _, a := range cfg.APIServers {
 		o.APIServers = append(o.APIServers, a.Name)
 		if a.CertSubject != "" {
-			o.CertSubjects[a.CertSubject] = a.Name
+			ao.CertSubjects[a.CertSubject] = a.Name
+		}
+		if a.TokenFile != "" {
+			tok, err := oneToken(a.TokenFile, "apiserver "+a.Name)
+			if err != nil {
+				return o, err
+			}
+			ao.SenderTokens = append(ao.SenderTokens, ingest.NamedToken{APIServer: a.Name, Token: tok})
 		}
 	}
 	if cfg.TLS.TokenFile != "" {
-		b, err := os.ReadFile(cfg.TLS.TokenFile)
+		// Validate allows it with exactly one apiserver only: then it can name no other.
+		name := cfg.APIServers[0].Name
+		tok, err := oneToken(cfg.TLS.TokenFile, "--token-file")
 		if err != nil {
-			return o, fmt.Errorf("token file: %w", err)
+			return o, err
 		}
-		if o.Token = strings.TrimSpace(string(b)); o.Token == "" {
-			return o, fmt.Errorf("token file %s is empty", cfg.TLS.TokenFile)
+		ao.SenderTokens = append(ao.SenderTokens, ingest.NamedToken{APIServer: name, Token: tok})
+		log.Warn("DEPRECATED: --token-file (tls.tokenFile) is one token shared by every sender; it is taken as apiserver "+name+"'s token "+
+			"because it is the only apiserver configured, and will be refused as soon as another is added: use apiservers[].tokenFile", "apiserver", name)
+	}
+	var err error
+	if cfg.TLS.ClientCAFile != "" {
+		if ao.SenderCAs, err = ingest.LoadCAs(cfg.TLS.ClientCAFile); err != nil {
+			return o, fmt.Errorf("--client-ca-file: %w", err)
 		}
 	}
+	if cfg.Readers.ClientCAFile != "" {
+		if ao.ReaderCAs, err = ingest.LoadCAs(cfg.Readers.ClientCAFile); err != nil {
+			return o, fmt.Errorf("--reader-client-ca-file: %w", err)
+		}
+	}
+	if cfg.Readers.TokenFile != "" {
+		if ao.ReaderTokens, err = ingest.ReadTokenFile(cfg.Readers.TokenFile); err != nil {
+			return o, fmt.Errorf("--reader-token-file: %w", err)
+		}
+	}
+	if o.Auth, err = ingest.NewAuthenticator(ao); err != nil {
+		return o, err
+	}
+	o.RequireAuth = o.Auth.HasSenderCredentials()
 	return o, nil
 }
 
@@ -286,7 +333,14 @@ func (s *Server) listen() error {
 }
 
 // apiRoutes are what people and Prometheus read: metrics, the chain and gate APIs, pprof.
-func (s *Server) apiRoutes(mux *http.ServeMux) {
+// Only reader credentials reach them (ingest.Authenticator.Readers): whatever is under /api/,
+// /metrics and /debug/pprof/ is refused to anyone else, routes added later included.
+func (s *Server) apiRoutes(outer *http.ServeMux) {
+	mux := http.NewServeMux()
+	readers := s.auth.Readers(mux)
+	outer.Handle("/api/", readers)
+	outer.Handle("/metrics", readers)
+	outer.Handle("/debug/pprof/", readers)
 	var (
 		older     correlate.Lookup
 		olderList correlate.ListLookup
@@ -320,8 +374,11 @@ func (s *Server) newHTTPServer(h http.Handler) *http.Server {
 	return &http.Server{
 		Handler:           h,
 		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+		// Headers are small (a bearer token at most); the default of 1 MiB per connection would
+		// let idle connections hold memory.
+		MaxHeaderBytes: 64 << 10,
+		IdleTimeout:    2 * time.Minute,
+		ErrorLog:       slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 	}
 }
 
@@ -339,7 +396,7 @@ func (s *Server) bind(srv *http.Server, addr, flag string) (net.Listener, string
 		}
 		return ln, "http", nil
 	}
-	tc, err := ingest.ServerTLS(s.cfg.TLS.CertFile, s.cfg.TLS.KeyFile, s.cfg.TLS.ClientCAFile)
+	tc, err := ingest.ServerTLS(s.cfg.TLS.CertFile, s.cfg.TLS.KeyFile, s.cfg.TLS.ClientCAFile, s.cfg.Readers.ClientCAFile)
 	if err != nil {
 		ln.Close()
 		return nil, "", err

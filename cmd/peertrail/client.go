@@ -15,26 +15,90 @@ import (
 	"github.com/spf13/pflag"
 )
 
+// tokenEnv is the environment variable the API clients take a reader token from when neither
+// --token nor --token-file is given.
+const tokenEnv = "PEERTRAIL_TOKEN"
+
 // serverFlags are how the commands that ask a running peertrail serve (gate, chain) reach it.
-// serve listens with TLS by default, so these must be able to verify it.
+// serve listens with TLS by default, so these must be able to verify it, and its API answers
+// readers only, so these carry a reader's credential.
 type serverFlags struct {
-	server   string
-	caFile   string
-	insecure bool
+	server            string
+	caFile            string
+	insecure          bool
+	token, tokenFile  string
+	certFile, keyFile string
 }
 
 func (s *serverFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&s.server, "server", "http://127.0.0.1:8443", "base URL of a running peertrail serve (https:// when it serves TLS, its default)")
 	fs.StringVar(&s.caFile, "ca-file", "", "CA bundle that verifies peertrail serve's certificate")
 	fs.BoolVar(&s.insecure, "insecure-skip-tls-verify", false, "do not verify peertrail serve's certificate")
+	fs.StringVar(&s.token, "token", "", "reader bearer token (one of serve's --reader-token-file); default $"+tokenEnv+"; prefer --token-file, a\n"+
+		"token on the command line shows in the process list")
+	fs.StringVar(&s.tokenFile, "token-file", "", "file holding the reader bearer token")
+	fs.StringVar(&s.certFile, "client-cert", "", "reader client certificate (PEM, signed by serve's --reader-client-ca-file)")
+	fs.StringVar(&s.keyFile, "client-key", "", "the reader client certificate's key (PEM)")
+}
+
+// bearer returns the reader token from --token, --token-file or $PEERTRAIL_TOKEN ("" for none).
+func (s *serverFlags) bearer() (string, error) {
+	switch {
+	case s.token != "" && s.tokenFile != "":
+		return "", fmt.Errorf("give --token or --token-file, not both")
+	case s.token != "":
+		return s.token, nil
+	case s.tokenFile != "":
+		b, err := os.ReadFile(s.tokenFile)
+		if err != nil {
+			return "", fmt.Errorf("--token-file: %w", err)
+		}
+		tok := strings.TrimSpace(string(b))
+		if tok == "" || strings.ContainsAny(tok, "\r\n") {
+			return "", fmt.Errorf("--token-file %s: want one token on one line", s.tokenFile)
+		}
+		return tok, nil
+	}
+	return strings.TrimSpace(os.Getenv(tokenEnv)), nil
 }
 
 func (s *serverFlags) client(timeout time.Duration) (*http.Client, error) {
-	tc, err := clientTLS(s.caFile, s.insecure, "", "")
+	if (s.certFile == "") != (s.keyFile == "") {
+		return nil, fmt.Errorf("--client-cert and --client-key go together")
+	}
+	tc, err := clientTLS(s.caFile, s.insecure, s.certFile, s.keyFile)
 	if err != nil {
 		return nil, err
 	}
-	return &http.Client{Transport: &http.Transport{TLSClientConfig: tc, ForceAttemptHTTP2: true}, Timeout: timeout}, nil
+	tok, err := s.bearer()
+	if err != nil {
+		return nil, err
+	}
+	var rt http.RoundTripper = &http.Transport{TLSClientConfig: tc, ForceAttemptHTTP2: true}
+	if tok != "" {
+		rt = withBearer(rt, tok)
+	}
+	return &http.Client{Transport: rt, Timeout: timeout}, nil
+}
+
+// withBearer returns a RoundTripper that sends token as a bearer token on every request
+// through rt (http.DefaultTransport when nil). It does not modify the caller's request.
+func withBearer(rt http.RoundTripper, token string) http.RoundTripper {
+	if rt == nil {
+		rt = http.DefaultTransport
+	}
+	return bearerTransport{rt: rt, header: "Bearer " + token}
+}
+
+type bearerTransport struct {
+	rt     http.RoundTripper
+	header string
+}
+
+func (b bearerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", b.header)
+	return b.rt.RoundTrip(r)
 }
 
 // get asks serve's API for path and returns the body of its 200 answer.
@@ -66,6 +130,10 @@ func apiGet(ctx context.Context, c *http.Client, base, path string) ([]byte, err
 		var e struct{ Error string }
 		if json.Unmarshal(body, &e) == nil && e.Error != "" {
 			return nil, fmt.Errorf("%s", e.Error)
+		}
+		if resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden {
+			return nil, fmt.Errorf("%s%s: %s: %s (the API answers readers only: --token-file, $%s, or --client-cert/--client-key)",
+				base, path, resp.Status, strings.TrimSpace(string(body)), tokenEnv)
 		}
 		return nil, fmt.Errorf("%s%s: %s: %s", base, path, resp.Status, strings.TrimSpace(string(body)))
 	}

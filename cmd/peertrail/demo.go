@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -86,6 +87,14 @@ func runDemo(ctx context.Context, f *demoFlags, out, errOut io.Writer) error {
 	cfg := config.Defaults()
 	cfg.Listen, cfg.InsecureHTTP, cfg.AcceptUnknownAPIServers = f.listen, true, true
 	cfg.DataDir, cfg.Store.SQLListen = dataDir, f.sqlListen
+	// The API answers readers only, even on loopback: the demo makes a reader token and uses it
+	// as the commands it prints do.
+	token, tokenFile, err := demoReaderToken(dataDir)
+	if err != nil {
+		return err
+	}
+	cfg.Readers.TokenFile = tokenFile
+	reader := &http.Client{Transport: withBearer(nil, token), Timeout: time.Minute}
 	// The simulated apiservers send a batch every second: a short window closes chains quickly.
 	cfg.Correlate.ChainWindow = config.Duration(5 * time.Second)
 	// Only warnings: the demo's own output is the point.
@@ -120,7 +129,7 @@ func runDemo(ctx context.Context, f *demoFlags, out, errOut io.Writer) error {
 		fmt.Fprintln(out, "\nWaiting for the last chains to close...")
 		time.Sleep(time.Duration(cfg.Correlate.ChainWindow) + 3*time.Second)
 	} else {
-		if truths, sc, err = simulatedDemo(ctx, f, srv.URL(), out, errOut); err != nil {
+		if truths, sc, err = simulatedDemo(ctx, f, srv.URL(), reader, out, errOut); err != nil {
 			return err
 		}
 	}
@@ -138,24 +147,25 @@ func runDemo(ctx context.Context, f *demoFlags, out, errOut io.Writer) error {
 	}
 
 	fmt.Fprintln(out, "\n=== The upgrade gate (peertrail gate): may the next apiserver be replaced?")
-	if err := demoGate(ctx, out, srv.URL()); err != nil {
+	if err := demoGate(ctx, out, reader, srv.URL()); err != nil {
 		return err
 	}
 
 	// An example to look at: a misleading 404 peertrail recognised as one.
 	example := "<auditID>"
-	if c, err := listChains(ctx, srv.URL(), "misleading_404"); err == nil && len(c) > 0 {
+	if c, err := listChains(ctx, reader, srv.URL(), "misleading_404"); err == nil && len(c) > 0 {
 		example = c[0].AuditID
 	}
 	fmt.Fprintf(out, `
-=== Explore
-  one request:   peertrail chain %s --server %s
+=== Explore (the API and /metrics answer readers only: this demo's reader token is in %s)
+  one request:   peertrail chain %s --server %s --token-file %s
+  the gate:      PEERTRAIL_TOKEN=$(cat %s) peertrail gate --server %s
   SQL:           peertrail sql --server %s 'SELECT class, count() FROM peertrail.chains FINAL GROUP BY class'
   report:        peertrail report --server %s --since 1h
-  metrics:       %s/metrics   (Prometheus; alert rules in alerts/generated/)
-  dashboards:    dashboards/generated/*.json for Grafana: a Prometheus data source scraping %s,
-                 and a ClickHouse data source (grafana-clickhouse-datasource, HTTP) at %s
-`, example, srv.URL(), srv.SQLURL(), srv.SQLURL(), srv.URL(), srv.URL(), srv.SQLURL())
+  metrics:       curl -H "Authorization: Bearer $(cat %s)" %s/metrics   (alert rules in alerts/generated/)
+  dashboards:    dashboards/generated/*.json for Grafana: a Prometheus data source scraping %s
+                 with that bearer token, and a ClickHouse data source (grafana-clickhouse-datasource, HTTP) at %s
+`, tokenFile, example, srv.URL(), tokenFile, tokenFile, srv.URL(), srv.SQLURL(), srv.SQLURL(), tokenFile, srv.URL(), srv.URL(), srv.SQLURL())
 	if f.keepRunning {
 		fmt.Fprintln(out, "\npeertrail keeps running; press Ctrl-C to stop.")
 		<-ctx.Done()
@@ -227,8 +237,22 @@ func demoReport(ctx context.Context, out io.Writer, s store.Store) error {
 	return nil
 }
 
-func demoGate(ctx context.Context, out io.Writer, base string) error {
-	body, err := apiGet(ctx, http.DefaultClient, base, "/api/v1/gate")
+// demoReaderToken writes a fresh random reader token to dir/reader.token (mode 0600) and
+// returns it with the file's path.
+func demoReaderToken(dir string) (token, path string, err error) {
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return "", "", fmt.Errorf("data directory: %w", err)
+	}
+	token = rand.Text() // 128 random bits
+	path = filepath.Join(dir, "reader.token")
+	if err := os.WriteFile(path, []byte(token+"\n"), 0o600); err != nil {
+		return "", "", fmt.Errorf("reader token: %w", err)
+	}
+	return token, path, nil
+}
+
+func demoGate(ctx context.Context, out io.Writer, c *http.Client, base string) error {
+	body, err := apiGet(ctx, c, base, "/api/v1/gate")
 	if err != nil {
 		return err
 	}
@@ -240,8 +264,8 @@ func demoGate(ctx context.Context, out io.Writer, base string) error {
 	return nil
 }
 
-func listChains(ctx context.Context, base string, class correlate.Class) ([]*correlate.Chain, error) {
-	body, err := apiGet(ctx, http.DefaultClient, base, "/api/v1/chains?limit=1&class="+string(class))
+func listChains(ctx context.Context, c *http.Client, base string, class correlate.Class) ([]*correlate.Chain, error) {
+	body, err := apiGet(ctx, c, base, "/api/v1/chains?limit=1&class="+string(class))
 	if err != nil {
 		return nil, err
 	}
@@ -250,7 +274,7 @@ func listChains(ctx context.Context, base string, class correlate.Class) ([]*cor
 }
 
 // simulatedDemo plays the simulated upgrade and scores peertrail against its truth.
-func simulatedDemo(ctx context.Context, f *demoFlags, url string, out, errOut io.Writer) ([]simulate.Truth, *simulate.Scorecard, error) {
+func simulatedDemo(ctx context.Context, f *demoFlags, url string, reader *http.Client, out, errOut io.Writer) ([]simulate.Truth, *simulate.Scorecard, error) {
 	up := simulate.DefaultUpgrade()
 	up.Duration, up.Rate, up.Seed = f.duration, f.rate, f.seed
 	up.Faults = simulate.Faults{DropPeerAudit: 0.03, IdentityMismatch: 0.03, Impersonation: 0.1,
@@ -268,7 +292,7 @@ func simulatedDemo(ctx context.Context, f *demoFlags, url string, out, errOut io
 		return nil, nil, err
 	}
 	fmt.Fprintln(out, "\nWaiting for the last chains to close...")
-	sc, err := simulate.Score(ctx, http.DefaultClient, url, truths, 2*time.Minute)
+	sc, err := simulate.Score(ctx, reader, url, truths, 2*time.Minute)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -38,10 +38,30 @@ into a chain (entry and peer), classified (local, proxied, proxy_failed, mislead
 broken, loop, internal) with findings, counted in metrics and optionally traced (OTLP).
 
 Endpoints on the same port: GET /metrics (Prometheus), GET /healthz, GET /readyz (ready while
-the spool is writable and has room), GET /api/v1/chains/<auditID>, GET /api/v1/chains?class=
-&finding=&apiserver=&since=&limit= (newest first; memory holds open chains and final ones for
---late-window, since= reaches into the store), GET /api/v1/apiservers, GET /api/v1/gate (the
-upgrade gate's verdict: proceed or pause, with reasons).
+the spool is writable and has room, and accepted the last batch or the cause of its refusal
+is gone), GET /api/v1/chains/<auditID>, GET /api/v1/chains?class=&finding=&apiserver=&since=
+&limit= (newest first; memory holds open chains and final ones for --late-window, since=
+reaches into the store), GET /api/v1/apiservers, GET /api/v1/gate (the upgrade gate's
+verdict: proceed or pause, with reasons).
+
+Who may do what:
+  POST /audit/<name>  only apiserver <name>'s credential: a client certificate signed by
+                      --client-ca-file whose subject is its certSubject, or its own bearer
+                      token (apiservers[].tokenFile). Another apiserver's credential, an
+                      unmapped certificate or a reader's credential: 403; none: 401.
+  reads               /metrics, /api/..., /debug/pprof/: only a reader's credential, a bearer
+                      token of --reader-token-file or a client certificate signed by
+                      --reader-client-ca-file (a CA of its own). An apiserver's credential:
+                      403; none: 401. With no reader credential configured every read is
+                      refused (403): reads are never open to whoever reaches the port.
+  /healthz, /readyz   open, for probes.
+The clients (peertrail chain, gate, report) send a reader token with --token-file or
+$PEERTRAIL_TOKEN, or a reader certificate with --client-cert/--client-key.
+
+Limits: an apiserver's request takes one of its --max-inflight-per-apiserver turns while its
+body is read (within --read-timeout) and processed, and one of --max-inflight processing slots
+only once the body is in memory, so slow bodies hold their own sender's turns only; bodies being
+read share --max-reading-bytes of memory. Beyond any of them: 503 with Retry-After.
 
 Settings come from flags and from an optional YAML file (--config); a flag given on the command
 line wins over the file. The file also lists the apiservers:
@@ -51,8 +71,11 @@ line wins over the file. The file also lists the apiservers:
     address: 10.0.0.11          # optional: the IP it forwards peer requests from
     version: v1.35.4            # optional
     certSubject: kas-a-audit    # optional: client certificate CN (or full subject) naming it
-  tls: {certFile: ..., keyFile: ..., clientCAFile: ..., tokenFile: ...}
-  limits: {maxBodyBytes: 32Mi, maxInflight: 64, readTimeout: 60s, maxDeadLetterBytes: 1Gi}
+    tokenFile: kas-a.token      # optional: its own bearer token (one line), valid for kas-a only
+  tls: {certFile: ..., keyFile: ..., clientCAFile: ...}
+  readers: {tokenFile: readers.tokens, clientCAFile: readers-ca.crt}   # one token a line
+  limits: {maxBodyBytes: 32Mi, maxInflight: 64, maxInflightPerAPIServer: 0, maxReadingBytes: 256Mi,
+           readTimeout: 60s, maxDeadLetterBytes: 1Gi}
   spool: {maxBytes: 10Gi, segmentBytes: 64Mi, fsync: always, fsyncInterval: 1s, dedupHorizon: 10m}
   correlate: {chainWindow: 30s, lateWindow: 5m, maxOpenChains: 1000000, capabilityHorizon: 15m}
   store: {engine: embedded, sqlListen: 127.0.0.1:8123, retention: 720h,
@@ -60,12 +83,16 @@ line wins over the file. The file also lists the apiservers:
   tracing: {otlpEndpoint: http://otel-collector:4318}
   gate: {window: 10m, maxProxied5xxRatio: 0.01, minForwarded: 20, maxMisleading404: 0,
          maxBroken: 0, maxIdentityMismatch: 0, maxIngestGap: 2m, maxMinorSkew: 1, forgetAfter: 30m}`,
-		Example: `  # TLS, apiservers authenticated by client certificates, names from a config file
+		Example: `  # TLS, apiservers authenticated by client certificates, names from a config file,
+  # readers (peertrail gate, Prometheus) by bearer tokens
   peertrail serve --config /etc/peertrail/config.yaml \
-    --tls-cert-file tls.crt --tls-key-file tls.key --client-ca-file apiserver-audit-ca.crt
+    --tls-cert-file tls.crt --tls-key-file tls.key --client-ca-file apiserver-audit-ca.crt \
+    --reader-token-file readers.tokens
 
-  # Local trial: plain HTTP on loopback, any apiserver name accepted
-  peertrail serve --insecure-http --listen 127.0.0.1:8443 --accept-unknown-apiservers`,
+  # Local trial: plain HTTP on loopback, any apiserver name accepted, a reader token
+  head -c 24 /dev/urandom | base64 > reader.token
+  peertrail serve --insecure-http --listen 127.0.0.1:8443 --accept-unknown-apiservers --reader-token-file reader.token
+  PEERTRAIL_TOKEN=$(cat reader.token) peertrail gate`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := applyConfigFile(cmd.Flags(), configFile, &cfg); err != nil {
@@ -101,9 +128,18 @@ func bindServeFlags(f *pflag.FlagSet, cfg *config.File) {
 	f.StringVar(&cfg.TLS.CertFile, "tls-cert-file", "", "serving certificate (PEM); re-read when the file changes")
 	f.StringVar(&cfg.TLS.KeyFile, "tls-key-file", "", "serving certificate's private key (PEM)")
 	f.StringVar(&cfg.TLS.ClientCAFile, "client-ca-file", "", "CA bundle that verifies the apiservers' client certificates; setting it requires authentication")
-	f.StringVar(&cfg.TLS.TokenFile, "token-file", "", "file holding a bearer token the apiservers present (their webhook kubeconfig's token); setting it requires authentication")
+	f.StringVar(&cfg.TLS.TokenFile, "token-file", "", "DEPRECATED: one bearer token for every apiserver; accepted only with exactly one apiserver configured (as\n"+
+		"its token, with a warning), refused otherwise: give each apiserver its own with apiservers[].tokenFile in --config")
+	f.StringVar(&cfg.Readers.TokenFile, "reader-token-file", "", "file of bearer tokens, one a line, that may read /metrics, the chain, apiserver and gate APIs and pprof\n"+
+		"(never post); without it and --reader-client-ca-file those endpoints refuse everyone")
+	f.StringVar(&cfg.Readers.ClientCAFile, "reader-client-ca-file", "", "CA bundle that verifies readers' client certificates (a CA of its own, not --client-ca-file's); such a\n"+
+		"certificate may read and never post")
 	f.Var(&cfg.Limits.MaxBodyBytes, "max-body-bytes", "largest accepted body, before and after gzip decoding (413 beyond)")
-	f.IntVar(&cfg.Limits.MaxInflight, "max-inflight", cfg.Limits.MaxInflight, "webhook requests processed at once; more are answered 503 with Retry-After")
+	f.IntVar(&cfg.Limits.MaxInflight, "max-inflight", cfg.Limits.MaxInflight, "webhook batches processed at once, once their bodies are read; more are answered 503 with Retry-After")
+	f.IntVar(&cfg.Limits.MaxInflightPerAPIServer, "max-inflight-per-apiserver", cfg.Limits.MaxInflightPerAPIServer, "one apiserver's webhook requests being read or processed at once, so one sender cannot starve\n"+
+		"the others (0: --max-inflight / number of apiservers + 1); more are answered 503 with Retry-After")
+	f.Var(&cfg.Limits.MaxReadingBytes, "max-reading-bytes", "memory of the request bodies being read and processed, all apiservers together (at least --max-body-bytes);\n"+
+		"a body beyond it is answered 503 with Retry-After")
 	f.Var(&cfg.Limits.ReadTimeout, "read-timeout", "time allowed to read one request body (408 beyond)")
 	f.Var(&cfg.Limits.MaxDeadLetterBytes, "max-dead-letter-bytes", "size limit of the dead-letter files; beyond it invalid items are counted but not kept")
 	f.Var(&cfg.Spool.MaxBytes, "spool-max-bytes", "size limit of the spool; when full, batches are answered 503 with Retry-After")
@@ -142,7 +178,7 @@ func bindServeFlags(f *pflag.FlagSet, cfg *config.File) {
 	f.StringVar(&cfg.Store.CertFile, "clickhouse-cert-file", "", "client certificate for ClickHouse (PEM; turns TLS on)")
 	f.StringVar(&cfg.Store.KeyFile, "clickhouse-key-file", "", "client certificate key for ClickHouse (PEM)")
 	f.StringVar(&cfg.Store.Cluster, "clickhouse-cluster", "", "ClickHouse cluster name: create replicated tables ON CLUSTER with Distributed tables in front")
-	f.BoolVar(&cfg.EnablePprof, "enable-pprof", false, "serve Go's profiler under /debug/pprof/ on the listen address (performance investigations only)")
+	f.BoolVar(&cfg.EnablePprof, "enable-pprof", false, "serve Go's profiler under /debug/pprof/ on the API address, to readers only (performance investigations)")
 	f.StringVar(&cfg.Tracing.OTLPEndpoint, "otlp-endpoint", "", "OTLP/HTTP endpoint (e.g. http://otel-collector:4318) to export each proxied chain as a trace; the trace ID is the auditID")
 }
 

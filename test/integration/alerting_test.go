@@ -68,9 +68,11 @@ alerting:
         - targets: [%q]
 scrape_configs:
   - job_name: peertrail
+    authorization:
+      credentials_file: %q
     static_configs:
       - targets: [%q]
-`, rules, strings.TrimPrefix(am.url, "http://"), ptAddr)
+`, rules, strings.TrimPrefix(am.url, "http://"), readerTokenFile(t, dir), ptAddr)
 	prom := startServer(t, "prometheus", filepath.Join(dir, "prom"), []byte(promConfig), func(configFile, addr, dataDir string) *exec.Cmd {
 		return exec.Command(promBin, "--config.file="+configFile, "--storage.tsdb.path="+dataDir,
 			"--web.listen-address="+addr, "--log.level=warn")

@@ -14,7 +14,8 @@ import (
 
 // TestAPIListenSeparatesTheWebhook: with --api-listen, the webhook listener serves only /audit
 // and the probes, and metrics and the APIs move to their own listener (so a NetworkPolicy can
-// admit only the apiservers to the webhook's port), both with the serving certificate.
+// admit only the apiservers to the webhook's port), both with the serving certificate; reads need
+// a reader's certificate (of a CA of its own), and an apiserver's certificate may only post.
 func TestAPIListenSeparatesTheWebhook(t *testing.T) {
 	dir := t.TempDir()
 	ca := testpki.NewCA(t, dir, "peertrail")
@@ -22,19 +23,25 @@ func TestAPIListenSeparatesTheWebhook(t *testing.T) {
 	cfg := baseConfig(t, dir)
 	cfg.APIListen = "127.0.0.1:0"
 	cfg.TLS = config.TLS{CertFile: serving.CertFile, KeyFile: serving.KeyFile, ClientCAFile: ca.CertFile}
+	readerCA := testpki.NewCA(t, dir, "readers")
+	cfg.Readers = config.Readers{ClientCAFile: readerCA.CertFile}
 	cfg.APIServers = []config.APIServer{{Name: "kas-a", CertSubject: "kas-a-audit"}}
 	p := startPeertrail(t, cfg)
 	if p.srv.APIURL() == p.srv.URL() {
 		t.Fatalf("one URL for both: %s", p.srv.URL())
 	}
-	client := &http.Client{Transport: &http.Transport{ForceAttemptHTTP2: true, TLSClientConfig: &tls.Config{
-		RootCAs: ca.Pool(), Certificates: []tls.Certificate{ca.Client(t, "kas-a", pkix.Name{CommonName: "kas-a-audit"}).TLS},
-	}}}
+	withCert := func(pair testpki.Pair) *http.Client {
+		return &http.Client{Transport: &http.Transport{ForceAttemptHTTP2: true, TLSClientConfig: &tls.Config{
+			RootCAs: ca.Pool(), Certificates: []tls.Certificate{pair.TLS},
+		}}}
+	}
+	apiserver := withCert(ca.Client(t, "kas-a", pkix.Name{CommonName: "kas-a-audit"}))
+	reader := withCert(readerCA.Client(t, "grafana", pkix.Name{CommonName: "grafana"}))
 	body, _, err := simulate.NewEvents(5, nil).EventList(10)
 	if err != nil {
 		t.Fatal(err)
 	}
-	status := func(method, url string) int {
+	status := func(client *http.Client, method, url string) int {
 		t.Helper()
 		var rd *bytes.Reader
 		if method == http.MethodPost {
@@ -58,24 +65,29 @@ func TestAPIListenSeparatesTheWebhook(t *testing.T) {
 	}
 	webhook, api := p.srv.URL(), p.srv.APIURL()
 	for _, c := range []struct {
+		who         string
+		client      *http.Client
 		method, url string
 		want        int
 	}{
-		{http.MethodPost, webhook + "/audit/kas-a", 200},
-		{http.MethodGet, webhook + "/healthz", 200},
-		{http.MethodGet, webhook + "/readyz", 200},
-		{http.MethodGet, webhook + "/metrics", 404},
-		{http.MethodGet, webhook + "/api/v1/gate", 404},
-		{http.MethodGet, webhook + "/api/v1/chains?limit=1", 404},
-		{http.MethodPost, api + "/audit/kas-a", 404},
-		{http.MethodGet, api + "/metrics", 200},
-		{http.MethodGet, api + "/api/v1/gate", 200},
-		{http.MethodGet, api + "/api/v1/chains?limit=1", 200},
-		{http.MethodGet, api + "/healthz", 200},
-		{http.MethodGet, api + "/readyz", 200},
+		{"apiserver", apiserver, http.MethodPost, webhook + "/audit/kas-a", 200},
+		{"reader", reader, http.MethodPost, webhook + "/audit/kas-a", 403},
+		{"apiserver", apiserver, http.MethodGet, webhook + "/healthz", 200},
+		{"apiserver", apiserver, http.MethodGet, webhook + "/readyz", 200},
+		{"reader", reader, http.MethodGet, webhook + "/metrics", 404},
+		{"reader", reader, http.MethodGet, webhook + "/api/v1/gate", 404},
+		{"reader", reader, http.MethodGet, webhook + "/api/v1/chains?limit=1", 404},
+		{"apiserver", apiserver, http.MethodPost, api + "/audit/kas-a", 404},
+		{"reader", reader, http.MethodGet, api + "/metrics", 200},
+		{"reader", reader, http.MethodGet, api + "/api/v1/gate", 200},
+		{"reader", reader, http.MethodGet, api + "/api/v1/chains?limit=1", 200},
+		{"apiserver", apiserver, http.MethodGet, api + "/metrics", 403},
+		{"apiserver", apiserver, http.MethodGet, api + "/api/v1/gate", 403},
+		{"apiserver", apiserver, http.MethodGet, api + "/healthz", 200},
+		{"apiserver", apiserver, http.MethodGet, api + "/readyz", 200},
 	} {
-		if got := status(c.method, c.url); got != c.want {
-			t.Errorf("%s %s: %d, want %d", c.method, c.url, got, c.want)
+		if got := status(c.client, c.method, c.url); got != c.want {
+			t.Errorf("%s: %s %s: %d, want %d", c.who, c.method, c.url, got, c.want)
 		}
 	}
 }

@@ -36,7 +36,7 @@ func TestChainListReachesIntoTheStore(t *testing.T) {
 
 	list := func(query string) []*correlate.Chain {
 		t.Helper()
-		resp, err := http.Get(p.srv.URL() + "/api/v1/chains?" + query)
+		resp, err := readerClient.Get(p.srv.URL() + "/api/v1/chains?" + query)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -53,7 +53,8 @@ func startBinary(t *testing.T, dataDir string, extra ...string) *process {
 	if err != nil {
 		t.Fatal(err)
 	}
-	args := append([]string{"serve", "--insecure-http", "--listen", "127.0.0.1:0", "--sql-listen", "127.0.0.1:0", "--accept-unknown-apiservers", "--data-dir", dataDir}, extra...)
+	args := append([]string{"serve", "--insecure-http", "--listen", "127.0.0.1:0", "--sql-listen", "127.0.0.1:0", "--accept-unknown-apiservers",
+		"--data-dir", dataDir, "--reader-token-file", readerTokenFile(t, t.TempDir())}, extra...)
 	cmd := exec.Command(bin, args...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {

@@ -120,7 +120,7 @@ func postFile(t *testing.T, base string, s scenario, p post) {
 }
 
 func getChain(base, id string) (*correlate.Chain, int, error) {
-	resp, err := http.Get(base + "/api/v1/chains/" + id)
+	resp, err := readerClient.Get(base + "/api/v1/chains/" + id)
 	if err != nil {
 		return nil, 0, err
 	}

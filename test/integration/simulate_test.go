@@ -3,7 +3,6 @@ package integration
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"testing"
 	"time"
 
@@ -29,7 +28,7 @@ func TestSimulatedUpgradeIsClassified(t *testing.T) {
 	truths := simulateInto(t, p, up, simulate.WebhookOptions{
 		Dir: dir, BatchWait: 500 * time.Millisecond, Late: 0.05, LateBy: 2 * time.Second, Duplicate: 0.1, Seed: 7,
 	})
-	sc, err := simulate.Score(context.Background(), http.DefaultClient, p.srv.URL(), truths, time.Minute)
+	sc, err := simulate.Score(context.Background(), readerClient, p.srv.URL(), truths, time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}

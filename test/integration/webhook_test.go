@@ -219,6 +219,7 @@ func baseConfig(t *testing.T, dir string) config.File {
 	cfg.Listen = "127.0.0.1:0"
 	cfg.Store.SQLListen = "127.0.0.1:0"
 	cfg.DataDir = filepath.Join(dir, "data")
+	cfg.Readers.TokenFile = readerTokenFile(t, dir)
 	return cfg
 }
 
@@ -308,9 +309,9 @@ func TestResentBatchesAreRecognised(t *testing.T) {
 // metricValue scrapes peertrail's /metrics and returns one series' value (0 if absent).
 func metricValue(t *testing.T, base string, ca *testpki.CA, series string) float64 {
 	t.Helper()
-	c := http.DefaultClient
+	c := readerClient
 	if ca != nil {
-		c = &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.Pool()}}}
+		c = &http.Client{Transport: bearer{&http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.Pool()}}}}
 	}
 	resp, err := c.Get(base + "/metrics")
 	if err != nil {
