@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"runtime"
 	"slices"
 	"sync"
@@ -277,15 +278,19 @@ func check(r *Record, kind string) error {
 	return nil
 }
 
-// MinTime and MaxTime bound the times a Record may carry: the range of ClickHouse's DateTime64,
-// the type of the store's time columns (store.EventColumns: request_received_timestamp and
-// stage_timestamp are DateTime64(6, 'UTC')). ClickHouse does not refuse a time outside it but
-// wraps it into the range (9999-01-01 is stored as 1816-03-30), so such an event is refused
-// here, as invalid, rather than stored as a time it does not say. record cannot import store
-// (store imports record); the attack tests store both bounds and read them back unchanged.
+// MinTime and MaxTime bound the times a Record may carry, so that the store keeps them as they
+// are. The store's time columns are DateTime64(6, 'UTC') (store.EventColumns:
+// request_received_timestamp, stage_timestamp), whose range is 1900-01-01 to 2299-12-31, and
+// ClickHouse does not refuse a time outside it but wraps it (9999-01-01 is stored as
+// 1816-03-30). The writers narrow the top further: they send ticks computed from
+// time.Time.UnixNano, an int64 of nanoseconds that ends at 2262-04-11T23:47:16.854775807Z, and a
+// later time wraps to 1677 or thereabouts. So MaxTime is that end, in whole microseconds (the
+// precision of the column and of what apiservers write). An event with a time outside is
+// refused here, as invalid, rather than stored as a time it does not say. record cannot import
+// store (store imports record); test/attack stores both bounds and reads them back unchanged.
 var (
 	MinTime = time.Date(1900, 1, 1, 0, 0, 0, 0, time.UTC)
-	MaxTime = time.Date(2299, 12, 31, 23, 59, 59, 999999000, time.UTC)
+	MaxTime = time.Unix(0, math.MaxInt64).UTC().Truncate(time.Microsecond)
 )
 
 // Storable reports whether t is within [MinTime, MaxTime], so the store keeps it as it is.

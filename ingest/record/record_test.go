@@ -118,7 +118,8 @@ func TestDecodeKeepsGoodItemsBesideBadOnes(t *testing.T) {
 		// Times the store's DateTime64 columns cannot hold (it would wrap them to other times).
 		"stageTimestamp after the store's range":  `{"auditID":"a7","stage":"ResponseComplete","stageTimestamp":"9999-01-01T00:00:00.000000Z"}`,
 		"stageTimestamp before the store's range": `{"auditID":"a8","stage":"ResponseComplete","stageTimestamp":"0001-01-01T00:00:00.000001Z"}`,
-		"stageTimestamp just past the range":      `{"auditID":"a9","stage":"ResponseComplete","stageTimestamp":"2300-01-01T00:00:00.000000Z"}`,
+		"stageTimestamp just past the range":      `{"auditID":"a9","stage":"ResponseComplete","stageTimestamp":"2262-04-11T23:47:16.854776Z"}`,
+		"stageTimestamp in DateTime64, not int64": `{"auditID":"a9b","stage":"ResponseComplete","stageTimestamp":"2299-12-31T23:59:59.999999Z"}`,
 		"stageTimestamp just before the range":    `{"auditID":"a10","stage":"ResponseComplete","stageTimestamp":"1899-12-31T23:59:59.999999Z"}`,
 		"stageTimestamp out of range, offset":     `{"auditID":"a11","stage":"ResponseComplete","stageTimestamp":"2299-12-31T23:00:00.000000-01:00"}`,
 		"requestReceivedTimestamp out of range":   `{"auditID":"a12","stage":"ResponseComplete","stageTimestamp":"2026-11-29T10:00:00.000000Z","requestReceivedTimestamp":"9999-01-01T00:00:00.000000Z"}`,
@@ -154,7 +155,7 @@ func TestDecodeKeepsGoodItemsBesideBadOnes(t *testing.T) {
 func TestDecodeKeepsTimesAtTheStoresBounds(t *testing.T) {
 	body := `{"kind":"EventList","apiVersion":"audit.k8s.io/v1","items":[` +
 		`{"auditID":"lo","stage":"ResponseComplete","stageTimestamp":"1900-01-01T00:00:00.000000Z","requestReceivedTimestamp":"1900-01-01T00:00:00.000000Z"},` +
-		`{"auditID":"hi","stage":"ResponseComplete","stageTimestamp":"2299-12-31T23:59:59.999999Z","requestReceivedTimestamp":"2299-12-31T23:59:59.999999Z"},` +
+		`{"auditID":"hi","stage":"ResponseComplete","stageTimestamp":"2262-04-11T23:47:16.854775Z","requestReceivedTimestamp":"2262-04-11T23:47:16.854775Z"},` +
 		`{"auditID":"none","stage":"ResponseComplete","stageTimestamp":"2026-11-29T10:00:00.000000Z"}]}`
 	recs, inv := mustDecode(t, []byte(body))
 	if len(recs) != 3 || len(inv) != 0 {
