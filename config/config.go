@@ -58,6 +58,10 @@ type File struct {
 	Store                   Store       `json:"store,omitempty"`
 	// EnablePprof serves Go's profiler under /debug/pprof/ (for performance investigations).
 	EnablePprof bool `json:"enablePprof,omitempty"`
+	// RedactResources are resources whose events keep no requestObject or responseObject, in
+	// addition to Secrets, TokenReviews and TokenRequests, which are always redacted. Each is
+	// resource[.group][/subresource], e.g. "widgets.example.com" (record.NewRedaction).
+	RedactResources []string `json:"redactResources,omitempty"`
 }
 
 // Store says where records and chains are kept for SQL investigation.

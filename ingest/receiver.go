@@ -63,6 +63,9 @@ type Options struct {
 	ReadTimeout time.Duration
 	// RetryAfter is the delay suggested with a 503.
 	RetryAfter time.Duration
+	// Redaction names the resources whose objects are dropped at decode (record.Redaction).
+	// nil: record.DefaultRedacted.
+	Redaction *record.Redaction
 }
 
 // Receiver is the webhook endpoint. Create it with NewReceiver; it is an http.Handler for
@@ -380,6 +383,9 @@ func (rc *Receiver) accept(ctx context.Context, body []byte, name, remote string
 	mem, ok := rc.batches.Get()
 	if !ok {
 		mem = &batchMem{dec: record.NewDecoder()}
+		if rc.opts.Redaction != nil {
+			mem.dec.Redact(rc.opts.Redaction)
+		}
 	}
 	// Nothing keeps the records, their keys or the invalid items past the answer: the frame,
 	// the index and the dead letters hold copies.

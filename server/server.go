@@ -249,6 +249,11 @@ func receiverOptions(cfg config.File, log *slog.Logger) (ingest.Options, error) 
 		MaxReadingBytes:      int64(cfg.Limits.MaxReadingBytes),
 		ReadTimeout:          time.Duration(cfg.Limits.ReadTimeout),
 	}
+	redaction, rerr := record.NewRedaction(cfg.RedactResources...)
+	if rerr != nil {
+		return o, fmt.Errorf("redactResources: %w", rerr)
+	}
+	o.Redaction = redaction
 	ao := ingest.AuthOptions{CertSubjects: map[string]string{}}
 	oneToken := func(path, whose string) (string, error) {
 		toks, err := ingest.ReadTokenFile(path)

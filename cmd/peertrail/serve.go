@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"strings"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -180,6 +181,24 @@ func bindServeFlags(f *pflag.FlagSet, cfg *config.File) {
 	f.StringVar(&cfg.Store.Cluster, "clickhouse-cluster", "", "ClickHouse cluster name: create replicated tables ON CLUSTER with Distributed tables in front")
 	f.BoolVar(&cfg.EnablePprof, "enable-pprof", false, "serve Go's profiler under /debug/pprof/ on the API address, to readers only (performance investigations)")
 	f.StringVar(&cfg.Tracing.OTLPEndpoint, "otlp-endpoint", "", "OTLP/HTTP endpoint (e.g. http://otel-collector:4318) to export each proxied chain as a trace; the trace ID is the auditID")
+	f.Var((*commaList)(&cfg.RedactResources), "redact-resources", "comma-separated resources whose events keep no requestObject or responseObject, as resource[.group][/subresource]\n"+
+		"(e.g. widgets.example.com,serviceaccounts), besides secrets, tokenreviews.authentication.k8s.io and serviceaccounts/token, always redacted")
+}
+
+// commaList is a flag of comma-separated values that replaces the list each time it is set,
+// so that applyConfigFile's re-setting of a flag from its String gives the same list.
+type commaList []string
+
+func (l *commaList) String() string { return strings.Join(*l, ",") }
+func (l *commaList) Type() string   { return "strings" }
+func (l *commaList) Set(v string) error {
+	*l = nil
+	for _, e := range strings.Split(v, ",") {
+		if e = strings.TrimSpace(e); e != "" {
+			*l = append(*l, e)
+		}
+	}
+	return nil
 }
 
 // applyConfigFile loads the file over cfg, then re-applies the flags given on the command line,

@@ -576,3 +576,45 @@ func TestReusedAuditIDFlood(t *testing.T) {
 		t.Errorf("%d dead letters", len(dead))
 	}
 }
+
+// TestConfiguredResourceRedacted: a resource added by configuration (redactResources) loses its
+// objects too, and an invalid entry stops peertrail from starting rather than redacting less.
+func TestConfiguredResourceRedacted(t *testing.T) {
+	body, err := os.ReadFile("testdata/real-secrets/kas-a-2.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(body, []byte(`"name":"robot"`)) {
+		t.Fatal("the capture lacks the ServiceAccount create")
+	}
+	tg := start(t, func(c *config.File) { c.RedactResources = []string{"serviceaccounts"} })
+	if code, msg := tg.post("kas-a", body); code != http.StatusOK || !strings.HasSuffix(msg, "invalid 0") {
+		t.Fatalf("%d %q", code, msg)
+	}
+	tg.waitRows(`SELECT count() FROM peertrail.events`, fmt.Sprint(bytes.Count(body, []byte(`"auditID"`))))
+	rows := tg.query(`SELECT countIf(annotations['`+record.RedactedAnnotation+`'] = ''), count() FROM peertrail.events
+		WHERE resource = 'serviceaccounts' AND subresource = '' AND (has_request_object OR has_response_object)`, nil)
+	if rows[0][0] != "0" || rows[0][1] == "0" {
+		t.Errorf("ServiceAccount events with objects not redacted: %v of %v", rows[0][0], rows[0][1])
+	}
+	if rows := tg.query(`SELECT count() FROM peertrail.events WHERE position(raw, '"name":"robot","namespace":"default","uid"') > 0`, nil); rows[0][0] != "0" {
+		t.Errorf("the ServiceAccount object is stored: %v", rows)
+	}
+
+	cfg := config.Defaults()
+	cfg.DataDir = t.TempDir()
+	cfg.Listen, cfg.Store.Engine, cfg.InsecureHTTP, cfg.AcceptUnknownAPIServers = "127.0.0.1:0", "none", true, true
+	cfg.RedactResources = []string{"a/b/c"}
+	if srv, err := server.New(context.Background(), cfg, slog.New(slog.DiscardHandler)); err == nil || !strings.Contains(err.Error(), "redactResources") {
+		if srv != nil {
+			srv.Run(canceled())
+		}
+		t.Fatalf("started with an invalid redactResources entry: %v", err)
+	}
+}
+
+func canceled() context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return ctx
+}
