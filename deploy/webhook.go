@@ -28,8 +28,9 @@ type WebhookOptions struct {
 	// ClientCertFile and ClientKeyFile: the apiserver's client certificate for peertrail
 	// (its subject is the apiserver's certSubject in peertrail's config).
 	ClientCertFile, ClientKeyFile string
-	// TokenFile holds the bearer token peertrail's --token-file holds (instead of a client
-	// certificate).
+	// TokenFile holds this apiserver's own bearer token, the one its apiservers[].tokenFile
+	// in peertrail's config holds (instead of a client certificate); peertrail accepts it for
+	// this apiserver only.
 	TokenFile string
 	// Embed puts the files' contents in the kubeconfig instead of their paths.
 	Embed bool

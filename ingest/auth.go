@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 )
 
@@ -276,20 +277,47 @@ func LoadCAs(path string) ([]*x509.Certificate, error) {
 	return out, nil
 }
 
-// ReadTokenFile reads a file of bearer tokens: one a line; empty lines and lines starting with
-// # are skipped. It fails when the file holds no token.
+// ReadTokenFile reads bearer tokens from path: a file with one token a line (empty lines and
+// lines starting with # are skipped), or a directory, such as a mounted Kubernetes Secret, whose
+// every file holds tokens that way (names starting with "." are skipped: a Secret volume's
+// ..data links). It fails when it finds no token.
 func ReadTokenFile(path string) ([]string, error) {
-	b, err := os.ReadFile(path)
+	st, err := os.Stat(path)
 	if err != nil {
 		return nil, fmt.Errorf("token file: %w", err)
 	}
-	var out []string
-	for line := range strings.Lines(string(b)) {
-		line = strings.TrimSpace(line)
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
+	files := []string{path}
+	if st.IsDir() {
+		entries, err := os.ReadDir(path)
+		if err != nil {
+			return nil, fmt.Errorf("token directory: %w", err)
 		}
-		out = append(out, line)
+		files = files[:0]
+		for _, e := range entries {
+			p := filepath.Join(path, e.Name())
+			if strings.HasPrefix(e.Name(), ".") {
+				continue
+			}
+			// A Secret's keys are symbolic links into ..data: follow them.
+			if fst, err := os.Stat(p); err != nil || !fst.Mode().IsRegular() {
+				continue
+			}
+			files = append(files, p)
+		}
+	}
+	var out []string
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return nil, fmt.Errorf("token file: %w", err)
+		}
+		for line := range strings.Lines(string(b)) {
+			line = strings.TrimSpace(line)
+			if line == "" || strings.HasPrefix(line, "#") {
+				continue
+			}
+			out = append(out, line)
+		}
 	}
 	if len(out) == 0 {
 		return nil, errors.New("token file " + path + " holds no token")

@@ -628,3 +628,26 @@ func TestReadyReportsAFailedWrite(t *testing.T) {
 		t.Fatalf("Ready() = %v after a successful append", err)
 	}
 }
+
+func TestReadTokenFileTakesAFileOrASecretDirectory(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "tokens")
+	os.WriteFile(file, []byte("# readers\n\ntok-1\n  tok-2  \n"), 0o600)
+	if got, err := ReadTokenFile(file); err != nil || strings.Join(got, ",") != "tok-1,tok-2" {
+		t.Fatalf("file: %v %v", got, err)
+	}
+	// A mounted Secret: keys are links into ..data, which is skipped itself.
+	sec := filepath.Join(dir, "secret")
+	os.MkdirAll(filepath.Join(sec, "..data"), 0o700)
+	os.WriteFile(filepath.Join(sec, "..data", "prometheus"), []byte("tok-p\n"), 0o600)
+	os.WriteFile(filepath.Join(sec, "..data", "gate"), []byte("tok-g"), 0o600)
+	os.Symlink("..data/prometheus", filepath.Join(sec, "prometheus"))
+	os.Symlink("..data/gate", filepath.Join(sec, "gate"))
+	if got, err := ReadTokenFile(sec); err != nil || strings.Join(got, ",") != "tok-g,tok-p" {
+		t.Fatalf("directory: %v %v", got, err)
+	}
+	os.WriteFile(file, []byte("# nothing\n"), 0o600)
+	if _, err := ReadTokenFile(file); err == nil {
+		t.Fatal("a file without tokens was accepted")
+	}
+}

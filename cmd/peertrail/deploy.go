@@ -64,7 +64,8 @@ contents in the kubeconfig instead.`,
 	f.StringVar(&o.CAFile, "ca", "", "CA bundle that verifies peertrail's serving certificate")
 	f.StringVar(&o.ClientCertFile, "client-cert", "", "the apiserver's client certificate for peertrail")
 	f.StringVar(&o.ClientKeyFile, "client-key", "", "its private key")
-	f.StringVar(&o.TokenFile, "token-file", "", "file holding the bearer token peertrail's --token-file holds (instead of a client certificate)")
+	f.StringVar(&o.TokenFile, "token-file", "", "file holding this apiserver's own bearer token, the one its apiservers[].tokenFile in peertrail's config holds\n"+
+		"(instead of a client certificate; valid for this apiserver only)")
 	f.BoolVar(&o.Embed, "embed-certs", false, "put the CA, certificate, key (or token) in the kubeconfig instead of their paths")
 	f.StringVarP(&out, "output", "o", "", "file to write (default: standard output)")
 	for _, n := range []string{"apiserver", "url", "ca"} {

@@ -131,8 +131,9 @@ func bindServeFlags(f *pflag.FlagSet, cfg *config.File) {
 	f.StringVar(&cfg.TLS.ClientCAFile, "client-ca-file", "", "CA bundle that verifies the apiservers' client certificates; setting it requires authentication")
 	f.StringVar(&cfg.TLS.TokenFile, "token-file", "", "DEPRECATED: one bearer token for every apiserver; accepted only with exactly one apiserver configured (as\n"+
 		"its token, with a warning), refused otherwise: give each apiserver its own with apiservers[].tokenFile in --config")
-	f.StringVar(&cfg.Readers.TokenFile, "reader-token-file", "", "file of bearer tokens, one a line, that may read /metrics, the chain, apiserver and gate APIs and pprof\n"+
-		"(never post); without it and --reader-client-ca-file those endpoints refuse everyone")
+	f.StringVar(&cfg.Readers.TokenFile, "reader-token-file", "", "file of bearer tokens, one a line, or a directory of such files (a mounted Secret, a key per reader),\n"+
+		"that may read /metrics, the chain, apiserver and gate APIs and pprof (never post); without it and\n"+
+		"--reader-client-ca-file those endpoints refuse everyone")
 	f.StringVar(&cfg.Readers.ClientCAFile, "reader-client-ca-file", "", "CA bundle that verifies readers' client certificates (a CA of its own, not --client-ca-file's); such a\n"+
 		"certificate may read and never post")
 	f.Var(&cfg.Limits.MaxBodyBytes, "max-body-bytes", "largest accepted body, before and after gzip decoding (413 beyond)")

@@ -71,6 +71,9 @@ const (
 	depServiceCIDR = "10.96.0.0/12"
 	depPodGroups   = "/apis/scheduling.k8s.io/v1alpha2/namespaces/default/podgroups"
 	depClientIP    = "127.0.0.2"
+	// The peertrail-readers Secret's tokens in TestDeployControlPlaneEndToEnd.
+	depPromToken    = "deploy-test-prometheus-token"
+	depUpgradeToken = "deploy-test-upgrade-token"
 )
 
 // depBuilds are the kustomizations under deploy/ that users apply or build on.
@@ -608,6 +611,17 @@ func (c container) localArgs(t *testing.T, dir string, objs []*unstructured.Unst
 		case v["secret"] != nil:
 			name, _, _ := unstructured.NestedString(v, "secret", "secretName")
 			items, _, _ := unstructured.NestedSlice(v, "secret", "items")
+			if len(items) == 0 {
+				// Without items every key is a file of its own name.
+				if len(secrets[name]) == 0 {
+					t.Fatalf("test has no keys of Secret %s", name)
+				}
+				for key, content := range secrets[name] {
+					if err := os.WriteFile(filepath.Join(local, key), content, 0o600); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
 			for _, it := range items {
 				key := it.(map[string]any)["key"].(string)
 				path := it.(map[string]any)["path"].(string)
@@ -796,6 +810,7 @@ func TestDeployControlPlaneEndToEnd(t *testing.T) {
 		"peertrail-tls":      {"tls.crt": serving.CertPEM, "tls.key": serving.KeyPEM, "ca.crt": pki.ServerCA.CertPEM},
 		"peertrail-audit-ca": {"ca.crt": auditCA.CertPEM},
 		"peertrail-sql":      {"password": []byte("grafana-secret\n")},
+		"peertrail-readers":  {"prometheus": []byte(depPromToken + "\n"), "upgrade": []byte(depUpgradeToken + "\n")},
 	}, listen)
 	ptBin := filepath.Join(dir, "peertrail-bin")
 	build := exec.Command("go", "build", "-o", ptBin, "./cmd/peertrail")
@@ -809,7 +824,10 @@ func TestDeployControlPlaneEndToEnd(t *testing.T) {
 	defer stopPT()
 
 	caPool := pki.ServerCA.Pool()
-	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: caPool}}}
+	// anon is the kubelet's probes; hc reads as Prometheus does, with the prometheus key of the
+	// peertrail-readers Secret (the ServiceMonitor's).
+	anon := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: caPool}}}
+	hc := &http.Client{Timeout: 10 * time.Second, Transport: bearerRT{rt: anon.Transport, token: depPromToken}}
 	if err := poll(ctx, 60*time.Second, func() (bool, error) {
 		resp, err := hc.Get(base + "/readyz")
 		if err != nil {
@@ -820,11 +838,17 @@ func TestDeployControlPlaneEndToEnd(t *testing.T) {
 	}); err != nil {
 		t.Fatalf("peertrail not ready: %v\n%s", err, tailOf(filepath.Join(dir, "peertrail.log")))
 	}
-	// What the probes and Prometheus do (no client certificate) works on the API port; the
-	// webhook's port serves only /audit (with a client certificate) and the probes.
+	// What the probes (no credential) and Prometheus (its reader token, no client certificate)
+	// do works on the API port, and reads without a reader's token are refused; the webhook's
+	// port serves only /audit (with a client certificate) and the probes.
 	for _, p := range []string{"/healthz", "/readyz", "/metrics", "/api/v1/gate"} {
 		if code := httpCode(t, hc, "GET", api+p); code != 200 {
-			t.Errorf("GET %s on the API port without a client certificate: %d", p, code)
+			t.Errorf("GET %s on the API port with Prometheus' token: %d", p, code)
+		}
+	}
+	for p, want := range map[string]int{"/healthz": 200, "/readyz": 200, "/metrics": 401, "/api/v1/gate": 401, "/api/v1/apiservers": 401} {
+		if code := httpCode(t, anon, "GET", api+p); code != want {
+			t.Errorf("GET %s on the API port without a credential: %d, want %d", p, code, want)
 		}
 	}
 	for p, want := range map[string]int{"/healthz": 200, "/readyz": 200, "/metrics": 404, "/api/v1/gate": 404} {
@@ -832,18 +856,21 @@ func TestDeployControlPlaneEndToEnd(t *testing.T) {
 			t.Errorf("GET %s on the webhook's port: %d, want %d", p, code, want)
 		}
 	}
-	if code := httpCode(t, hc, "POST", base+"/audit/"+oldName); code != http.StatusUnauthorized {
+	if code := httpCode(t, anon, "POST", base+"/audit/"+oldName); code != http.StatusUnauthorized {
 		t.Errorf("POST /audit without a client certificate: %d, want 401", code)
+	}
+	if code := httpCode(t, hc, "POST", base+"/audit/"+oldName); code != http.StatusForbidden {
+		t.Errorf("POST /audit with a reader's token: %d, want 403", code)
 	}
 	// Grafana's view of the embedded store (components/grafana-sql): the SQL interface asks for
 	// the password from the Secret, and answers with it.
 	sqlURL := "http://" + ctr.sqlListen + "/?query=" + url.QueryEscape("SELECT count() FROM peertrail.events")
-	if code := httpCode(t, hc, "GET", sqlURL); code != http.StatusUnauthorized && code != http.StatusForbidden {
+	if code := httpCode(t, anon, "GET", sqlURL); code != http.StatusUnauthorized && code != http.StatusForbidden {
 		t.Errorf("SQL without the password: %d, want 401 or 403", code)
 	}
 	req, _ := http.NewRequest(http.MethodGet, sqlURL, nil)
 	req.SetBasicAuth("grafana", "grafana-secret")
-	if resp, err := hc.Do(req); err != nil {
+	if resp, err := anon.Do(req); err != nil {
 		t.Errorf("SQL with the password: %v", err)
 	} else {
 		resp.Body.Close()
@@ -959,6 +986,7 @@ func TestDeployControlPlaneEndToEnd(t *testing.T) {
 	}
 	// The runbook's command, as an operator runs it.
 	chainCmd := exec.Command(ptBin, "chain", auditID, "--server", api, "--ca-file", pki.ServerCA.CertFile)
+	chainCmd.Env = append(os.Environ(), "PEERTRAIL_TOKEN="+depUpgradeToken)
 	out, err := chainCmd.CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "proxied") || !strings.Contains(string(out), newName) {
 		t.Errorf("peertrail chain %s: %v\n%s", auditID, err, out)

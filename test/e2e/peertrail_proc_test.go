@@ -7,6 +7,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/rand"
 	"crypto/tls"
 	"encoding/json"
 	"fmt"
@@ -17,6 +18,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -77,9 +79,20 @@ func buildPeertrail(t *testing.T, dir string) string {
 
 // startPT runs `peertrail serve args...` (which must listen on 127.0.0.1:0 and
 // --sql-listen 127.0.0.1:0), waits for the URLs it logs and for /readyz, and stops it
-// (SIGTERM, then SIGKILL) at cleanup. ca verifies its serving certificate.
+// (SIGTERM, then SIGKILL) at cleanup. ca verifies its serving certificate. Unless args name a
+// --reader-token-file, serve gets one with a token of its own, which the ptProc's API reads
+// present (the API answers readers only).
 func startPT(ctx context.Context, t *testing.T, bin string, args []string, logFile string, ca *harness.CA) *ptProc {
 	t.Helper()
+	token := ""
+	if !slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--reader-token-file") }) {
+		token = rand.Text()
+		tf := logFile + ".reader-token"
+		if err := os.WriteFile(tf, []byte(token+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		args = append(slices.Clip(args), "--reader-token-file", tf)
+	}
 	lf, err := os.Create(logFile)
 	if err != nil {
 		t.Fatal(err)
@@ -122,8 +135,11 @@ func startPT(ctx context.Context, t *testing.T, bin string, args []string, logFi
 			t.Logf("==== last lines of %s ====\n%s", logFile, lastLinesOf(logFile, 60))
 		}
 	})
-	p.hc = &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
-		TLSClientConfig: &tls.Config{RootCAs: ca.Pool()}, ForceAttemptHTTP2: true}}
+	var rt http.RoundTripper = &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.Pool()}, ForceAttemptHTTP2: true}
+	if token != "" {
+		rt = bearerRT{rt: rt, token: token}
+	}
+	p.hc = &http.Client{Timeout: 30 * time.Second, Transport: rt}
 	err = pollUntil(ctx, 90*time.Second, func() (bool, error) {
 		select {
 		case <-done:
@@ -433,4 +449,16 @@ func withSQLPassword(base string, args []string) string {
 	}
 	u.User = url.UserPassword("default", strings.TrimSpace(string(b)))
 	return u.String()
+}
+
+// bearerRT presents a reader's bearer token on every request.
+type bearerRT struct {
+	rt    http.RoundTripper
+	token string
+}
+
+func (b bearerRT) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+b.token)
+	return b.rt.RoundTrip(r)
 }
