@@ -28,7 +28,7 @@ RUN lib="$(PEERTRAIL_CACHE=/cache bash /usr/local/bin/fetch-chdb.sh)" \
 
 # --- peertrail ---
 # Debian bookworm, like the runtime image below: the binary links the same glibc.
-FROM --platform=linux/amd64 golang:1.26.8-bookworm AS build
+FROM --platform=linux/amd64 golang:1.26.10-bookworm AS build
 WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download
