@@ -163,13 +163,15 @@ func (d *Decoder) decode(scan bool, body []byte, apiserver string, receivedAt ti
 	parts := max(min(runtime.GOMAXPROCS(0), n/parallelDecodeMin), 1)
 	d.mem = slices.Grow(d.mem[:0], parts)[:parts]
 	var wg sync.WaitGroup
+	// Assigned once, so that the workers' closures copy them instead of moving them to the heap.
+	checkDepth, redact := deepBody, redaction
 	for p := range parts {
 		lo, hi := p*n/parts, (p+1)*n/parts
 		mem := &d.mem[p]
 		mem.bytes, mem.strs = mem.bytes[:0], mem.strs[:0]
 		work := func() {
 			for i := lo; i < hi; i++ {
-				if deepBody {
+				if checkDepth {
 					if depth := looseDepth(items[i]); depth > maxItemDepth {
 						d.decoded[i] = Record{}
 						d.errs[i] = fmt.Errorf("%w: item nested %d deep, more than the limit of %d", errTooDeep, depth, maxItemDepth)
@@ -179,7 +181,7 @@ func (d *Decoder) decode(scan bool, body []byte, apiserver string, receivedAt ti
 				maps := &d.maps[i]
 				d.decoded[i], d.errs[i] = decodeEvent(d.unmarshal, scan, items[i], apiserver, receivedAt, mem, maps)
 				// Before anything keeps the event, an invalid one (kept as a dead letter) too.
-				redaction.redact(&d.decoded[i], mem)
+				redact.redact(&d.decoded[i], mem)
 				if len(maps.annotations) > maxReusedMap {
 					maps.annotations = nil
 				}
