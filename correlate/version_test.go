@@ -41,8 +41,8 @@ func TestAgentVersion(t *testing.T) {
 		"kube-apiserver",
 		"kube-apiserver/ (linux/amd64) kubernetes/abc",
 		"kube-apiserver/unknown (linux/amd64) kubernetes/unknown", // empty GitVersion
-		"kube-apiserver/v0.0.0 (linux/amd64) kubernetes/$Format", // unstamped build
-		"kube-apiserver/1.35 (linux/amd64) kubernetes/abc",       // client-go writes three parts
+		"kube-apiserver/v0.0.0 (linux/amd64) kubernetes/$Format",  // unstamped build
+		"kube-apiserver/1.35 (linux/amd64) kubernetes/abc",        // client-go writes three parts
 		"Go-http-client/2.0",
 		"kube-apiserver/v1.35.4.1 (linux/amd64) kubernetes/abc",
 		"kube-apiserver/v1.35.x (linux/amd64) kubernetes/abc",
