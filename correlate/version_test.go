@@ -9,8 +9,9 @@ import (
 // called. The agents are client-go's "<binary>/<version> (<os>/<arch>) kubernetes/<commit>"
 // as real builds write them: kubeadm's kube-apiserver, k3s (the apiserver runs inside the k3s
 // binary), RKE2 (build metadata kept), a binary installed under a versioned name beside the
-// old one, hyperkube (all components in one binary), a component's "/<name>" suffix
-// (rest.AddUserAgent), and what client-go writes for a build without a version stamp.
+// old one, hyperkube and MicroK8s's kubelite (all components in one binary), a component's
+// "/<name>" suffix (rest.AddUserAgent), and what client-go writes for a build without a
+// version stamp.
 func TestAgentVersion(t *testing.T) {
 	for _, tc := range []struct {
 		agent, want string
@@ -23,6 +24,8 @@ func TestAgentVersion(t *testing.T) {
 		{"kube-apiserver-1.36/v1.36.3 (linux/amd64) kubernetes/abc1234", "v1.36.3"},
 		{"kube-apiserver-1.35.4/v1.35.4 (linux/amd64) kubernetes/unknown", "v1.35.4"},
 		{"hyperkube/v1.18.20 (linux/amd64) kubernetes/1f3e19b", "v1.18.20"},
+		// MicroK8s (1.21+) runs the control plane inside one binary, kubelite.
+		{"kubelite/v1.35.4 (linux/amd64) kubernetes/abc1234", "v1.35.4"},
 		{"kube-apiserver.exe/v1.35.4 (windows/amd64) kubernetes/abc1234", "v1.35.4"},
 		{"kube-apiserver/v1.35.4 (linux/amd64) kubernetes/abc1234/leader-election", "v1.35.4"},
 		{"kube-apiserver/v1.35.4", "v1.35.4"},
