@@ -287,7 +287,7 @@ func (co *Correlator) reportAgent(r *record.Record, err error) {
 		return
 	}
 	co.reportedAgents[key] = struct{}{}
-	msg := "correlate: an apiserver's own request names no version peertrail can parse; its version, the skew check and its capability epochs do not follow it"
+	msg := "correlate: an apiserver's own request names no version peertrail can parse; its version and the skew check do not follow it (its restarts still do, by its loopback UID)"
 	if len(co.reportedAgents) > maxReportedAgents {
 		msg += " (further such user agents are only counted in " + metrics.APIServerVersionUnparseableTotal + ")"
 	}
