@@ -1,0 +1,101 @@
+package store_test
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/peertrail/peertrail/store"
+)
+
+// FuzzSQLInterfaceOnlyReads feeds the SQL interface arbitrary query text and one arbitrary
+// setting, and checks against the engine itself that nothing but reads ever ran: the tables,
+// their rows, the databases, mutations, functions and the files of a watched directory are
+// what they were, and the next request gets exactly its own answer.
+func FuzzSQLInterfaceOnlyReads(f *testing.F) {
+	watch := f.TempDir()
+	secret := filepath.Join(watch, "secret")
+	if err := os.WriteFile(secret, []byte("FUZZ-SECRET\n"), 0o644); err != nil {
+		f.Fatal(err)
+	}
+	for _, s := range []string{
+		"SELECT 1",
+		"SELECT count() FROM events",
+		"SELECT $$ ' $$; ALTER TABLE peertrail.events DELETE WHERE 1 SETTINGS mutations_sync=1; SELECT 1 -- '",
+		"SELECT 1 /* /* */ ; DROP TABLE peertrail.chains; /* */ */",
+		"SELECT * FROM (SELECT * FROM file('" + secret + "', 'LineAsString') SETTINGS readonly = 0)",
+		"WITH s AS (SELECT * FROM file('" + secret + "', 'LineAsString') SETTINGS readonly = 0) SELECT * FROM s",
+		"INSERT INTO FUNCTION file('" + filepath.Join(watch, "w") + "', 'LineAsString') SELECT 'x'",
+		"SELECT 1 INTO OUTFILE '" + filepath.Join(watch, "o") + "'",
+		"SELECT 1; DROP TABLE peertrail.events",
+		"CREATE TABLE peertrail.x (a UInt8) ENGINE = Memory",
+		"ALTER TABLE peertrail.chains DELETE WHERE 1",
+		"KILL QUERY WHERE 1 ASYNC",
+		"SET readonly = 0",
+		"SELECT number FROM numbers(300000) WHERE throwIf(number = 250000) = 0",
+	} {
+		f.Add(s, "", "")
+	}
+	f.Add("SELECT 1", "readonly", "0")
+	f.Add("SELECT 1", "allow_ddl", "1")
+	f.Add("SELECT 1", "max_threads", "1")
+	f.Add("SELECT 1", "output_format_json_quote_64bit_integers", "1")
+
+	s := engine(f)
+	ctx := context.Background()
+	if err := store.Migrate(ctx, s, store.SchemaOptions{}, nil); err != nil {
+		f.Fatal(err)
+	}
+	h, err := store.NewHTTPHandler(ctx, s, store.HTTPOptions{Limits: store.ReadLimits{MaxMemory: 256 << 20}})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Cleanup(func() { h.Close() })
+	snapshot := func(t testing.TB) string {
+		var b strings.Builder
+		for _, q := range []string{
+			"SELECT arrayStringConcat(groupArray(database || '.' || name || ':' || engine), ',') FROM (SELECT * FROM system.tables WHERE database NOT IN ('system', 'INFORMATION_SCHEMA', 'information_schema') ORDER BY database, name)",
+			"SELECT arrayStringConcat(groupArray(name), ',') FROM (SELECT name FROM system.databases ORDER BY name)",
+			"SELECT count() FROM peertrail.schema_migrations FINAL",
+			"SELECT count() FROM system.mutations",
+			"SELECT count() FROM system.functions WHERE origin != 'System'",
+		} {
+			b.WriteString(scalar(t, s, q, nil))
+			b.WriteByte('\n')
+		}
+		entries, _ := os.ReadDir(watch)
+		for _, e := range entries {
+			b.WriteString(e.Name() + "\n")
+		}
+		return b.String()
+	}
+	before := snapshot(f)
+
+	f.Fuzz(func(t *testing.T, text, setting, value string) {
+		params := url.Values{"query": {text}}
+		if setting != "" {
+			params.Set(setting, value)
+		}
+		req, _ := http.NewRequest(http.MethodGet, "/?"+params.Encode(), nil)
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, req)
+		if strings.Contains(w.Body.String(), "FUZZ-SECRET") {
+			t.Fatalf("%q read the secret file", text)
+		}
+		if after := snapshot(t); after != before {
+			t.Fatalf("%q (%s=%s) changed the store or files:\nbefore:\n%s\nafter:\n%s", text, setting, value, before, after)
+		}
+		// The next request gets its own answer, whatever the last one left behind.
+		req, _ = http.NewRequest(http.MethodGet, "/?query="+url.QueryEscape("SELECT 'own-answer'"), nil)
+		w = httptest.NewRecorder()
+		h.ServeHTTP(w, req)
+		if w.Code != 200 || w.Body.String() != "own-answer\n" {
+			t.Fatalf("after %q the next request got %d %.200q", text, w.Code, w.Body.String())
+		}
+	})
+}
