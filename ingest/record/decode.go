@@ -24,8 +24,8 @@ type Invalid struct {
 	// Index is the item's position in the list.
 	Index int
 	// Raw is the item exactly as sent, except that the objects of a redacted resource are
-	// dropped as from a record's (Redaction), when the item decoded far enough to tell its
-	// resource.
+	// dropped as from a record's (Redaction); when the item did not decode, as far as its
+	// objectRef tells (Redaction.redactInvalid).
 	Raw []byte
 	// Reason says what is wrong with it.
 	Reason string
@@ -214,9 +214,9 @@ func (d *Decoder) decode(scan bool, body []byte, apiserver string, receivedAt ti
 	var invalid []Invalid
 	for i, err := range d.errs {
 		if err != nil {
-			raw := items[i]
-			if d.decoded[i].Raw != nil {
-				raw = d.decoded[i].Raw // redacted, when it decoded far enough to tell its resource
+			raw := d.decoded[i].Raw // redacted, when it decoded far enough to tell its resource
+			if raw == nil {
+				raw = redaction.redactInvalid(items[i])
 			}
 			invalid = append(invalid, Invalid{Index: i, Raw: raw, Reason: err.Error()})
 			continue

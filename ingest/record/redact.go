@@ -106,36 +106,8 @@ const redactedMember = `"annotations":{"` + RedactedAnnotation + `":"requestObje
 // responseObject members, and with RedactedAnnotation in its (last) annotations object or in a
 // new one. It returns which fields it dropped ("" when none: then dst is not to be used).
 func appendRedacted(dst, raw []byte) (out []byte, dropped string, ok bool) {
-	type member struct {
-		key             string
-		from, colon, to int
-	}
 	var stack [32]member
-	members := stack[:0]
-	s := scanner{b: raw}
-	if s.peek() != '{' {
-		return dst, "", false
-	}
-	s.i++
-	ok = s.elements('}', func() bool {
-		s.ws()
-		from := s.i
-		if s.peek() != '"' || !s.skipString() {
-			return false
-		}
-		var key string
-		if json.Unmarshal(raw[from:s.i], &key) != nil || s.peek() != ':' {
-			return false
-		}
-		colon := s.i
-		s.i++
-		s.ws()
-		if _, ok := s.skipLoosely(); !ok { // the value was read before: it is valid JSON
-			return false
-		}
-		members = append(members, member{key, from, colon, s.i})
-		return true
-	})
+	members, ok := appendMembers(stack[:0], raw)
 	if !ok {
 		return dst, "", false
 	}
@@ -200,6 +172,80 @@ func appendRedacted(dst, raw []byte) (out []byte, dropped string, ok bool) {
 		out = append(out, '}')
 	}
 	return append(out, '}'), dropped, true
+}
+
+// member is one key and value of a JSON object: the key unquoted, and where the member starts
+// (its key's opening quote), its colon and its value's end.
+type member struct {
+	key             string
+	from, colon, to int
+}
+
+// appendMembers appends the members of raw, a JSON object, to dst. Values are read by their
+// brackets and quotes alone (skipLoosely), without a depth limit, so it also splits an item too
+// deep to decode; it reports false for what is not an object of that shape.
+func appendMembers(dst []member, raw []byte) ([]member, bool) {
+	s := scanner{b: raw}
+	if s.peek() != '{' {
+		return dst, false
+	}
+	s.i++
+	ok := s.elements('}', func() bool {
+		s.ws()
+		from := s.i
+		if s.peek() != '"' || !s.skipString() {
+			return false
+		}
+		var key string
+		if json.Unmarshal(raw[from:s.i], &key) != nil || s.peek() != ':' {
+			return false
+		}
+		colon := s.i
+		s.i++
+		s.ws()
+		if _, ok := s.skipLoosely(); !ok {
+			return false
+		}
+		dst = append(dst, member{key, from, colon, s.i})
+		return true
+	})
+	return dst, ok && s.end()
+}
+
+// redactInvalid returns raw, an item that did not decode into a record (it is kept as a dead
+// letter), without the objects the Redaction drops, as far as its objectRef tells its resource.
+// An item whose objectRef cannot be read loses its objects whatever they are: what it is cannot
+// be told, and it is kept to show what was wrong with it, which its objects rarely are. An item
+// that is not a JSON object of members is kept as sent.
+func (x *Redaction) redactInvalid(raw []byte) []byte {
+	var stack [32]member
+	members, ok := appendMembers(stack[:0], raw)
+	if !ok {
+		return raw
+	}
+	ref := -1
+	for i, m := range members {
+		if strings.EqualFold(m.key, "objectRef") {
+			ref = i // encoding/json reads the last
+		}
+	}
+	if ref < 0 {
+		return raw // no resource, as a record without objectRef, which is not redacted either
+	}
+	var o struct {
+		APIGroup    string `json:"apiGroup"`
+		Resource    string `json:"resource"`
+		Subresource string `json:"subresource"`
+	}
+	m := members[ref]
+	if json.Unmarshal(raw[valueStart(raw, m.colon):m.to], &o) == nil &&
+		!x.Matches(&Record{Group: o.APIGroup, Resource: o.Resource, Subresource: o.Subresource}) {
+		return raw
+	}
+	if out, dropped, ok := appendRedacted(nil, raw); ok && dropped != "" {
+		return out
+	}
+	return raw
 }
 
 // valueStart is where the value after the colon at colon begins.

@@ -128,10 +128,31 @@ func TestRedactionCannotBeDodged(t *testing.T) {
 		checkRedacted(t, r, "requestObject,responseObject")
 	}
 
-	bad := strings.Replace(secretEvent("a2", "", "secrets", "", ""), "2026-11-29T10:00:00.001000Z", "9999-01-01T00:00:00.000000Z", 1)
-	_, inv := mustDecode(t, eventList(bad))
-	if len(inv) != 1 || strings.Contains(string(inv[0].Raw), secretValue) {
-		t.Fatalf("dead letter keeps the secret: %+v", inv)
+	// Invalid items are kept as dead letters: without the objects of a redacted resource too,
+	// whether they decoded (a time out of range), did not (a field of the wrong type), or were
+	// too deep to read at all; without any objects when their objectRef cannot be read.
+	secret := secretEvent("a2", "", "secrets", "", "")
+	configMap := secretEvent("a3", "", "configmaps", "", "")
+	deep := strings.Replace(secret, `"data":{`, `"deep":`+strings.Repeat("[", 2000)+strings.Repeat("]", 2000)+`,"data":{`, 1)
+	for name, c := range map[string]struct {
+		item     string
+		redacted bool
+	}{
+		"time out of range":     {strings.Replace(secret, "2026-11-29T10:00:00.001000Z", "9999-01-01T00:00:00.000000Z", 1), true},
+		"wrong type":            {strings.Replace(secret, `"code":201`, `"code":"201"`, 1), true},
+		"too deep":              {deep, true},
+		"objectRef unreadable":  {strings.Replace(configMap, `"objectRef":{`, `"objectRef":"x","x":{`, 1), true},
+		"configmap, wrong type": {strings.Replace(configMap, `"code":201`, `"code":"201"`, 1), false},
+		"no objectRef":          {strings.Replace(strings.Replace(configMap, `"objectRef":{`, `"x":{`, 1), `"code":201`, `"code":"201"`, 1), false},
+	} {
+		_, inv := mustDecode(t, eventList(c.item))
+		if len(inv) != 1 {
+			t.Fatalf("%s: %d invalid", name, len(inv))
+		}
+		if got := string(inv[0].Raw); c.redacted != (got != c.item) ||
+			c.redacted && (strings.Contains(got, secretValue) || !strings.Contains(got, RedactedAnnotation)) {
+			t.Errorf("%s: dead letter kept as %.300s", name, got)
+		}
 	}
 
 	x, err := NewRedaction("widgets.example.com")

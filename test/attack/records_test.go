@@ -388,9 +388,10 @@ func secretNeedles(t *testing.T) []string {
 }
 
 // TestSecretsNeverStored posts what a real kube-apiserver sent for a Secret create and get, a
-// TokenRequest and a TokenReview at RequestResponse level. Their events are stored, marked as
-// redacted, and no secret value is in the store, the spool or any file under the data
-// directory; events of other resources keep their objects byte for byte.
+// TokenRequest and a TokenReview at RequestResponse level, and the Secret create made invalid
+// two ways. The events are stored, marked as redacted, the invalid ones are dead letters, and no
+// secret value is in the store, the spool, a dead letter or any file under the data directory;
+// events of other resources keep their objects byte for byte.
 func TestSecretsNeverStored(t *testing.T) {
 	bodies, _ := filepath.Glob("testdata/real-secrets/kas-a-*.json")
 	if len(bodies) == 0 {
@@ -404,6 +405,7 @@ func TestSecretsNeverStored(t *testing.T) {
 		t.Fatal(err)
 	}
 	var sent, redacted int
+	var secretCreate []byte // its ResponseComplete, with both objects
 	kept := map[record.Key][]byte{}
 	var raw [][]byte
 	for _, p := range bodies {
@@ -421,6 +423,9 @@ func TestSecretsNeverStored(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, it := range env.Items {
+			if bytes.Contains(it, []byte(`"verb":"create"`)) && bytes.Contains(it, []byte(`"resource":"secrets"`)) && bytes.Contains(it, []byte(secretBase64)) {
+				secretCreate = it
+			}
 			var ev struct {
 				AuditID, Stage string
 				StageTimestamp time.Time
@@ -450,6 +455,17 @@ func TestSecretsNeverStored(t *testing.T) {
 		if code, msg := tg.post("kas-a", b); code != http.StatusOK || !strings.HasSuffix(msg, "invalid 0") {
 			t.Fatalf("body %d: %d %q", i, code, msg)
 		}
+	}
+	// The same event made invalid two ways is a dead letter, without the Secret either.
+	var ts struct{ StageTimestamp string }
+	json.Unmarshal(secretCreate, &ts)
+	invalid := eventList(strings.Replace(string(secretCreate), ts.StageTimestamp, "9999-01-01T00:00:00.000000Z", 1),
+		strings.Replace(string(secretCreate), `"code":201`, `"code":"201"`, 1))
+	if !bytes.Contains(invalid, []byte("9999-01-01")) || !bytes.Contains(invalid, []byte(`"code":"201"`)) {
+		t.Fatal("the capture's Secret create is not in the expected shape")
+	}
+	if code, msg := tg.post("kas-a", invalid); code != http.StatusOK || msg != "accepted 0, duplicate 0, invalid 2" {
+		t.Fatalf("invalid Secret events: %d %q", code, msg)
 	}
 	tg.waitRows(`SELECT count() FROM peertrail.events`, fmt.Sprint(sent))
 	rows := tg.query(`SELECT countIf(annotations['`+record.RedactedAnnotation+`'] != ''),
@@ -484,8 +500,14 @@ func TestSecretsNeverStored(t *testing.T) {
 			t.Errorf("secret %.12s... in %v", n, files)
 		}
 	}
-	if dead := tg.deadLetters(); len(dead) != 0 {
-		t.Errorf("%d dead letters", len(dead))
+	dead := tg.deadLetters()
+	if len(dead) != 2 {
+		t.Fatalf("%d dead letters, want the 2 invalid Secret events", len(dead))
+	}
+	for _, d := range dead {
+		if !strings.Contains(d.Raw, record.RedactedAnnotation) || !strings.Contains(d.Raw, `"name":"db-password"`) {
+			t.Errorf("dead letter %q: %.200s", d.Reason, d.Raw)
+		}
 	}
 }
 
