@@ -434,6 +434,9 @@ func (s *Server) SQLURL() string {
 	if s.sqlLn == nil {
 		return ""
 	}
+	if sqlTLS(s.cfg) {
+		return "https://" + s.sqlLn.Addr().String()
+	}
 	return "http://" + s.sqlLn.Addr().String()
 }
 

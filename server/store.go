@@ -77,7 +77,7 @@ func (s *Server) sqlServer(ctx context.Context, cfg config.File, emb *store.Embe
 	if err != nil {
 		return nil, nil, fmt.Errorf("listen for SQL on %s: %w (another program, e.g. a ClickHouse server, may hold the port: choose another with --sql-listen, or turn SQL off with --sql-listen '')", cfg.Store.SQLListen, err)
 	}
-	tlsOn := cfg.TLS.CertFile != "" && !cfg.InsecureHTTP
+	tlsOn := sqlTLS(cfg)
 	if !isLoopback(ln.Addr()) && !tlsOn {
 		ln.Close()
 		return nil, nil, fmt.Errorf("the SQL interface on %s is not loopback, and off loopback it is served over TLS only: give --tls-cert-file and --tls-key-file (or listen on 127.0.0.1)", cfg.Store.SQLListen)
@@ -100,6 +100,10 @@ func (s *Server) sqlServer(ctx context.Context, cfg config.File, emb *store.Embe
 	}
 	return srv, ln, nil
 }
+
+// sqlTLS says whether the SQL interface serves TLS: with the serving certificate, when there is
+// one.
+func sqlTLS(cfg config.File) bool { return cfg.TLS.CertFile != "" && !cfg.InsecureHTTP }
 
 // SQLPasswordFileName is where serve keeps the SQL interface's password when none is
 // configured, under the data directory.
