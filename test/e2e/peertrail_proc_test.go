@@ -261,7 +261,7 @@ func (p *ptProc) sql(ctx context.Context, query string, out any) error {
 	if err != nil {
 		return err
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := p.hc.Do(req) // the SQL interface serves TLS with the serving certificate
 	if err != nil {
 		return err
 	}
