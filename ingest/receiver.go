@@ -392,7 +392,8 @@ func (rc *Receiver) accept(ctx context.Context, body []byte, name, remote string
 	defer rc.batches.Put(mem)
 	recs, invalid, err := mem.dec.Decode(body, name, start)
 	if err != nil {
-		rc.keepDead(reasonNotEventList, NewDeadLetter(start, name, remote, err.Error(), -1, body))
+		// Kept without the objects of redacted resources (Secrets...) in the items it can split.
+		rc.keepDead(reasonNotEventList, NewDeadLetter(start, name, remote, err.Error(), -1, mem.dec.RedactRefused(body)))
 		return answer{code: http.StatusBadRequest, apiserver: name, msg: err.Error()}
 	}
 	if len(invalid) > 0 {

@@ -256,3 +256,33 @@ func valueStart(raw []byte, colon int) int {
 	}
 	return i
 }
+
+// RedactRefused returns body, which Decode refused as a whole (it is kept as a dead letter),
+// with the objects of redacted resources dropped from every item it can still split, as
+// redactInvalid drops them from an invalid item. A body whose envelope is not in the usual form
+// (scanEnvelope) is returned as it is. The result is d's until its next Decode.
+func (d *Decoder) RedactRefused(body []byte) []byte {
+	items, _, ok := d.scanEnvelope(body)
+	if !ok || len(items) == 0 {
+		return body
+	}
+	redaction := d.redaction
+	if redaction == nil {
+		redaction = defaultRedaction
+	}
+	var out []byte
+	last := 0 // the end of what is copied of body
+	for i, it := range items {
+		red := redaction.redactInvalid(it)
+		if len(red) == len(it) && (len(it) == 0 || &red[0] == &it[0]) {
+			continue // unchanged: redactInvalid returned the item itself
+		}
+		from, to := d.bounds[2*i], d.bounds[2*i+1]
+		out = append(append(out, body[last:from]...), red...)
+		last = to
+	}
+	if out == nil {
+		return body
+	}
+	return append(out, body[last:]...)
+}

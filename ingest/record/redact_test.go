@@ -173,3 +173,24 @@ func TestRedactionCannotBeDodged(t *testing.T) {
 		}
 	}
 }
+
+// TestRedactRefused: a body refused as a whole (one item is not JSON) is kept without the
+// Secret's objects of the items beside it; what cannot be split is kept as it is.
+func TestRedactRefused(t *testing.T) {
+	secret, configMap := secretEvent("s", "", "secrets", "", ""), secretEvent("c", "", "configmaps", "", "")
+	body := []byte(`{"kind":"EventList","apiVersion":"audit.k8s.io/v1","items":[` + configMap + `, ` + secret + `,{"broken":tru}, ` + secret + "]}\n")
+	d := NewDecoder()
+	if _, _, err := d.Decode(body, "kas-a", received); err == nil {
+		t.Fatal("a body with an item that is not JSON was accepted")
+	}
+	out := string(d.RedactRefused(body))
+	if strings.Count(out, secretValue) != 2 || strings.Count(out, RedactedAnnotation) != 2 ||
+		!strings.Contains(out, configMap+`, `) || !strings.HasSuffix(out, "]}\n") || !strings.Contains(out, `{"broken":tru}`) {
+		t.Fatalf("refused body kept as %s", out)
+	}
+	for _, b := range []string{`{"Items":[` + secret + `]}`, `not json ` + secret} {
+		if out := d.RedactRefused([]byte(b)); string(out) != b {
+			t.Errorf("%.20s: changed to %.100s", b, out)
+		}
+	}
+}

@@ -467,6 +467,11 @@ func TestSecretsNeverStored(t *testing.T) {
 	if code, msg := tg.post("kas-a", invalid); code != http.StatusOK || msg != "accepted 0, duplicate 0, invalid 2" {
 		t.Fatalf("invalid Secret events: %d %q", code, msg)
 	}
+	// And beside an item that is not JSON, which makes the whole body refused (and kept).
+	refused := eventList(string(secretCreate), `{"auditID":tru}`)
+	if code, _ := tg.post("kas-a", refused); code != http.StatusBadRequest {
+		t.Fatalf("a body with an item that is not JSON: %d", code)
+	}
 	tg.waitRows(`SELECT count() FROM peertrail.events`, fmt.Sprint(sent))
 	rows := tg.query(`SELECT countIf(annotations['`+record.RedactedAnnotation+`'] != ''),
 		countIf(position(raw, '`+record.RedactedAnnotation+`') > 0), countIf(has_request_object OR has_response_object) FROM peertrail.events`, nil)
@@ -501,8 +506,8 @@ func TestSecretsNeverStored(t *testing.T) {
 		}
 	}
 	dead := tg.deadLetters()
-	if len(dead) != 2 {
-		t.Fatalf("%d dead letters, want the 2 invalid Secret events", len(dead))
+	if len(dead) != 3 {
+		t.Fatalf("%d dead letters, want the 2 invalid Secret events and the refused body", len(dead))
 	}
 	for _, d := range dead {
 		if !strings.Contains(d.Raw, record.RedactedAnnotation) || !strings.Contains(d.Raw, `"name":"db-password"`) {
