@@ -862,9 +862,10 @@ func TestDeployControlPlaneEndToEnd(t *testing.T) {
 	if code := httpCode(t, hc, "POST", base+"/audit/"+oldName); code != http.StatusForbidden {
 		t.Errorf("POST /audit with a reader's token: %d, want 403", code)
 	}
-	// Grafana's view of the embedded store (components/grafana-sql): the SQL interface asks for
-	// the password from the Secret, and answers with it.
-	sqlURL := "http://" + ctr.sqlListen + "/?query=" + url.QueryEscape("SELECT count() FROM peertrail.events")
+	// Grafana's view of the embedded store (components/grafana-sql): the SQL interface serves
+	// TLS with the serving certificate, asks for the password from the Secret, and answers with
+	// it.
+	sqlURL := "https://" + ctr.sqlListen + "/?query=" + url.QueryEscape("SELECT count() FROM peertrail.events")
 	if code := httpCode(t, anon, "GET", sqlURL); code != http.StatusUnauthorized && code != http.StatusForbidden {
 		t.Errorf("SQL without the password: %d, want 401 or 403", code)
 	}
