@@ -291,7 +291,7 @@ func TestHTTPInterfacePlainHTTP(t *testing.T) {
 	// A subquery on a table with a URL setting a client may set (fewer threads): it runs.
 	resp, body = httpGet(t, srv.URL+"/?max_threads=1&query="+url.QueryEscape(
 		"SELECT count() FROM peertrail.schema_migrations WHERE version IN (SELECT version FROM peertrail.schema_migrations) FORMAT TSV"), nil)
-	if resp.StatusCode != 200 || body != "3\n" {
+	if ms, _ := store.Migrations(); resp.StatusCode != 200 || body != strconv.Itoa(len(ms))+"\n" {
 		t.Fatalf("subquery with max_threads=1: %d %q", resp.StatusCode, body)
 	}
 	// The statement's own SETTINGS clause changes a setting: the read-only connection refuses
