@@ -117,6 +117,7 @@ const (
 	AlertPeertrailDown      = "PeertrailDown"
 	AlertSpoolGrowing       = "PeertrailSpoolGrowing"
 	AlertSpoolNearlyFull    = "PeertrailSpoolNearlyFull"
+	AlertStoreWriteFailing  = "PeertrailStoreWriteFailing"
 	AlertVersionSkew        = "MVPVersionSkewBeyondPolicy"
 	AlertUpgradeGatePaused  = "MVPUpgradeGatePaused"
 	ingestGapRatio          = 0.05
@@ -127,6 +128,9 @@ const (
 	newChainsWindow         = "5m"
 	auditWindow             = "10m"
 	auditErrorWindow        = "5m"
+	// storeErrorWindow spans several of the store writer's retries (their backoff is at most
+	// 30 s), so an outage keeps the increase above zero for as long as it lasts.
+	storeErrorWindow = "5m"
 )
 
 type alertDef struct {
@@ -330,6 +334,21 @@ func pipelineAlerts(o Options) []alertDef {
 			summary: "peertrail's spool is {{ $value | humanizePercentage }} full.",
 			description: "The spool holds {{ $value | humanizePercentage }} of its capacity. When it is full, peertrail " +
 				"answers audit webhooks 503; the apiservers retry and then drop the events.",
+		},
+		{
+			// A store outage does not make /readyz fail: the receiver still acknowledges into the
+			// spool, and taking peertrail out of its Service would lose audit instead. It shows
+			// here, long before the spool's lag reaches PeertrailSpoolGrowing's share.
+			name:     AlertStoreWriteFailing,
+			severity: SeverityWarning,
+			expr: promql.Sum(promql.Increase(promql.Sel(metrics.StoreInsertErrorsTotal), storeErrorWindow),
+				metrics.LabelJob, metrics.LabelInstance) + " > 0",
+			forDur:  10 * time.Minute,
+			summary: "peertrail cannot write to its store (ClickHouse) for 10 minutes.",
+			description: "peertrail's store writer failed {{ $value | humanize }} inserts in the last " + storeErrorWindow +
+				" (" + metrics.StoreInsertErrorsTotal + ") and has kept failing for 10 minutes: ClickHouse is down, " +
+				"refusing or out of space. Nothing is lost while the spool has room (the writer retries the same rows), " +
+				"but SQL, the report and Grafana's chain views stop at the outage, and the spool grows toward full.",
 		},
 	}
 }

@@ -147,7 +147,7 @@ func unitTests(o Options) (testFile, error) {
 		t.burnRate(), t.burnRateSlow(), t.burnRateVerySlow(), t.burnRateWithinSLO(),
 		t.misleading404s(), t.brokenChains(), t.identityMismatch(),
 		t.ingestGap(), t.webhookErrors(),
-		t.peertrailDown(o), t.peertrailAbsent(o), t.spool(), t.versionSkew(), t.gatePaused(o),
+		t.peertrailDown(o), t.peertrailAbsent(o), t.spool(), t.storeWriteFailing(), t.versionSkew(), t.gatePaused(o),
 	}
 	if t.err != nil {
 		return testFile{}, t.err
@@ -404,6 +404,27 @@ func (t *tests) spool() testGroup {
 			firing("45m", AlertSpoolGrowing, t.fires(AlertSpoolGrowing, correlateLag, 0.225)),
 			silent("33m", AlertSpoolNearlyFull),
 			firing("40m", AlertSpoolNearlyFull, t.fires(AlertSpoolNearlyFull, target, 0.9)),
+		},
+	}
+}
+
+func (t *tests) storeWriteFailing() testGroup {
+	errs := func(table string) string {
+		return sel(metrics.StoreInsertErrorsTotal, withTarget(map[string]string{metrics.LabelTable: table}))
+	}
+	return testGroup{
+		Name:     "PeertrailStoreWriteFailing: inserts failing for 10 minutes fire, a single failed insert does not",
+		Interval: "1m",
+		InputSeries: []series{
+			// One failed insert at 2m, retried with success; then an outage from 20m on, the
+			// writer retrying (and failing) twice a minute.
+			{errs("events"), "0 0 1x17 1+2x20"},
+			{errs("chains"), "0x40"},
+		},
+		AlertTests: []alertTest{
+			silent("10m", AlertStoreWriteFailing),
+			silent("25m", AlertStoreWriteFailing),
+			firing("32m", AlertStoreWriteFailing, t.fires(AlertStoreWriteFailing, target, 10)),
 		},
 	}
 }
