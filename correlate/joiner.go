@@ -129,12 +129,13 @@ type chainState struct {
 	firstPos spool.Position
 	first    int64 // receipt of the first record, Unix ns
 	last     int64 // receipt of the latest record, Unix ns
-	records  int32
 	checked  int64 // when a running watch was last looked at, Unix ns; orders the LRU with last
-	final    bool
-	emitted  int32 // how many times it was finalised
-	evicted  bool
-	res      *result // the classification it was last finalised with
+	// The small fields together, without padding between them: open chains are many.
+	records int32
+	emitted int32 // how many times it was finalised
+	final   bool
+	evicted bool
+	res     *result // the classification it was last finalised with
 
 	prev, next   *chainState // LRU of open chains, or FIFO of recent final chains
 	pprev, pnext *chainState // open chains in order of firstPos (see Joiner.byPos)
