@@ -22,12 +22,14 @@ type simulateFlags struct {
 	cfg       simulate.UpgradeConfig
 	webhook   simulate.WebhookOptions
 	tokenFile string
-	truthOut  string
-	score     bool
-	scoreWait time.Duration
-	jsonOut   bool
-	resources []string
-	mix       string
+	// readerTokenFile is the reader's token --score reads the chain API with.
+	readerTokenFile string
+	truthOut        string
+	score           bool
+	scoreWait       time.Duration
+	jsonOut         bool
+	resources       []string
+	mix             string
 }
 
 func newSimulateCommand(_ *globalFlags) *cobra.Command {
@@ -61,7 +63,8 @@ asks the receiver's chain API about each one and prints how peertrail did.`,
 	fl.StringVar(&f.webhook.URL, "url", "http://127.0.0.1:8443", "receiver base URL (peertrail serve)")
 	fl.StringVar(&f.webhook.CAFile, "ca-file", "", "CA bundle that verifies the receiver (as in the webhook kubeconfig)")
 	fl.BoolVar(&f.webhook.InsecureSkipVerify, "insecure-skip-tls-verify", false, "do not verify the receiver's certificate")
-	fl.StringVar(&f.tokenFile, "token-file", "", "bearer token for the receiver")
+	fl.StringVar(&f.tokenFile, "token-file", "", "bearer token for the receiver (it names one apiserver: with several, use client certificates or none)")
+	fl.StringVar(&f.readerTokenFile, "reader-token-file", "", "reader's bearer token for --score, which reads the chain API (default $"+tokenEnv+")")
 	fl.DurationVar(&f.webhook.BatchWait, "batch-wait", time.Second, "the apiservers' --audit-webhook-batch-max-wait")
 	fl.IntVar(&f.cfg.APIServers, "apiservers", f.cfg.APIServers, "number of apiservers (at least 2)")
 	fl.StringVar(&f.cfg.From, "from", f.cfg.From, "version the upgrade starts from")
@@ -145,7 +148,16 @@ func runSimulate(ctx context.Context, f *simulateFlags, out, errOut io.Writer) e
 	if err != nil {
 		return err
 	}
-	sc, err := simulate.Score(ctx, &http.Client{Transport: &http.Transport{TLSClientConfig: tc}}, f.webhook.URL, truths, f.scoreWait)
+	reader := serverFlags{tokenFile: f.readerTokenFile}
+	tok, err := reader.bearer()
+	if err != nil {
+		return err
+	}
+	var rt http.RoundTripper = &http.Transport{TLSClientConfig: tc}
+	if tok != "" {
+		rt = withBearer(rt, tok)
+	}
+	sc, err := simulate.Score(ctx, &http.Client{Transport: rt}, f.webhook.URL, truths, f.scoreWait)
 	if err != nil {
 		return err
 	}
