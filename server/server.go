@@ -309,6 +309,18 @@ func receiverOptions(cfg config.File, log *slog.Logger) (ingest.Options, error) 
 		return o, err
 	}
 	o.RequireAuth = o.Auth.HasSenderCredentials()
+	if o.RequireAuth {
+		// Once any credential is required, one without a certSubject or a token can never post.
+		token := map[string]bool{}
+		for _, t := range ao.SenderTokens {
+			token[t.APIServer] = true
+		}
+		for _, a := range cfg.APIServers {
+			if a.CertSubject == "" && !token[a.Name] {
+				log.Warn("apiserver has neither certSubject nor tokenFile: every batch it posts will be refused (401/403)", "apiserver", a.Name)
+			}
+		}
+	}
 	return o, nil
 }
 
