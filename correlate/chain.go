@@ -141,6 +141,8 @@ type Chain struct {
 	// Records is how many audit records arrived for the chain: those it holds, at most
 	// MaxChainRecords, and those it dropped beyond that (then it has FindingAuditIDReused).
 	Records int `json:"records"`
+	// reused: records of the chain's auditID were dropped against it (FindingAuditIDReused).
+	reused bool
 	// Revision counts how often the chain was finalised: above 1 when a late record reopened
 	// it. The store keeps the highest revision.
 	Revision int `json:"revision"`

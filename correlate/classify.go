@@ -83,10 +83,10 @@ func (k *DefaultClassifier) Classify(c *Chain) {
 	}
 	// Whatever the class, a chain that had to drop records (its auditID sent more than one
 	// request can make: a client reusing its own Audit-ID) is decided on the records it kept.
-	if c.Records > MaxChainRecords {
+	if c.reused {
 		c.Findings = append(c.Findings, FindingAuditIDReused)
-		c.Explanation += fmt.Sprintf("; %d records arrived for its auditID, more than one request makes: %d were joined, the rest dropped (%s)",
-			c.Records, MaxChainRecords, FindingAuditIDReused)
+		c.Explanation += fmt.Sprintf("; more records arrived for its auditID than requests make (%d counted here): a chain takes at most %d and an auditID has at most %d chains at a time, the rest were dropped (%s)",
+			c.Records, MaxChainRecords, MaxChainRecords, FindingAuditIDReused)
 	}
 	fillDerived(c)
 }

@@ -368,7 +368,7 @@ func (co *Correlator) build(cs *chainState) *Chain {
 		Verb: cs.verb, RequestURI: cs.uri, Group: cs.group, Version: cs.version, Resource: cs.resource,
 		Subresource: cs.subres, Namespace: cs.ns, Name: cs.name,
 		FirstReceived: time.Unix(0, cs.first).UTC(), LastReceived: time.Unix(0, cs.last).UTC(),
-		Records: int(cs.records), Revision: int(cs.emitted), Evicted: cs.evicted,
+		Records: int(cs.records), Revision: int(cs.emitted), Evicted: cs.evicted, reused: cs.reused,
 	}
 	if cs.final {
 		ch.State = StateFinal

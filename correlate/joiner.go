@@ -135,6 +135,7 @@ type chainState struct {
 	emitted int32 // how many times it was finalised
 	final   bool
 	evicted bool
+	reused  bool // a record of its auditID was dropped against it (MaxChainRecords)
 	res     *result // the classification it was last finalised with
 
 	prev, next   *chainState // LRU of open chains, or FIFO of recent final chains
@@ -330,8 +331,7 @@ type Joiner struct {
 // every other reader of the joiner's lock. With it, a record costs at most 64 comparisons.
 //
 // A record beyond the bound is not joined and is counted in Dropped and in its chain's records
-// (the auditID's newest chain when it matches none): Chain.Records above MaxChainRecords gives
-// the chain FindingAuditIDReused. The record itself is not lost: the store keeps every event.
+// (the auditID's newest chain when it matches none), which gets FindingAuditIDReused. The record itself is not lost: the store keeps every event.
 const MaxChainRecords = 64
 
 // NewJoiner returns an empty joiner.
@@ -389,9 +389,10 @@ func (j *Joiner) Add(r *record.Record, pos spool.Position) *chainState {
 // drop changes a final chain's findings, and it is finalised again to say so.
 func (j *Joiner) drop(c *chainState) {
 	j.Dropped++
-	if c.records == MaxChainRecords && c.final {
+	if !c.reused && c.final {
 		j.reopen(c)
 	}
+	c.reused = true
 	if c.records < math.MaxInt32 {
 		c.records++
 	}
