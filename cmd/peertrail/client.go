@@ -82,7 +82,8 @@ func (s *serverFlags) client(timeout time.Duration) (*http.Client, error) {
 }
 
 // withBearer returns a RoundTripper that sends token as a bearer token on every request
-// through rt (http.DefaultTransport when nil). It does not modify the caller's request.
+// through rt (http.DefaultTransport when nil) that has no Authorization header of its own (a
+// URL's user and password win). It does not modify the caller's request.
 func withBearer(rt http.RoundTripper, token string) http.RoundTripper {
 	if rt == nil {
 		rt = http.DefaultTransport
@@ -96,6 +97,9 @@ type bearerTransport struct {
 }
 
 func (b bearerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.Header.Get("Authorization") != "" {
+		return b.rt.RoundTrip(r)
+	}
 	r = r.Clone(r.Context())
 	r.Header.Set("Authorization", b.header)
 	return b.rt.RoundTrip(r)

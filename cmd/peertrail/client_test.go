@@ -51,3 +51,20 @@ func TestClientsPresentTheReaderToken(t *testing.T) {
 		t.Errorf("a refused read: %v, want an error naming --token-file and $%s", err, tokenEnv)
 	}
 }
+
+// TestBearerLeavesAnAuthorizationAlone: a request that carries its own credentials (the SQL
+// interface's user and password in its URL) keeps them.
+func TestBearerLeavesAnAuthorizationAlone(t *testing.T) {
+	var got string
+	srv := httptest.NewServer(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) { got = r.Header.Get("Authorization") }))
+	defer srv.Close()
+	c := &http.Client{Transport: withBearer(nil, "reader")}
+	resp, err := c.Get(strings.Replace(srv.URL, "http://", "http://grafana:secret@", 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if !strings.HasPrefix(got, "Basic ") {
+		t.Fatalf("Authorization %q, want the URL's Basic credentials", got)
+	}
+}

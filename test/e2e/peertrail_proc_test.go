@@ -451,13 +451,17 @@ func withSQLPassword(base string, args []string) string {
 	return u.String()
 }
 
-// bearerRT presents a reader's bearer token on every request.
+// bearerRT presents a reader's bearer token on every request that has no Authorization of its
+// own (the SQL interface's requests carry its user and password).
 type bearerRT struct {
 	rt    http.RoundTripper
 	token string
 }
 
 func (b bearerRT) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.Header.Get("Authorization") != "" {
+		return b.rt.RoundTrip(r)
+	}
 	r = r.Clone(r.Context())
 	r.Header.Set("Authorization", "Bearer "+b.token)
 	return b.rt.RoundTrip(r)

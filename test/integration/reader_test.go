@@ -21,10 +21,14 @@ func readerTokenFile(t testing.TB, dir string) string {
 	return p
 }
 
-// bearer adds the reader token to every request through rt.
+// bearer adds the reader token to every request through rt that has no Authorization of its
+// own.
 type bearer struct{ rt http.RoundTripper }
 
 func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.Header.Get("Authorization") != "" {
+		return b.rt.RoundTrip(r)
+	}
 	r = r.Clone(r.Context())
 	r.Header.Set("Authorization", "Bearer "+readerToken)
 	return b.rt.RoundTrip(r)
