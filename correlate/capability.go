@@ -2,6 +2,7 @@ package correlate
 
 import (
 	"encoding/json"
+	"math"
 	"slices"
 	"sort"
 	"sync"
@@ -47,11 +48,38 @@ type Capabilities struct {
 	// epochs are, per apiserver, the times a new process or a new version of it was first
 	// seen: evidence from before a restart says nothing about after it (the new process may
 	// run other flags, feature gates or runtime-config even with the same version).
-	epochs    map[string][]time.Time
-	evidence  map[string]map[GVR][]run // apiserver -> GVR -> runs by time
-	proxiedBy map[string]map[GVR]time.Time
-	seen      map[string]*ServerInfo
+	epochs   map[string][]time.Time
+	evidence map[string]map[GVR][]run // apiserver -> GVR -> runs by time
+	// proxied holds, like evidence, when each apiserver was seen to forward requests for a
+	// GVR (every run served=true), kept per epoch: that a process forwarded a resource is
+	// evidence about that process only.
+	proxied map[string]map[GVR][]run
+	seen    map[string]*ServerInfo
+	// active are, per apiserver, the stretches of time its audit stream covered (records'
+	// own times, merged across gaps up to activityGap), oldest first: where they have a gap,
+	// the apiserver was down or restarting (see DownAt).
+	active map[string][]span
+	// ready is, per apiserver and epoch (by its start, Unix ns; 0 for the first), the first
+	// successful answer of the process to anyone but itself: when it began to serve.
+	ready map[string]map[int64]time.Time
+	// prevLast is, per apiserver, the last sighting of the process before the current one:
+	// the current epoch never starts before it (moveStartLocked).
+	prevLast map[string]time.Time
 }
+
+// span is a stretch of time.
+type span struct{ from, to time.Time }
+
+// activityGap is the longest silence of an apiserver's audit stream that still counts as
+// one stretch of activity. A live apiserver audits its own loopback calls (lease renewals,
+// informers) besides its clients' requests, and its webhook sends a batch every batch wait
+// (1 s in the tests; the records carry their own times, so the batch wait does not add
+// gaps); a SIGKILLed one is silent from the last 0-1 s before the kill until its new
+// process starts, which takes seconds (a kube-apiserver is ready about 4 s after start).
+const activityGap = 2 * time.Second
+
+// maxSpans bounds the stretches of activity kept per apiserver.
+const maxSpans = 64
 
 // ServerInfo is what is known of one apiserver.
 type ServerInfo struct {
@@ -117,11 +145,14 @@ type Sighting struct {
 // NewCapabilities returns an empty view in which evidence older than horizon is ignored.
 func NewCapabilities(horizon time.Duration) *Capabilities {
 	return &Capabilities{
-		horizon:   horizon,
-		evidence:  map[string]map[GVR][]run{},
-		proxiedBy: map[string]map[GVR]time.Time{},
-		seen:      map[string]*ServerInfo{},
-		epochs:    map[string][]time.Time{},
+		horizon:  horizon,
+		evidence: map[string]map[GVR][]run{},
+		proxied:  map[string]map[GVR][]run{},
+		seen:     map[string]*ServerInfo{},
+		epochs:   map[string][]time.Time{},
+		active:   map[string][]span{},
+		prevLast: map[string]time.Time{},
+		ready:    map[string]map[int64]time.Time{},
 	}
 }
 
@@ -143,12 +174,17 @@ func (c *Capabilities) Learn(apiserver string, g GVR, t time.Time, served bool) 
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	byGVR := c.evidence[apiserver]
+	c.learnLocked(c.evidence, apiserver, g, t, served)
+}
+
+func (c *Capabilities) learnLocked(into map[string]map[GVR][]run, apiserver string, g GVR, t time.Time, served bool) {
+	byGVR := into[apiserver]
 	if byGVR == nil {
 		byGVR = map[GVR][]run{}
-		c.evidence[apiserver] = byGVR
+		into[apiserver] = byGVR
 	}
-	byGVR[g] = addEvidence(byGVR[g], t, served)
+	from, to := c.epochLocked(apiserver, t)
+	byGVR[g] = addEvidence(byGVR[g], t, served, from, to)
 	c.changes++
 }
 
@@ -159,11 +195,14 @@ func (c *Capabilities) Changes() uint64 {
 	return c.changes
 }
 
-// addEvidence merges one observation into runs kept sorted by time.
-func addEvidence(runs []run, t time.Time, served bool) []run {
+// addEvidence merges one observation into runs kept sorted by time. A run never reaches
+// across the bounds [from, to) of the epoch that holds t (to zero: open): what one process
+// served says nothing of the next, so evidence of the next starts a run of its own.
+func addEvidence(runs []run, t time.Time, served bool, from, to time.Time) []run {
+	inEpoch := func(r run) bool { return !r.first.Before(from) && (to.IsZero() || r.last.Before(to)) }
 	i := sort.Search(len(runs), func(i int) bool { return !runs[i].last.Before(t) })
 	// Inside (or at the edge of) run i?
-	if i < len(runs) && !t.Before(runs[i].first) {
+	if i < len(runs) && !t.Before(runs[i].first) && inEpoch(runs[i]) {
 		if runs[i].served == served {
 			return runs
 		}
@@ -175,11 +214,11 @@ func addEvidence(runs []run, t time.Time, served bool) []run {
 		return trim(runs)
 	}
 	// Between run i-1 and run i: extend a neighbour that agrees, else start a run.
-	if i > 0 && runs[i-1].served == served {
+	if i > 0 && runs[i-1].served == served && inEpoch(runs[i-1]) {
 		runs[i-1].last = t
 		return runs
 	}
-	if i < len(runs) && runs[i].served == served {
+	if i < len(runs) && runs[i].served == served && inEpoch(runs[i]) && !t.Before(from) {
 		runs[i].first = t
 		return runs
 	}
@@ -203,12 +242,25 @@ func (c *Capabilities) Serves(apiserver string, g GVR, t time.Time) (served, kno
 }
 
 func (c *Capabilities) servesLocked(apiserver string, g GVR, t time.Time) (served, known bool) {
-	runs := c.evidence[apiserver][g]
+	return c.nearestLocked(c.evidence[apiserver][g], apiserver, t)
+}
+
+// nearestLocked is what the run of runs nearest to t within the horizon and within the
+// epoch of apiserver that holds t says.
+func (c *Capabilities) nearestLocked(runs []run, apiserver string, t time.Time) (served, known bool) {
 	best := c.horizon
 	from, to := c.epochLocked(apiserver, t)
 	for _, r := range runs {
 		if r.last.Before(from) || !to.IsZero() && !r.first.Before(to) {
-			continue // another version of the apiserver
+			continue // another process or version of the apiserver
+		}
+		// A run learned before the epoch was known may reach across its start; only its
+		// part inside the epoch counts.
+		if r.first.Before(from) {
+			r.first = from
+		}
+		if !to.IsZero() && !r.last.Before(to) {
+			r.last = to
 		}
 		var d time.Duration
 		switch {
@@ -245,31 +297,138 @@ func (c *Capabilities) OtherServer(except string, g GVR, t time.Time) (string, b
 
 // NoteProxied records that apiserver forwarded a request for g at t.
 func (c *Capabilities) NoteProxied(apiserver string, g GVR, t time.Time) {
+	if t.IsZero() {
+		return
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	m := c.proxiedBy[apiserver]
-	if m == nil {
-		m = map[GVR]time.Time{}
-		c.proxiedBy[apiserver] = m
-	}
-	if t.After(m[g]) {
-		m[g] = t
-		c.changes++
-	}
+	c.learnLocked(c.proxied, apiserver, g, t, true)
 	c.infoLocked(apiserver).Proxied = true
 }
 
-// ProxiedRecently reports whether apiserver forwarded requests for g within the horizon of t:
-// then its Mixed Version Proxy was active for g.
+// ProxiedRecently reports whether apiserver, in the process that ran at t, forwarded
+// requests for g within the horizon of t: then its Mixed Version Proxy was active for g.
+// What an earlier process of it did is not evidence of this one.
 func (c *Capabilities) ProxiedRecently(apiserver string, g GVR, t time.Time) bool {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
-	last, ok := c.proxiedBy[apiserver][g]
-	if !ok {
-		return false
+	_, known := c.nearestLocked(c.proxied[apiserver][g], apiserver, t)
+	return known
+}
+
+// NoteServing records that apiserver answered someone other than itself successfully at t:
+// the process that ran at t was serving by then.
+func (c *Capabilities) NoteServing(apiserver string, t time.Time) {
+	if t.IsZero() {
+		return
 	}
-	d := t.Sub(last)
-	return d < c.horizon && d > -c.horizon
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	from, _ := c.epochLocked(apiserver, t)
+	m := c.ready[apiserver]
+	if m == nil {
+		m = map[int64]time.Time{}
+		c.ready[apiserver] = m
+	}
+	k := int64(0)
+	if !from.IsZero() {
+		k = from.UnixNano()
+	}
+	if r, ok := m[k]; !ok || t.Before(r) {
+		m[k] = t
+		if len(m) > maxHistory+1 {
+			oldest := int64(math.MaxInt64)
+			for e := range m {
+				oldest = min(oldest, e)
+			}
+			delete(m, oldest)
+		}
+	}
+}
+
+// Starting reports whether t lies in the start of the process of apiserver that ran at t:
+// from its first loopback request (since) to window after it first served someone else
+// successfully (or at any time before it did). Only a restart or a version change that
+// peertrail saw counts: the first process peertrail saw may have run for long before.
+func (c *Capabilities) Starting(apiserver string, t time.Time, window time.Duration) (since time.Time, starting bool) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	from, _ := c.epochLocked(apiserver, t)
+	if from.IsZero() || t.Before(from) {
+		return time.Time{}, false
+	}
+	ready, ok := c.ready[apiserver][from.UnixNano()]
+	return from, !ok || t.Sub(ready) <= window
+}
+
+// StartedAt returns when the process of apiserver that ran at t started, as its audit
+// stream showed (its first loopback request), if that process was a restart or a version
+// change seen by peertrail: the first process peertrail saw may have run for long before.
+func (c *Capabilities) StartedAt(apiserver string, t time.Time) (time.Time, bool) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	from, _ := c.epochLocked(apiserver, t)
+	return from, !from.IsZero()
+}
+
+// NoteActivity records that apiserver's audit stream holds records from from to to (their
+// own times): a webhook batch's span.
+func (c *Capabilities) NoteActivity(apiserver string, from, to time.Time) {
+	if from.IsZero() || to.Before(from) {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	spans := c.active[apiserver]
+	// Batches mostly come in order: look from the end for the place of the new span.
+	i := len(spans)
+	for i > 0 && spans[i-1].from.After(from) {
+		i--
+	}
+	spans = slices.Insert(spans, i, span{from, to})
+	// Merge the spans around i that overlap or lie within activityGap of each other.
+	lo := max(i-1, 0)
+	for lo+1 < len(spans) && lo <= i+1 {
+		a, b := spans[lo], spans[lo+1]
+		if b.from.Sub(a.to) <= activityGap {
+			if b.to.After(a.to) {
+				a.to = b.to
+			}
+			spans[lo] = a
+			spans = slices.Delete(spans, lo+1, lo+2)
+			continue
+		}
+		lo++
+	}
+	if len(spans) > maxSpans {
+		spans = slices.Delete(spans, 0, len(spans)-maxSpans)
+	}
+	c.active[apiserver] = spans
+}
+
+// DownAt reports whether apiserver's audit stream was silent at t: t lies in a gap of its
+// activity longer than activityGap, or after its last activity when now (the stream time)
+// is more than activityGap past that. It returns the gap (to is zero while the silence
+// lasts). An apiserver whose stream was never seen is not known to be down.
+func (c *Capabilities) DownAt(apiserver string, t, now time.Time) (from, to time.Time, down bool) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	spans := c.active[apiserver]
+	if len(spans) == 0 || t.Before(spans[0].from) {
+		return time.Time{}, time.Time{}, false
+	}
+	i := sort.Search(len(spans), func(i int) bool { return spans[i].from.After(t) }) // first span after t
+	prev := spans[i-1]
+	if !t.After(prev.to) {
+		return time.Time{}, time.Time{}, false // inside a stretch of activity
+	}
+	if i < len(spans) {
+		return prev.to, spans[i].from, true // between two stretches: a gap longer than activityGap
+	}
+	if now.Sub(prev.to) > activityGap && t.Sub(prev.to) >= 0 {
+		return prev.to, time.Time{}, true
+	}
+	return time.Time{}, time.Time{}, false
 }
 
 // NoteServer records that an apiserver was seen, with its version and address when known,
@@ -298,6 +457,9 @@ func (c *Capabilities) Note(apiserver string, s Sighting) {
 		c.setVersionLocked(info, s.Version)
 		return
 	}
+	if s.Process != "" && s.Process == info.Process && c.moveStartLocked(apiserver, info, s.At) {
+		return
+	}
 	if s.At.Before(info.LastSeen) || s.Process != "" && s.Process != info.Process && pastProcess(info.History, s.Process) {
 		return
 	}
@@ -312,6 +474,7 @@ func (c *Capabilities) Note(apiserver string, s Sighting) {
 		cause = CauseFirstSeen
 	}
 	if cause == CauseRestart || cause == CauseVersionChange {
+		c.prevLast[apiserver] = info.LastSeen
 		c.epochs[apiserver] = append(c.epochs[apiserver], s.At)
 		if n := len(c.epochs[apiserver]); n > maxHistory {
 			c.epochs[apiserver] = slices.Delete(c.epochs[apiserver], 0, n-maxHistory)
@@ -334,6 +497,44 @@ func (c *Capabilities) Note(apiserver string, s Sighting) {
 		c.changes++
 	}
 	info.LastSeen = s.At
+}
+
+// moveStartLocked takes an earlier sighting of the current process as the start of its
+// epoch. An apiserver's webhook sends its batches concurrently (the buffered backend's async
+// delegate), so a later batch of a new process can arrive first: its epoch must then begin at
+// the process's first request, not at the first one peertrail happened to read, or the
+// requests in between are judged by what the previous process served (measured: 13 local
+// requests of a server just restarted into 1.36 were reported broken that way). It never
+// moves the start before the previous process's last sighting. It reports whether it moved.
+func (c *Capabilities) moveStartLocked(apiserver string, info *ServerInfo, at time.Time) bool {
+	n := len(info.History)
+	if n == 0 || info.History[n-1].Process != info.Process || !at.Before(info.History[n-1].Since) {
+		return false
+	}
+	e := &info.History[n-1]
+	if e.Cause != CauseRestart && e.Cause != CauseVersionChange {
+		e.Since = at.UTC() // the first sighting: no epoch to move, only the history
+		c.changes++
+		return true
+	}
+	epochs := c.epochs[apiserver]
+	if len(epochs) == 0 || !epochs[len(epochs)-1].Equal(e.Since) {
+		return false
+	}
+	floor := time.Time{}
+	if len(epochs) > 1 {
+		floor = epochs[len(epochs)-2]
+	}
+	if last := c.prevLast[apiserver]; last.After(floor) {
+		floor = last
+	}
+	if !at.After(floor) {
+		return false
+	}
+	epochs[len(epochs)-1] = at
+	e.Since = at.UTC()
+	c.changes++
+	return true
 }
 
 // setVersionLocked takes version as the apiserver's current one, unless it names the same
@@ -387,6 +588,22 @@ func (c *Capabilities) HasAddress(apiserver, ip string) bool {
 	defer c.mu.RUnlock()
 	info := c.seen[apiserver]
 	return info != nil && slices.Contains(info.Addresses, ip)
+}
+
+// AddressesKnown reports whether every apiserver peertrail knows of, and apiserver itself,
+// has a known address: then an address that is none of theirs is no apiserver's.
+func (c *Capabilities) AddressesKnown(apiserver string) bool {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if info := c.seen[apiserver]; info == nil || len(info.Addresses) == 0 {
+		return false
+	}
+	for _, info := range c.seen {
+		if len(info.Addresses) == 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // IsAPIServerAddress reports whether ip belongs to any known apiserver.
@@ -473,6 +690,7 @@ type capabilityRecord struct {
 type proxiedRecord struct {
 	APIServer string    `json:"apiserver"`
 	GVR       GVR       `json:"gvr"`
+	First     time.Time `json:"first,omitzero"`
 	Last      time.Time `json:"last"`
 }
 
@@ -497,9 +715,11 @@ func (c *Capabilities) MarshalJSON() ([]byte, error) {
 			f.Evidence = append(f.Evidence, rec)
 		}
 	}
-	for name, byGVR := range c.proxiedBy {
-		for g, t := range byGVR {
-			f.Proxied = append(f.Proxied, proxiedRecord{APIServer: name, GVR: g, Last: t})
+	for name, byGVR := range c.proxied {
+		for g, runs := range byGVR {
+			for _, r := range runs {
+				f.Proxied = append(f.Proxied, proxiedRecord{APIServer: name, GVR: g, First: r.first, Last: r.last})
+			}
 		}
 	}
 	return json.Marshal(f)
@@ -536,6 +756,12 @@ func (c *Capabilities) UnmarshalJSON(b []byte) error {
 		}
 	}
 	c.mu.Unlock()
+	// The epochs first: runs are kept within them.
+	c.mu.Lock()
+	for name, es := range f.Epochs {
+		c.epochs[name] = es
+	}
+	c.mu.Unlock()
 	for _, e := range f.Evidence {
 		for _, r := range e.Runs {
 			c.Learn(e.APIServer, e.GVR, r.First, r.Served)
@@ -543,13 +769,9 @@ func (c *Capabilities) UnmarshalJSON(b []byte) error {
 		}
 	}
 	for _, p := range f.Proxied {
+		c.NoteProxied(p.APIServer, p.GVR, p.First)
 		c.NoteProxied(p.APIServer, p.GVR, p.Last)
 	}
-	c.mu.Lock()
-	for name, es := range f.Epochs {
-		c.epochs[name] = es
-	}
-	c.mu.Unlock()
 	return nil
 }
 

@@ -40,13 +40,23 @@ const (
 	FindingIdentityMismatch       Finding = "identity_mismatch"
 	FindingImpersonationFlattened Finding = "impersonation_flattened"
 	FindingStatusMismatch         Finding = "status_mismatch"
+	// FindingEntryStarting: the entry answered a 403, a 5xx or a misleading 404 within
+	// StartingWindow of its process's start: restart noise, expected while it replaces itself.
+	FindingEntryStarting Finding = "entry_starting"
+	// FindingPeerDown: a forward failed, or its peer record is missing, while an apiserver
+	// that served the resource was silent in its audit stream (killed or restarting).
+	FindingPeerDown Finding = "peer_down"
 	// FindingAuditIDReused: more records arrived for the chain, or for its auditID, than one
 	// request makes (MaxChainRecords); the excess was not joined. A client sets its own Audit-ID.
 	FindingAuditIDReused Finding = "audit_id_reused"
 )
 
 // Findings lists every finding, in a stable order.
-var Findings = []Finding{FindingPeerAuditMissing, FindingEntryAuditMissing, FindingIdentityMismatch, FindingImpersonationFlattened, FindingStatusMismatch, FindingAuditIDReused}
+var Findings = []Finding{FindingPeerAuditMissing, FindingEntryAuditMissing, FindingIdentityMismatch, FindingImpersonationFlattened, FindingStatusMismatch, FindingAuditIDReused, FindingEntryStarting, FindingPeerDown}
+
+// NoiseFindings are the findings that explain a chain as restart noise: the gate judges them
+// by duration against a budget instead of pausing at once.
+var NoiseFindings = []Finding{FindingEntryStarting, FindingPeerDown}
 
 // State says whether a chain may still change.
 type State string
@@ -151,6 +161,15 @@ type Chain struct {
 
 	// sides are every apiserver's view in arrival order, before roles are assigned.
 	sides []*Side
+	// streamNow is the correlator's stream time when the chain was classified (for DownAt).
+	streamNow time.Time
+	// undecided names, when Classify set it, the fact the verdict waits for: the class is
+	// the one that claims no fault, taken if the fact is still unknown when the wait ends.
+	undecided string
+	// noiseOf and noiseSince name the apiserver and the start of the restart (its process
+	// start, or its silence) that a noise finding blames.
+	noiseOf    string
+	noiseSince time.Time
 }
 
 // HasFinding reports whether the chain has finding f.

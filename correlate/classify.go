@@ -69,6 +69,7 @@ func (c *Chain) when() time.Time {
 // Classify implements Classifier.
 func (k *DefaultClassifier) Classify(c *Chain) {
 	c.Entry, c.Peer, c.Others, c.Findings = nil, nil, nil, []Finding{}
+	c.undecided, c.noiseOf, c.noiseSince = "", "", time.Time{}
 	switch len(c.sides) {
 	case 0:
 		c.Class, c.Explanation = ClassBroken, "no records"
@@ -81,6 +82,7 @@ func (k *DefaultClassifier) Classify(c *Chain) {
 	default:
 		k.loop(c)
 	}
+	k.noise(c)
 	// Whatever the class, a chain that had to drop records (its auditID sent more than one
 	// request can make: a client reusing its own Audit-ID) is decided on the records it kept.
 	if c.reused {
@@ -100,7 +102,11 @@ func hops(a, b []string) int {
 }
 
 // roles decides which of two sides got the client's call (entry) and which served it (peer),
-// and says on what evidence.
+// and says on what evidence. The weights put what the records themselves show above what the
+// capability view believes (each weight exceeds the sum of those below it): the hop, the
+// impersonation, the objects and the status message are in the records; who serves what is
+// learned from other chains and may be out of date for a server that has just restarted, so
+// it only breaks a tie.
 func (k *DefaultClassifier) roles(c *Chain, a, b *Side) (entry, peer *Side, why string) {
 	score := 0 // > 0: a is the entry
 	var reasons []string
@@ -110,51 +116,51 @@ func (k *DefaultClassifier) roles(c *Chain, a, b *Side) (entry, peer *Side, why 
 	}
 	// A forwarded request arrives at the peer from the entry's address.
 	if last := lastIP(b.SourceIPs); last != "" && len(b.SourceIPs) >= 2 && k.isAddressOf(last, a.APIServer) && !k.isAddressOf(lastIP(a.SourceIPs), b.APIServer) {
-		add(8, fmt.Sprintf("%s's record comes from %s's address", b.APIServer, a.APIServer))
+		add(32, fmt.Sprintf("%s's record comes from %s's address", b.APIServer, a.APIServer))
 	} else if last := lastIP(a.SourceIPs); last != "" && len(a.SourceIPs) >= 2 && k.isAddressOf(last, b.APIServer) && !k.isAddressOf(lastIP(b.SourceIPs), a.APIServer) {
-		add(-8, fmt.Sprintf("%s's record comes from %s's address", a.APIServer, b.APIServer))
+		add(-32, fmt.Sprintf("%s's record comes from %s's address", a.APIServer, b.APIServer))
 	}
 	// The peer's sourceIPs are the entry's plus the entry's address.
 	if h := hops(a.SourceIPs, b.SourceIPs); h > 0 {
-		add(4, fmt.Sprintf("%s's sourceIPs add a hop to %s's", b.APIServer, a.APIServer))
+		add(16, fmt.Sprintf("%s's sourceIPs add a hop to %s's", b.APIServer, a.APIServer))
 	} else if h := hops(b.SourceIPs, a.SourceIPs); h > 0 {
-		add(-4, fmt.Sprintf("%s's sourceIPs add a hop to %s's", a.APIServer, b.APIServer))
+		add(-16, fmt.Sprintf("%s's sourceIPs add a hop to %s's", a.APIServer, b.APIServer))
 	}
 	// Only the entry records impersonation; the peer sees the impersonated user.
 	if (a.ImpersonatedUser != "") != (b.ImpersonatedUser != "") {
 		if a.ImpersonatedUser != "" {
-			add(3, a.APIServer+" recorded the impersonation")
+			add(8, a.APIServer+" recorded the impersonation")
 		} else {
-			add(-3, b.APIServer+" recorded the impersonation")
-		}
-	}
-	// Who serves the resource: the peer does, the entry does not.
-	if c.Resource != "" {
-		t := c.when()
-		as, aknown := k.Caps.Serves(a.APIServer, c.gvr(), t)
-		bs, bknown := k.Caps.Serves(b.APIServer, c.gvr(), t)
-		if aknown && bknown && as != bs {
-			if bs {
-				add(2, b.APIServer+" serves "+c.gvr().String())
-			} else {
-				add(-2, a.APIServer+" serves "+c.gvr().String())
-			}
+			add(-8, b.APIServer+" recorded the impersonation")
 		}
 	}
 	// The entry never decodes the body or keeps the response: objects, the status message and
 	// a created object's name are on the peer's side only.
 	if a.HasObjects != b.HasObjects {
 		if b.HasObjects {
-			add(1, b.APIServer+" recorded the objects")
+			add(4, b.APIServer+" recorded the objects")
 		} else {
-			add(-1, a.APIServer+" recorded the objects")
+			add(-4, a.APIServer+" recorded the objects")
 		}
 	}
 	if (a.Message == "") != (b.Message == "") && a.Code >= 400 && b.Code >= 400 {
 		if b.Message != "" {
-			add(1, b.APIServer+" recorded the status message")
+			add(2, b.APIServer+" recorded the status message")
 		} else {
-			add(-1, a.APIServer+" recorded the status message")
+			add(-2, a.APIServer+" recorded the status message")
+		}
+	}
+	// Belief, last: who serves the resource (the peer does, the entry does not).
+	if c.Resource != "" {
+		t := c.when()
+		as, aknown := k.Caps.Serves(a.APIServer, c.gvr(), t)
+		bs, bknown := k.Caps.Serves(b.APIServer, c.gvr(), t)
+		if aknown && bknown && as != bs {
+			if bs {
+				add(1, b.APIServer+" serves "+c.gvr().String())
+			} else {
+				add(-1, a.APIServer+" serves "+c.gvr().String())
+			}
 		}
 	}
 	if score == 0 {
@@ -261,23 +267,84 @@ func sameExtra(a, b map[string][]string) bool {
 	return true
 }
 
-// isPeerRecord reports whether a lone side looks like the peer of a forwarding: its request
-// came from another apiserver's address, one hop after a client.
-func (k *DefaultClassifier) isPeerRecord(c *Chain, s *Side) bool {
-	if len(s.SourceIPs) < 2 || s.User == userAPIServer {
-		return false
+// A lone side: one apiserver's records of a request and nobody else's. Its rules, in order;
+// the first that matches decides. What the records themselves show comes first; what the
+// capability view believes (who serves what, learned from other chains) is used only where
+// the records cannot tell, only as learned about the same process of the apiserver (a new
+// process or version starts the view afresh, as unknown: measured, a server restarted into
+// 1.36 serves what its 1.35 process forwarded), and never turns a chain broken alone: a
+// missing side needs the apiserver's own forwarding of the resource in that process as well.
+// Where the rule needs a fact the view does not know yet, the chain waits for it (needsWait;
+// the correlator keeps it open for at most Options.EvidenceWait), then takes the verdict that
+// claims no fault.
+//
+//  1. internal: /api or /apis fetched as system:apiserver with no user agent (a peer's
+//     discovery; measured: peers fetch each other's discovery so, with a fresh auditID).
+//  2. loop (+entry_audit_missing): the sourceIPs end in two or more apiserver addresses.
+//  3. broken, entry_audit_missing: a forwarded request's peer record. Evidence: two or more
+//     sourceIPs, the last a known apiserver address, no impersonation recorded. The peer's
+//     sourceIPs are the client's plus the entry's address (measured); an apiserver never
+//     forwards to itself, but several apiservers can share a host, so the recording
+//     apiserver's own address counts too. A plain client request has one sourceIP unless a
+//     proxy added X-Forwarded-For; and only the entry records impersonation. When the last
+//     address is no known apiserver's while some apiserver's address (the recording one's
+//     included) is not known yet, the chain waits; then local.
+//  4. local: a non-resource request.
+//  5. no outcome (only RequestReceived): broken, peer_audit_missing if the apiserver does not
+//     serve the resource and forwarded it in this process; else local.
+//  6. proxy_failed: a 502/503 whose message is one of the proxy's (measured messages), or a
+//     bare 502/503 (the entry of a forward records only the code) from an apiserver that does
+//     not serve the resource, or that is not known to while another does. Unknown both ways:
+//     wait, then local.
+//  7. a 404 "could not find the requested resource" (or bare) from an apiserver not known to
+//     serve the resource while another does: broken, peer_audit_missing when it is bare and
+//     the apiserver forwarded the resource in this process (a forwarded 404 whose peer record
+//     is missing); else misleading_404. Nobody known to serve it: wait, then local (measured:
+//     a resource no server serves gets a local 404).
+//  8. a success, or a bare error the apiserver itself would have written with a message:
+//     local when the record holds objects (the entry of a forward never records them,
+//     measured); broken, peer_audit_missing when the apiserver does not serve the resource
+//     and forwarded it, both in this process; local when it serves it; while neither is
+//     known and another apiserver serves it: wait, then local.
+//  9. local otherwise.
+//
+// Then the restart noise, from the streams: entry_starting when the answer was a 403, a 5xx
+// or a misleading 404 while the entry's restarted process was starting (Capabilities.Starting,
+// StartingWindow; measured: a
+// restarted apiserver denies some requests in its first second, its authorizer's caches not
+// synced, and answers 404 before its peer discovery syncs, 0-2 s); peer_down when a forward
+// failed (or its peer record is missing) while an apiserver that served the resource was
+// silent in its audit stream (killed, restarting: measured, a SIGKILLed peer keeps being
+// picked for ~8 s and each try fails 503, and its last 0-1 s of audit is lost).
+
+// StartingWindow is how long after a restarted process began to serve (its first successful
+// answer to anyone but itself, in its stream) its 403s, 5xx and misleading 404s count as
+// restart noise (entry_starting); before that, from its first loopback request on, they all
+// do. Measured: the 403s come in its first second, the 404s before its peer discovery syncs
+// (0-2 s).
+const StartingWindow = 5 * time.Second
+
+// peerDownLookback bounds how long into a peer's silence a failed forward is still put down
+// to it: a SIGKILLed peer is dropped by its entries once its peer endpoint lease expires
+// (measured ~8 s with three servers; ~15 s before the 503 changes to "Error getting ip and
+// port info"). Much later failures have another cause, and an apiserver whose audit policy
+// leaves it quiet for long is not thereby down.
+const peerDownLookback = 30 * time.Second
+
+// peerRecordAddress reports whether a lone side's sourceIPs say it is a forwarded request's
+// peer record (rule 3): known is false when its last address is not known to be any
+// apiserver's (yet).
+func (k *DefaultClassifier) peerRecordAddress(s *Side) (peer, known bool) {
+	if len(s.SourceIPs) < 2 || s.User == userAPIServer || s.ImpersonatedUser != "" {
+		return false, true
 	}
-	if !k.Caps.IsAPIServerAddress(lastIP(s.SourceIPs)) {
-		return false
+	if k.Caps.IsAPIServerAddress(lastIP(s.SourceIPs)) {
+		return true, true
 	}
-	// A peer serves what it was sent; a side whose apiserver is known not to serve the
-	// resource cannot be one.
-	if c.Resource != "" {
-		if served, known := k.Caps.Serves(s.APIServer, c.gvr(), c.when()); known && !served {
-			return false
-		}
-	}
-	return true
+	// Unknown only while some apiserver's address is not known yet (peertrail started
+	// recently, or an apiserver is new): clients behind a proxy that adds X-Forwarded-For
+	// must not wait for ever.
+	return false, k.Caps.AddressesKnown(s.APIServer)
 }
 
 func isInternal(c *Chain, s *Side) bool {
@@ -303,14 +370,22 @@ func (k *DefaultClassifier) single(c *Chain, s *Side) {
 			s.APIServer, h, strings.Join(s.SourceIPs[len(s.SourceIPs)-h:], " -> "))
 		return
 	}
-	if k.isPeerRecord(c, s) {
+	peer, addrKnown := k.peerRecordAddress(s)
+	if peer {
 		c.Peer = s
 		c.Class = ClassBroken
 		c.Findings = append(c.Findings, FindingEntryAuditMissing)
-		c.Explanation = fmt.Sprintf("%s served a request forwarded from %s, whose record of it is missing", s.APIServer, lastIP(s.SourceIPs))
+		from := lastIP(s.SourceIPs)
+		if name, ok := k.Caps.IsAddressOf(from, s.APIServer); ok {
+			from = name + " (" + from + ")"
+		}
+		c.Explanation = fmt.Sprintf("%s served a request forwarded from %s, whose record of it is missing", s.APIServer, from)
 		return
 	}
 	c.Entry = s
+	if !addrKnown {
+		c.undecided = "whether " + lastIP(s.SourceIPs) + " is an apiserver's address"
+	}
 	if c.Resource == "" {
 		c.Class, c.Explanation = ClassLocal, fmt.Sprintf("%s answered a non-resource request itself", s.APIServer)
 		return
@@ -318,26 +393,35 @@ func (k *DefaultClassifier) single(c *Chain, s *Side) {
 	g, t := c.gvr(), c.when()
 	served, known := k.Caps.Serves(s.APIServer, g, t)
 	notServed := known && !served
+	forwards := k.Caps.ProxiedRecently(s.APIServer, g, t)
 	other, otherServes := k.Caps.OtherServer(s.APIServer, g, t)
 	code := s.Code
+	wait := func(what string) {
+		if c.undecided == "" {
+			c.undecided = what
+		}
+	}
 	switch {
 	case code == 0:
-		if notServed {
+		if notServed && forwards {
 			c.Class = ClassBroken
 			c.Findings = append(c.Findings, FindingPeerAuditMissing)
-			c.Explanation = fmt.Sprintf("%s does not serve %s and recorded only %s: the rest of the forwarding is missing", s.APIServer, g, strings.Join(s.Stages, ","))
+			c.Explanation = fmt.Sprintf("%s does not serve %s, forwards it, and recorded only %s: the rest of the forwarding is missing", s.APIServer, g, strings.Join(s.Stages, ","))
 		} else {
 			c.Class = ClassLocal
 			c.Explanation = fmt.Sprintf("%s recorded only %s; no outcome", s.APIServer, strings.Join(s.Stages, ","))
 		}
-	case (code == 503 || code == 502) && (isProxyError(s.Message) || s.Message == "" && (notServed || otherServes && !served)):
+	case (code == 503 || code == 502) && isProxyError(s.Message):
 		c.Class = ClassProxyFailed
-		c.Explanation = fmt.Sprintf("%s could not forward the request (%d %s)", s.APIServer, code, orDash(s.Message))
+		c.Explanation = fmt.Sprintf("%s could not forward the request (%d %s)", s.APIServer, code, s.Message)
+	case (code == 503 || code == 502) && s.Message == "" && (notServed || otherServes && !served):
+		c.Class = ClassProxyFailed
+		c.Explanation = fmt.Sprintf("%s could not forward the request (%d, a bare status: the entry of a forward records only the code)", s.APIServer, code)
 		if otherServes {
 			c.Explanation += "; " + other + " serves " + g.String()
 		}
-	case code == 404 && (s.Message == msgResourceNotFound || s.Message == "") && otherServes && !served:
-		if s.Message == "" && k.Caps.ProxiedRecently(s.APIServer, g, t) {
+	case code == 404 && (s.Message == msgResourceNotFound || s.Message == "") && !served && otherServes:
+		if s.Message == "" && forwards {
 			// A bare 404 from an apiserver that forwards this resource is a forwarded answer
 			// whose peer record is missing, not the apiserver's own not-found page.
 			c.Class = ClassBroken
@@ -347,13 +431,86 @@ func (k *DefaultClassifier) single(c *Chain, s *Side) {
 		}
 		c.Class = ClassMisleading404
 		c.Explanation = fmt.Sprintf("%s answered 404 for %s, which %s serves (the peer was gone or not yet discovered, MVP was off, or the client sent x-kubernetes-peer-proxied itself)", s.APIServer, g, other)
-	case notServed && (code < 400 || s.Message == "" && code != 404 && code != 401 && code != 403 && code != 429):
-		c.Class = ClassBroken
-		c.Findings = append(c.Findings, FindingPeerAuditMissing)
-		c.Explanation = fmt.Sprintf("%s does not serve %s yet answered %d: it forwarded the request, and the peer's record is missing", s.APIServer, g, code)
+	case code == 404 && (s.Message == msgResourceNotFound || s.Message == "") && !served:
+		wait("whether another apiserver serves " + g.String())
+		c.Class = ClassLocal
+		c.Explanation = fmt.Sprintf("%s answered 404 for %s, which no apiserver is known to serve", s.APIServer, g)
+	case (code == 503 || code == 502) && s.Message == "" && !known:
+		wait("whether " + s.APIServer + " serves " + g.String())
+		c.Class = ClassLocal
+		c.Explanation = fmt.Sprintf("%s answered a bare %d for %s, which no apiserver is known to serve", s.APIServer, code, g)
+	case code < 400 || s.Message == "" && code != 404 && code != 401 && code != 403 && code != 429:
+		switch {
+		case s.HasObjects:
+			c.Class = ClassLocal
+			c.Explanation = fmt.Sprintf("%s answered %d itself: its record holds the objects, which the entry of a forward never records", s.APIServer, code)
+		case notServed && forwards:
+			c.Class = ClassBroken
+			c.Findings = append(c.Findings, FindingPeerAuditMissing)
+			c.Explanation = fmt.Sprintf("%s does not serve %s and forwards it, yet answered %d with no peer: it forwarded the request, and the peer's record is missing", s.APIServer, g, code)
+		case !known && otherServes:
+			wait("whether " + s.APIServer + " serves " + g.String())
+			fallthrough
+		default:
+			c.Class = ClassLocal
+			c.Explanation = fmt.Sprintf("%s answered %d itself", s.APIServer, code)
+			if notServed {
+				c.Explanation += fmt.Sprintf(" (it was not seen to serve %s, but neither to forward it, in this process)", g)
+			}
+		}
 	default:
 		c.Class = ClassLocal
 		c.Explanation = fmt.Sprintf("%s answered %d itself", s.APIServer, code)
+	}
+}
+
+// noise adds the restart-noise findings (see the rules above single) to a classified chain.
+func (k *DefaultClassifier) noise(c *Chain) {
+	if c.Resource == "" || c.Class == ClassInternal || c.Class == ClassLoop {
+		return
+	}
+	t := c.when()
+	if e := c.Entry; e != nil && (e.Code == 403 || e.Code >= 500 || c.Class == ClassMisleading404 || c.Class == ClassProxyFailed) {
+		if since, ok := k.Caps.Starting(e.APIServer, t, StartingWindow); ok {
+			c.Findings = append(c.Findings, FindingEntryStarting)
+			c.Explanation += fmt.Sprintf("; %s was starting (its new process's first request in its audit stream %s before): restart noise (%s)",
+				e.APIServer, t.Sub(since).Round(time.Millisecond), FindingEntryStarting)
+			c.noiseOf, c.noiseSince = e.APIServer, since
+			return
+		}
+	}
+	if c.Class == ClassProxyFailed || c.Class == ClassBroken && c.HasFinding(FindingPeerAuditMissing) {
+		entry := ""
+		if c.Entry != nil {
+			entry = c.Entry.APIServer
+		}
+		for _, srv := range k.Caps.Servers() {
+			if srv.Name == entry {
+				continue
+			}
+			from, to, down := k.Caps.DownAt(srv.Name, t, c.streamNow)
+			if !down && c.Class == ClassBroken {
+				// The audit of a killed peer's last 0-1 s is lost with its process: the
+				// request was served just before the silence began.
+				from, to, down = k.Caps.DownAt(srv.Name, t.Add(time.Second), c.streamNow)
+				down = down && !from.Before(t)
+			}
+			if !down || t.Sub(from) > peerDownLookback {
+				continue
+			}
+			if served, known := k.Caps.Serves(srv.Name, c.gvr(), from); !known || !served {
+				continue
+			}
+			c.Findings = append(c.Findings, FindingPeerDown)
+			until := "it is still silent"
+			if !to.IsZero() {
+				until = "until " + to.UTC().Format(time.RFC3339Nano)
+			}
+			c.Explanation += fmt.Sprintf("; %s, which serves %s, was down: its audit stream is silent from %s, %s (restart noise, %s)",
+				srv.Name, c.gvr(), from.UTC().Format(time.RFC3339Nano), until, FindingPeerDown)
+			c.noiseOf, c.noiseSince = srv.Name, from
+			return
+		}
 	}
 }
 

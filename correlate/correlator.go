@@ -88,6 +88,7 @@ type Correlator struct {
 	pending   []Chain
 	pendFirst []spool.Position
 	win       window
+	noise     noiseEpisodes
 	lastEnd   spool.Position
 }
 
@@ -209,6 +210,7 @@ func (co *Correlator) Consume(ctx context.Context, entries []spool.Entry) (spool
 			co.lastEnd = e.End
 			continue
 		}
+		co.noteActivity(b.Records)
 		for i := range b.Records {
 			r := &b.Records[i]
 			co.noteServer(r)
@@ -271,6 +273,57 @@ func (co *Correlator) noteServer(r *record.Record) {
 	co.caps.Note(r.APIServer, Sighting{Version: v, Process: r.UserUID, Address: addr, At: at})
 }
 
+// noteActivity records the stretch of time a frame's records cover in their apiserver's
+// stream (a frame is one webhook batch, from one apiserver), by the records' own times: the
+// gaps between such stretches are when the apiserver was down (peer_down). It also notes the
+// earliest successful answer to anyone but the apiserver itself, overall and since its
+// current process started: when a restarted process began to serve (entry_starting).
+func (co *Correlator) noteActivity(recs []record.Record) {
+	var from, to, served, servedNow time.Time
+	var current time.Time
+	name := ""
+	flush := func() {
+		if name == "" {
+			return
+		}
+		co.caps.NoteActivity(name, from, to)
+		co.caps.NoteServing(name, served)
+		if !servedNow.IsZero() && !servedNow.Equal(served) {
+			co.caps.NoteServing(name, servedNow)
+		}
+	}
+	for i := range recs {
+		r := &recs[i]
+		if r.APIServer != name {
+			flush()
+			from, to, served, servedNow = time.Time{}, time.Time{}, time.Time{}, time.Time{}
+			name = r.APIServer
+			current, _ = co.caps.StartedAt(name, r.StageTimestamp)
+		}
+		for _, at := range []time.Time{r.RequestReceivedTimestamp, r.StageTimestamp} {
+			if at.IsZero() {
+				continue
+			}
+			if from.IsZero() || at.Before(from) {
+				from = at
+			}
+			if at.After(to) {
+				to = at
+			}
+		}
+		if r.Code >= 200 && r.Code < 300 && r.UserName != userAPIServer && !r.RequestReceivedTimestamp.IsZero() {
+			at := r.RequestReceivedTimestamp
+			if served.IsZero() || at.Before(served) {
+				served = at
+			}
+			if !at.Before(current) && (servedNow.IsZero() || at.Before(servedNow)) {
+				servedNow = at
+			}
+		}
+	}
+	flush()
+}
+
 // maxReportedAgents bounds the (apiserver, user agent) pairs logged as unparseable; past it
 // they are only counted.
 const maxReportedAgents = 64
@@ -313,6 +366,11 @@ func (co *Correlator) finishLocked(ctx context.Context, cs *chainState) {
 	prev := cs.res
 	ch := co.build(cs)
 	co.classifier.Classify(ch)
+	if ch.undecided != "" && co.j.hold(cs) {
+		// The verdict waits for evidence: the chain stays open one more window.
+		co.m.held.Inc()
+		return
+	}
 	co.classifier.Learn(ch)
 	res := &result{class: ch.Class, findings: ch.Findings, explanation: ch.Explanation, entry: -1, peer: -1,
 		counted: tallyOf(ch)}
@@ -338,6 +396,9 @@ func (co *Correlator) finishLocked(ctx context.Context, cs *chainState) {
 		}
 	}
 	co.win.count(&res.counted, 1)
+	if ch.noiseOf != "" {
+		co.noise.add(ch)
+	}
 	if cs.evicted {
 		co.m.evictions.WithLabelValues(string(ch.Class)).Inc()
 	}
@@ -369,6 +430,7 @@ func (co *Correlator) build(cs *chainState) *Chain {
 		Subresource: cs.subres, Namespace: cs.ns, Name: cs.name,
 		FirstReceived: time.Unix(0, cs.first).UTC(), LastReceived: time.Unix(0, cs.last).UTC(),
 		Records: int(cs.records), Revision: int(cs.emitted), Evicted: cs.evicted, reused: cs.reused,
+		streamNow: time.Unix(0, co.j.now).UTC(),
 	}
 	if cs.final {
 		ch.State = StateFinal

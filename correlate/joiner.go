@@ -135,7 +135,8 @@ type chainState struct {
 	emitted int32 // how many times it was finalised
 	final   bool
 	evicted bool
-	reused  bool // a record of its auditID was dropped against it (MaxChainRecords)
+	reused  bool    // a record of its auditID was dropped against it (MaxChainRecords)
+	held    bool    // it was kept open once to wait for evidence (Joiner.hold)
 	res     *result // the classification it was last finalised with
 
 	prev, next   *chainState // LRU of open chains, or FIFO of recent final chains
@@ -625,6 +626,26 @@ func (j *Joiner) reopen(c *chainState) {
 	j.posInsert(c)
 	j.nOpen++
 	j.Reopened++
+}
+
+// hold takes back the finalisation of c, which Due has just returned: its verdict waits for
+// evidence the classifier does not have yet (Chain.undecided). It stays open for one more
+// chain window, once: the wait is bounded, and a chain is decided at its second due time
+// whatever is known then.
+func (j *Joiner) hold(c *chainState) bool {
+	if c.held || c.evicted || !c.final {
+		return false
+	}
+	j.done.remove(c)
+	j.nDone--
+	c.final = false
+	c.emitted--
+	c.held = true
+	c.checked = j.now
+	j.lru.pushBack(c)
+	j.posInsert(c)
+	j.nOpen++
+	return true
 }
 
 // Due finalises and returns the chains whose window has passed at stream time now (Unix ns; a

@@ -15,6 +15,7 @@ type correlateMetrics struct {
 	open         prometheus.Gauge
 	evictions    *prometheus.CounterVec
 	reclassified *prometheus.CounterVec
+	held         prometheus.Counter
 	pending      prometheus.Gauge
 	sinkErrors   prometheus.Counter
 	badFrames    prometheus.Counter
@@ -55,6 +56,9 @@ func newCorrelateMetrics() *correlateMetrics {
 		reclassified: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: metrics.CorrelateReclassifiedTotal, Help: "Final chains reopened by a late record whose class changed.",
 		}, []string{metrics.LabelFrom, metrics.LabelTo}),
+		held: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: metrics.CorrelateHeldTotal, Help: "Chains kept open one more chain window because their verdict needed evidence not known yet (who serves a resource, whose address an IP is).",
+		}),
 		pending: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: metrics.CorrelatePendingChains, Help: "Final chains waiting to be written to the store.",
 		}),
@@ -84,7 +88,7 @@ func (co *Correlator) Collectors() []prometheus.Collector {
 		defer co.mu.Unlock()
 		return float64(co.j.Dropped)
 	})
-	return []prometheus.Collector{m.records, m.chains, m.findings, m.overhead, m.proxiedDur, m.open, m.evictions, reopened, dropped, m.reclassified, m.pending, m.sinkErrors, m.badFrames, co.versionErrors}
+	return []prometheus.Collector{m.records, m.chains, m.findings, m.overhead, m.proxiedDur, m.open, m.evictions, reopened, dropped, m.reclassified, m.held, m.pending, m.sinkErrors, m.badFrames, co.versionErrors}
 }
 
 func (m *correlateMetrics) count(c *Chain) {

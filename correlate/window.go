@@ -1,6 +1,7 @@
 package correlate
 
 import (
+	"maps"
 	"time"
 )
 
@@ -13,10 +14,17 @@ type Totals struct {
 	Forwarded5xx int `json:"forwarded_5xx"`
 	// ResourceRequests are chains of resource requests (every class but internal).
 	ResourceRequests int `json:"resource_requests"`
+	// Noise counts, per class, the chains a restart-noise finding (NoiseFindings) explains;
+	// Forwarded5xxNoise the forwarding 5xx among them. They are in Chains and Forwarded5xx
+	// too: the gate judges them by Episodes instead.
+	Noise             map[Class]int `json:"noise"`
+	Forwarded5xxNoise int           `json:"forwarded_5xx_noise"`
+	// Episodes are the restart-noise episodes with a chain in the stretch, oldest first.
+	Episodes []NoiseEpisode `json:"episodes"`
 }
 
 func newTotals() Totals {
-	return Totals{Chains: map[Class]int{}, Findings: map[Finding]int{}}
+	return Totals{Chains: map[Class]int{}, Findings: map[Finding]int{}, Noise: map[Class]int{}}
 }
 
 func (t *Totals) add(o *Totals) {
@@ -26,8 +34,12 @@ func (t *Totals) add(o *Totals) {
 	for k, v := range o.Findings {
 		t.Findings[k] += v
 	}
+	for k, v := range o.Noise {
+		t.Noise[k] += v
+	}
 	t.Forwarded += o.Forwarded
 	t.Forwarded5xx += o.Forwarded5xx
+	t.Forwarded5xxNoise += o.Forwarded5xxNoise
 	t.ResourceRequests += o.ResourceRequests
 }
 
@@ -58,10 +70,16 @@ func (w *window) count(c *tally, by int) {
 	for _, f := range c.findings {
 		s.Findings[f] += by
 	}
+	if c.noise {
+		s.Noise[c.class] += by
+	}
 	if c.class == ClassProxied || c.class == ClassProxyFailed {
 		s.Forwarded += by
 		if c.code >= 500 {
 			s.Forwarded5xx += by
+			if c.noise {
+				s.Forwarded5xxNoise += by
+			}
 		}
 	}
 	if c.resource && c.class != ClassInternal {
@@ -75,11 +93,12 @@ type tally struct {
 	findings []Finding
 	code     int32
 	resource bool
+	noise    bool  // a restart-noise finding explains it
 	first    int64 // Unix seconds of the first receipt
 }
 
 func tallyOf(c *Chain) tally {
-	return tally{class: c.Class, findings: c.Findings, code: c.Code, resource: c.Resource != "", first: c.FirstReceived.Unix()}
+	return tally{class: c.Class, findings: c.Findings, code: c.Code, resource: c.Resource != "", noise: c.noiseOf != "", first: c.FirstReceived.Unix()}
 }
 
 // since sums the minutes from from to now.
@@ -100,5 +119,78 @@ func (co *Correlator) Recent(d time.Duration) Totals {
 	co.mu.Lock()
 	defer co.mu.Unlock()
 	now := co.now()
-	return co.win.since(now.Add(-d), now)
+	t := co.win.since(now.Add(-d), now)
+	t.Episodes = co.noise.since(now.Add(-d))
+	return t
+}
+
+// NoiseEpisode is one stretch of restart noise: the chains one restart of one apiserver
+// explains (its process start for entry_starting, its silence for peer_down).
+type NoiseEpisode struct {
+	Finding Finding `json:"finding"`
+	// APIServer is the apiserver whose restart explains the chains: the starting entry, or
+	// the peer that was down.
+	APIServer string `json:"apiserver"`
+	// Since is when its process started (entry_starting) or its audit stream fell silent
+	// (peer_down).
+	Since time.Time `json:"since"`
+	// First and Last are the request times of the first and the last chain explained; their
+	// difference is how long the noise lasted.
+	First  time.Time `json:"first"`
+	Last   time.Time `json:"last"`
+	Chains int       `json:"chains"`
+	// Classes counts the explained chains by class.
+	Classes map[Class]int `json:"classes"`
+	// seen is when peertrail last counted a chain into it (the window is receipt time).
+	seen time.Time
+}
+
+// Duration is how long the noise lasted: from its first chain's request to its last's.
+func (e NoiseEpisode) Duration() time.Duration { return e.Last.Sub(e.First) }
+
+// maxEpisodes bounds the noise episodes kept: a rolling upgrade restarts each apiserver a
+// few times.
+const maxEpisodes = 256
+
+// noiseEpisodes are the recent noise episodes, oldest first.
+type noiseEpisodes struct{ list []NoiseEpisode }
+
+func (n *noiseEpisodes) add(c *Chain) {
+	f := FindingEntryStarting
+	if c.HasFinding(FindingPeerDown) {
+		f = FindingPeerDown
+	}
+	t := c.when()
+	for i := range n.list {
+		e := &n.list[i]
+		if e.Finding == f && e.APIServer == c.noiseOf && e.Since.Equal(c.noiseSince) {
+			if t.Before(e.First) {
+				e.First = t
+			}
+			if t.After(e.Last) {
+				e.Last = t
+			}
+			e.Chains++
+			e.Classes[c.Class]++
+			e.seen = c.LastReceived
+			return
+		}
+	}
+	n.list = append(n.list, NoiseEpisode{Finding: f, APIServer: c.noiseOf, Since: c.noiseSince.UTC(), First: t, Last: t,
+		Chains: 1, Classes: map[Class]int{c.Class: 1}, seen: c.LastReceived})
+	if len(n.list) > maxEpisodes {
+		n.list = n.list[len(n.list)-maxEpisodes:]
+	}
+}
+
+// since returns copies of the episodes that counted a chain received at or after from.
+func (n *noiseEpisodes) since(from time.Time) []NoiseEpisode {
+	out := []NoiseEpisode{}
+	for _, e := range n.list {
+		if !e.seen.Before(from) {
+			e.Classes = maps.Clone(e.Classes)
+			out = append(out, e)
+		}
+	}
+	return out
 }

@@ -120,6 +120,8 @@ const (
 	CorrelateDroppedRecordsTotal = "peertrail_correlate_dropped_records_total"
 	// CorrelateReclassifiedTotal counts reopened chains whose class changed, by old and new class.
 	CorrelateReclassifiedTotal = "peertrail_correlate_reclassified_total"
+	// CorrelateHeldTotal counts chains kept open one more chain window to wait for evidence.
+	CorrelateHeldTotal = "peertrail_correlate_held_total"
 	// CorrelatePendingChains is the number of final chains not yet written to the store.
 	CorrelatePendingChains = "peertrail_correlate_pending_chains"
 	// CorrelateSinkErrorsTotal counts failed attempts to write chains to the store.
@@ -167,6 +169,9 @@ const (
 	CheckIdentity        = "identity_mismatch"
 	CheckIngestGap       = "audit_ingest_gap"
 	CheckVersionSkew     = "version_skew"
+	// CheckRestartNoise judges restart noise (findings entry_starting, peer_down) by how
+	// long each episode lasted against its budget.
+	CheckRestartNoise = "restart_noise"
 )
 
 // Metrics the kube-apiservers export themselves, which the dashboards and alerts put next to
