@@ -35,6 +35,13 @@ type Thresholds struct {
 	MaxIngestGap time.Duration `json:"max_ingest_gap"`
 	// MaxMinorSkew is the version-skew policy: HA apiservers at most this many minors apart.
 	MaxMinorSkew int `json:"max_minor_skew"`
+	// MaxEntryStarting and MaxPeerDown are the restart-noise budgets: how long one episode of
+	// a restarted apiserver's own early 403s, 5xx and 404s (finding entry_starting), or of
+	// failed forwards to a peer that is down (peer_down), may last before it pauses. Within
+	// budget, such chains are reported but do not count as misleading 404s, broken chains or
+	// forwarding 5xx.
+	MaxEntryStarting time.Duration `json:"max_entry_starting"`
+	MaxPeerDown      time.Duration `json:"max_peer_down"`
 	// ForgetAfter is how long an apiserver that is not configured (Sources.Expected) stays in
 	// the ingest-gap and version-skew checks after it was last heard from. An upgrade that
 	// replaces machines under new names retires the old names; without this they would hold
@@ -50,7 +57,12 @@ func DefaultThresholds() Thresholds {
 		MinForwarded:       20,
 		MaxIngestGap:       2 * time.Minute,
 		MaxMinorSkew:       1,
-		ForgetAfter:        30 * time.Minute,
+		// A restarted apiserver denies some requests in its first second and answers 404
+		// until its peer discovery syncs (0-2 s); a SIGKILLed peer keeps being picked, and
+		// failing, for ~8 s (measured on real apiservers).
+		MaxEntryStarting: 10 * time.Second,
+		MaxPeerDown:      30 * time.Second,
+		ForgetAfter:      30 * time.Minute,
 	}
 }
 
@@ -109,35 +121,55 @@ func (g *Gate) Evaluate() Verdict {
 	tot := g.src.Recent(g.t.Window)
 	v := Verdict{Window: g.t.Window.String(), EvaluatedAt: now.UTC(), Thresholds: g.t, Reasons: []string{}}
 
+	// Restart noise within its budget is reported by its own check and left out of the
+	// others; an episode over budget fails that check, so it still pauses.
+	noise := g.restartNoise(tot.Episodes)
+	f5xx := tot.Forwarded5xx
+	if noise.OK {
+		f5xx -= tot.Forwarded5xxNoise
+	}
 	ratio := 0.0
 	if tot.Forwarded > 0 {
-		ratio = float64(tot.Forwarded5xx) / float64(tot.Forwarded)
+		ratio = float64(f5xx) / float64(tot.Forwarded)
 	}
 	c := Check{Name: metrics.CheckProxied5xxRatio, Value: ratio, Threshold: g.t.MaxProxied5xxRatio}
 	switch {
-	case tot.Forwarded < g.t.MinForwarded && tot.Forwarded5xx == 0:
+	case tot.Forwarded < g.t.MinForwarded && f5xx == 0:
 		c.OK, c.Detail = true, fmt.Sprintf("%d forwarded requests, none failed (fewer than %d: the ratio is not meaningful yet)", tot.Forwarded, g.t.MinForwarded)
 	case tot.Forwarded < g.t.MinForwarded:
 		// Too few to be a ratio, but failures among few forwards are still failures.
-		c.OK = float64(tot.Forwarded5xx) <= g.t.MaxProxied5xxRatio*float64(g.t.MinForwarded)
-		c.Detail = fmt.Sprintf("%d of %d forwarded requests got a 5xx", tot.Forwarded5xx, tot.Forwarded)
+		c.OK = float64(f5xx) <= g.t.MaxProxied5xxRatio*float64(g.t.MinForwarded)
+		c.Detail = fmt.Sprintf("%d of %d forwarded requests got a 5xx", f5xx, tot.Forwarded)
 	default:
 		c.OK = ratio <= g.t.MaxProxied5xxRatio
-		c.Detail = fmt.Sprintf("%d of %d forwarded requests got a 5xx (%.2f%%, limit %.2f%%)", tot.Forwarded5xx, tot.Forwarded, 100*ratio, 100*g.t.MaxProxied5xxRatio)
+		c.Detail = fmt.Sprintf("%d of %d forwarded requests got a 5xx (%.2f%%, limit %.2f%%)", f5xx, tot.Forwarded, 100*ratio, 100*g.t.MaxProxied5xxRatio)
+	}
+	if noise.OK && tot.Forwarded5xxNoise > 0 {
+		c.Detail += fmt.Sprintf("; %d more explained as restart noise within budget", tot.Forwarded5xxNoise)
 	}
 	v.Checks = append(v.Checks, c)
 
-	count := func(name string, n, max int, what string) {
-		v.Checks = append(v.Checks, Check{Name: name, OK: n <= max, Value: float64(n), Threshold: float64(max),
-			Detail: fmt.Sprintf("%d %s in the last %s (limit %d)", n, what, g.t.Window, max)})
+	count := func(name string, class correlate.Class, max int, what string) {
+		n, explained := tot.Chains[class], 0
+		if noise.OK {
+			explained = tot.Noise[class]
+			n -= explained
+		}
+		detail := fmt.Sprintf("%d %s in the last %s (limit %d)", n, what, g.t.Window, max)
+		if explained > 0 {
+			detail += fmt.Sprintf("; %d more explained as restart noise within budget", explained)
+		}
+		v.Checks = append(v.Checks, Check{Name: name, OK: n <= max, Value: float64(n), Threshold: float64(max), Detail: detail})
 	}
-	count(metrics.CheckMisleading404, tot.Chains[correlate.ClassMisleading404], g.t.MaxMisleading404, "misleading 404s")
-	count(metrics.CheckBrokenChains, tot.Chains[correlate.ClassBroken], g.t.MaxBroken, "broken chains")
-	count(metrics.CheckIdentity, tot.Findings[correlate.FindingIdentityMismatch], g.t.MaxIdentityMismatch, "identity mismatches")
+	count(metrics.CheckMisleading404, correlate.ClassMisleading404, g.t.MaxMisleading404, "misleading 404s")
+	count(metrics.CheckBrokenChains, correlate.ClassBroken, g.t.MaxBroken, "broken chains")
+	n := tot.Findings[correlate.FindingIdentityMismatch]
+	v.Checks = append(v.Checks, Check{Name: metrics.CheckIdentity, OK: n <= g.t.MaxIdentityMismatch, Value: float64(n), Threshold: float64(g.t.MaxIdentityMismatch),
+		Detail: fmt.Sprintf("%d identity mismatches in the last %s (limit %d)", n, g.t.Window, g.t.MaxIdentityMismatch)})
 
 	last, servers := g.src.LastBatches(), g.src.APIServers()
 	watched, forgotten := g.watched(now, last, servers)
-	v.Checks = append(v.Checks, g.ingestGap(now, last, watched, forgotten), g.versionSkew(servers, watched))
+	v.Checks = append(v.Checks, g.ingestGap(now, last, watched, forgotten), g.versionSkew(servers, watched), noise)
 
 	v.Proceed = true
 	for _, c := range v.Checks {
@@ -151,6 +183,47 @@ func (g *Gate) Evaluate() Verdict {
 		v.Verdict = "pause"
 	}
 	return v
+}
+
+// restartNoise judges the restart-noise episodes of the window by how long each lasted
+// against its budget (MaxEntryStarting, MaxPeerDown). Its value is the longest episode's
+// share of its budget (above 1 fails), so one threshold, 1, serves both budgets.
+func (g *Gate) restartNoise(eps []correlate.NoiseEpisode) Check {
+	c := Check{Name: metrics.CheckRestartNoise, Threshold: 1, OK: true}
+	var within, over []string
+	for _, e := range eps {
+		budget, what := g.t.MaxPeerDown, "forwards failed while it was down"
+		if e.Finding == correlate.FindingEntryStarting {
+			budget, what = g.t.MaxEntryStarting, "it answered 403, 5xx or misleading 404 while starting"
+		}
+		share := 1.0
+		if budget > 0 {
+			share = e.Duration().Seconds() / budget.Seconds()
+		} else if e.Duration() == 0 {
+			share = 0 // a zero budget admits a single instant
+		}
+		c.Value = max(c.Value, share)
+		line := fmt.Sprintf("%s %s since %s: %d requests over %s (%s; budget %s)", e.Finding, e.APIServer, e.Since.Format(time.RFC3339),
+			e.Chains, e.Duration().Round(time.Millisecond), what, budget)
+		if e.Duration() > budget {
+			over = append(over, line)
+		} else {
+			within = append(within, line)
+		}
+	}
+	switch {
+	case len(over) > 0:
+		c.OK = false
+		c.Detail = "restart noise over budget: " + strings.Join(over, "; ")
+		if len(within) > 0 {
+			c.Detail += "; within budget: " + strings.Join(within, "; ")
+		}
+	case len(within) > 0:
+		c.Detail = "restart noise within budget: " + strings.Join(within, "; ")
+	default:
+		c.Detail = "no restart noise in the last " + g.t.Window.String()
+	}
+	return c
 }
 
 // watched returns the apiservers the ingest-gap and version-skew checks look at: the

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -60,8 +61,8 @@ func TestHealthyWindowProceeds(t *testing.T) {
 	if !v.Proceed || v.Verdict != "proceed" || len(v.Reasons) != 0 {
 		t.Fatalf("healthy window: %+v", v)
 	}
-	if len(v.Checks) != 6 {
-		t.Fatalf("%d checks, want 6", len(v.Checks))
+	if len(v.Checks) != 7 {
+		t.Fatalf("%d checks, want 7", len(v.Checks))
 	}
 }
 
@@ -75,6 +76,9 @@ func TestEachCheckPauses(t *testing.T) {
 		metrics.CheckVersionSkew: func(f *fixture) {
 			f.servers = append(f.servers, correlate.ServerInfo{Name: "kas-c", Version: "v1.37.2"})
 			f.last["kas-c"] = now
+		},
+		metrics.CheckRestartNoise: func(f *fixture) {
+			f.tot.Episodes = []correlate.NoiseEpisode{{Finding: correlate.FindingPeerDown, APIServer: "kas-c", First: now.Add(-time.Minute), Last: now.Add(-29 * time.Second), Chains: 40}}
 		},
 	}
 	for name, breakIt := range cases {
@@ -191,5 +195,58 @@ func TestRetiredApiserverIsForgotten(t *testing.T) {
 	f.expected = []string{"kas-a", "kas-b", "kas-old"}
 	if v := f.gate().Evaluate(); v.Proceed {
 		t.Fatal("a configured apiserver silent for 45m was forgotten")
+	}
+}
+
+// noisy is a window with a replacement's restart noise: a peer down for 8 s (its forwards
+// failed 503 and some of its audit was lost) and a restarted entry's 403s and 404s.
+func noisy(peerDown, starting time.Duration) *fixture {
+	f := healthy()
+	f.tot.Forwarded5xx += 12
+	f.tot.Forwarded5xxNoise = 12
+	f.tot.Chains[correlate.ClassProxyFailed] = 12
+	f.tot.Chains[correlate.ClassBroken] = 2
+	f.tot.Chains[correlate.ClassMisleading404] = 3
+	f.tot.Noise = map[correlate.Class]int{correlate.ClassProxyFailed: 12, correlate.ClassBroken: 2, correlate.ClassMisleading404: 3}
+	f.tot.Episodes = []correlate.NoiseEpisode{
+		{Finding: correlate.FindingPeerDown, APIServer: "kas-c", Since: now.Add(-2 * time.Minute), First: now.Add(-2 * time.Minute), Last: now.Add(-2*time.Minute + peerDown), Chains: 14},
+		{Finding: correlate.FindingEntryStarting, APIServer: "kas-b", Since: now.Add(-time.Minute), First: now.Add(-55 * time.Second), Last: now.Add(-55*time.Second + starting), Chains: 5},
+	}
+	return f
+}
+
+// TestRestartNoiseWithinBudgetProceeds: what a replacement costs (a peer down for seconds, a
+// restarted entry's first answers) is reported but does not pause; past either budget it does,
+// and then its chains count against the other checks again.
+func TestRestartNoiseWithinBudgetProceeds(t *testing.T) {
+	v := noisy(8*time.Second, time.Second).gate().Evaluate()
+	if !v.Proceed {
+		t.Fatalf("restart noise within budget pauses: %v", v.Reasons)
+	}
+	c := v.Checks[len(v.Checks)-1]
+	if c.Name != metrics.CheckRestartNoise || !c.OK || !strings.Contains(c.Detail, "within budget: peer_down kas-c") || !strings.Contains(c.Detail, "entry_starting kas-b") {
+		t.Fatalf("noise check %+v", c)
+	}
+	if !strings.Contains(v.Checks[0].Detail, "12 more explained as restart noise") {
+		t.Fatalf("the 5xx check does not say what it left out: %q", v.Checks[0].Detail)
+	}
+
+	for name, f := range map[string]*fixture{"peer down 31s": noisy(31*time.Second, time.Second), "starting 11s": noisy(8*time.Second, 11*time.Second)} {
+		v := f.gate().Evaluate()
+		got := failing(v)
+		if v.Proceed || !slices.Contains(got, metrics.CheckRestartNoise) || !slices.Contains(got, metrics.CheckBrokenChains) ||
+			!slices.Contains(got, metrics.CheckMisleading404) || !slices.Contains(got, metrics.CheckProxied5xxRatio) {
+			t.Fatalf("%s: failing %v, want the noise check and the checks its chains count in again", name, got)
+		}
+		if !strings.Contains(strings.Join(v.Reasons, "; "), "restart noise over budget") {
+			t.Fatalf("%s: reasons %v", name, v.Reasons)
+		}
+	}
+
+	// A persistent fault next to noise within budget still pauses at once.
+	f := noisy(8*time.Second, time.Second)
+	f.tot.Chains[correlate.ClassMisleading404]++
+	if got := failing(f.gate().Evaluate()); len(got) != 1 || got[0] != metrics.CheckMisleading404 {
+		t.Fatalf("one misleading 404 not explained by a restart: failing %v", got)
 	}
 }
