@@ -39,7 +39,8 @@ type Thresholds struct {
 	// a restarted apiserver's own early 403s, 5xx and 404s (finding entry_starting), or of
 	// failed forwards to a peer that is down (peer_down), may last before it pauses. Within
 	// budget, such chains are reported but do not count as misleading 404s, broken chains or
-	// forwarding 5xx.
+	// forwarding 5xx. Zero takes the default budget (New fills it in); a negative budget
+	// admits no noise at all.
 	MaxEntryStarting time.Duration `json:"max_entry_starting"`
 	MaxPeerDown      time.Duration `json:"max_peer_down"`
 	// ForgetAfter is how long an apiserver that is not configured (Sources.Expected) stays in
@@ -112,6 +113,15 @@ type Gate struct {
 
 // New returns a gate.
 func New(t Thresholds, src Sources, log *slog.Logger) *Gate {
+	// Budgets came after the other thresholds; a caller that sets the others field by field
+	// gets the measured defaults rather than a zero budget that pauses on any restart.
+	d := DefaultThresholds()
+	if t.MaxEntryStarting == 0 {
+		t.MaxEntryStarting = d.MaxEntryStarting
+	}
+	if t.MaxPeerDown == 0 {
+		t.MaxPeerDown = d.MaxPeerDown
+	}
 	return &Gate{t: t, src: src, log: log, now: time.Now}
 }
 
@@ -196,16 +206,14 @@ func (g *Gate) restartNoise(eps []correlate.NoiseEpisode) Check {
 		if e.Finding == correlate.FindingEntryStarting {
 			budget, what = g.t.MaxEntryStarting, "it answered 403, 5xx or misleading 404 while starting"
 		}
-		share := 1.0
+		share := 2.0 // a negative budget: any noise is over it
 		if budget > 0 {
 			share = e.Duration().Seconds() / budget.Seconds()
-		} else if e.Duration() == 0 {
-			share = 0 // a zero budget admits a single instant
 		}
 		c.Value = max(c.Value, share)
 		line := fmt.Sprintf("%s %s since %s: %d requests over %s (%s; budget %s)", e.Finding, e.APIServer, e.Since.Format(time.RFC3339),
 			e.Chains, e.Duration().Round(time.Millisecond), what, budget)
-		if e.Duration() > budget {
+		if budget < 0 || e.Duration() > budget {
 			over = append(over, line)
 		} else {
 			within = append(within, line)

@@ -250,3 +250,20 @@ func TestRestartNoiseWithinBudgetProceeds(t *testing.T) {
 		t.Fatalf("one misleading 404 not explained by a restart: failing %v", got)
 	}
 }
+
+// TestZeroBudgetTakesTheDefault: a caller that builds Thresholds field by field without the
+// budgets gets the defaults; a negative budget admits no noise.
+func TestZeroBudgetTakesTheDefault(t *testing.T) {
+	f := noisy(8*time.Second, time.Second)
+	g := New(Thresholds{Window: 10 * time.Minute, MaxProxied5xxRatio: 0.01, MinForwarded: 20, MaxIngestGap: 2 * time.Minute, MaxMinorSkew: 1},
+		Sources{Recent: func(time.Duration) correlate.Totals { return f.tot }, APIServers: func() []correlate.ServerInfo { return f.servers },
+			LastBatches: func() map[string]time.Time { return f.last }, Started: now.Add(-time.Hour)}, slog.New(slog.DiscardHandler))
+	g.now = func() time.Time { return now }
+	if v := g.Evaluate(); !v.Proceed {
+		t.Fatalf("zero budgets: %v", v.Reasons)
+	}
+	g.t.MaxPeerDown = -1
+	if got := failing(g.Evaluate()); !slices.Contains(got, metrics.CheckRestartNoise) {
+		t.Fatalf("a negative budget admits noise: failing %v", got)
+	}
+}
