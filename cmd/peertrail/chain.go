@@ -26,9 +26,10 @@ func newChainCommand(_ *globalFlags) *cobra.Command {
 		Long: `chain asks a running peertrail serve for the chain of one request, by the auditID the
 apiserver gave it (the Audit-Id response header, or the auditID of any of its audit records),
 and prints it: which apiserver got the call, which served it, the codes each recorded, the
-class and findings, and the latencies.`,
-		Example: `  peertrail chain 4a1b2c3d-0000-4000-8000-00000000abcd
-  peertrail chain 4a1b2c3d-0000-4000-8000-00000000abcd -o json --server https://peertrail:8443`,
+class and findings, and the latencies. The chain API answers readers only: give a reader's
+token (--token-file, or $PEERTRAIL_TOKEN) or certificate (--client-cert, --client-key).`,
+		Example: `  PEERTRAIL_TOKEN=$(cat reader.token) peertrail chain 4a1b2c3d-0000-4000-8000-00000000abcd
+  peertrail chain 4a1b2c3d-0000-4000-8000-00000000abcd -o json --server https://peertrail:9443 --ca-file ca.crt --token-file reader.token`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)

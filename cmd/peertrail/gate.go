@@ -33,9 +33,11 @@ and prints it with every check. The exit status is what an upgrade script acts o
   3  pause: at least one check fails; the reasons are printed
   1  the gate could not be asked (peertrail unreachable or failing)
 
-Thresholds are peertrail serve's --gate-* flags.`,
+Thresholds are peertrail serve's --gate-* flags. The gate answers readers only: give a
+reader's token (--token-file, or $PEERTRAIL_TOKEN) or certificate (--client-cert, --client-key).`,
 		Example: `  # In a rolling-upgrade script, before replacing the next apiserver:
-  until peertrail gate --server https://peertrail.kube-system:8443 --ca-file ca.crt; do sleep 30; done`,
+  export PEERTRAIL_TOKEN=$(cat reader.token)
+  until peertrail gate --server https://peertrail.kube-system:9443 --ca-file ca.crt; do sleep 30; done`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
