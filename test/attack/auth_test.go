@@ -466,3 +466,54 @@ func TestReadyzSaysNotReadyWhenTheSpoolIsFull(t *testing.T) {
 		t.Fatalf("refused batches changed the store: accepted %v -> %v, spool %v -> %v bytes", accepted, a, written, w)
 	}
 }
+
+// TestStalledHTTP2BodiesTimeOutAndFreeTheirTurns: the apiserver's webhook client speaks HTTP/2,
+// where one connection carries many requests; a stalled body still ends at --read-timeout
+// (408), and its sender's turns come back.
+func TestStalledHTTP2BodiesTimeOutAndFreeTheirTurns(t *testing.T) {
+	at := startAuthTarget(t, func(c *config.File) {
+		c.Limits.ReadTimeout = config.Duration(2 * time.Second)
+		c.Limits.MaxInflightPerAPIServer = 4
+	})
+	var wg sync.WaitGroup
+	codes := make(chan int, 8)
+	var writers []*io.PipeWriter
+	for range 8 {
+		pr, pw := io.Pipe()
+		writers = append(writers, pw)
+		wg.Go(func() {
+			req, _ := http.NewRequest(http.MethodPost, at.srv.URL()+"/audit/kas-a", pr)
+			resp, err := at.kasACert.Do(req)
+			if err != nil {
+				codes <- 0
+				return
+			}
+			if resp.ProtoMajor != 2 {
+				t.Errorf("spoke %s, want HTTP/2", resp.Proto)
+			}
+			resp.Body.Close()
+			codes <- resp.StatusCode
+		})
+		pw.Write([]byte(`{"kind":`))
+	}
+	start := time.Now()
+	wg.Wait()
+	for _, pw := range writers {
+		pw.Close()
+	}
+	close(codes)
+	got := map[int]int{}
+	for c := range codes {
+		got[c]++
+	}
+	// Four turns: four stalled bodies time out (408), the other four are refused at once (503).
+	if got[http.StatusRequestTimeout] != 4 || got[http.StatusServiceUnavailable] != 4 || time.Since(start) > 15*time.Second {
+		t.Fatalf("8 stalled HTTP/2 bodies of kas-a with 4 turns: %v after %s, want 4 x 408 and 4 x 503", got, time.Since(start))
+	}
+	if code, msg := at.do(at.kasACert, http.MethodPost, "/audit/kas-a", "", batch(t, 7, 4)); code != 200 {
+		t.Fatalf("kas-a after its stalled bodies timed out: %d %s", code, msg)
+	}
+	if a := at.accepted(""); a != 4 {
+		t.Fatalf("accepted %v events, want the 4 of the last batch", a)
+	}
+}
