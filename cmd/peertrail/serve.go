@@ -56,8 +56,10 @@ Who may do what:
                       403; none: 401. With no reader credential configured every read is
                       refused (403): reads are never open to whoever reaches the port.
   /healthz, /readyz   open, for probes.
-The clients (peertrail chain, gate, report) send a reader token with --token-file or
-$PEERTRAIL_TOKEN, or a reader certificate with --client-cert/--client-key.
+The clients (peertrail chain, gate, simulate --score) send a reader token with --token-file or
+$PEERTRAIL_TOKEN, or a reader certificate with --client-cert/--client-key. A store outage does
+not fail /readyz (batches are still acknowledged into the spool); the alert
+PeertrailStoreWriteFailing reports it.
 
 Limits: an apiserver's request takes one of its --max-inflight-per-apiserver turns while its
 body is read (within --read-timeout) and processed, and one of --max-inflight processing slots
@@ -74,7 +76,7 @@ line wins over the file. The file also lists the apiservers:
     certSubject: kas-a-audit    # optional: client certificate CN (or full subject) naming it
     tokenFile: kas-a.token      # optional: its own bearer token (one line), valid for kas-a only
   tls: {certFile: ..., keyFile: ..., clientCAFile: ...}
-  readers: {tokenFile: readers.tokens, clientCAFile: readers-ca.crt}   # one token a line
+  readers: {tokenFile: readers.tokens, clientCAFile: readers-ca.crt}   # one token a line, or a directory
   limits: {maxBodyBytes: 32Mi, maxInflight: 64, maxInflightPerAPIServer: 0, maxReadingBytes: 256Mi,
            readTimeout: 60s, maxDeadLetterBytes: 1Gi}
   spool: {maxBytes: 10Gi, segmentBytes: 64Mi, fsync: always, fsyncInterval: 1s, dedupHorizon: 10m}
