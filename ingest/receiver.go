@@ -69,7 +69,12 @@ type Options struct {
 }
 
 // Receiver is the webhook endpoint. Create it with NewReceiver; it is an http.Handler for
-// POST /audit/{apiserver} and POST /audit (sender named by its certificate alone).
+// POST /audit/{apiserver} and POST /audit (sender named by its certificate or token alone), safe
+// for concurrent requests. Each request is authenticated from its handshake and headers before
+// any of its body is read: an apiserver's credential posts under that apiserver's name only, a
+// reader's is refused. Then it takes one of its sender's turns (MaxInflightPerSender), reads
+// the body within ReadTimeout and the shared MaxReadingBytes, and only then takes one of the
+// MaxInflight processing slots.
 type Receiver struct {
 	opts   Options
 	known  map[string]bool
