@@ -484,34 +484,48 @@ func (k *DefaultClassifier) noise(c *Chain) {
 		if c.Entry != nil {
 			entry = c.Entry.APIServer
 		}
+		if p := c.Peer; p != nil && !complete(p) {
+			// The peer recorded the request's start, not its end, and its stream fell silent
+			// right after: its process died with the rest of the request's audit.
+			last := p.RequestReceived
+			if p.Completed.After(last) {
+				last = p.Completed
+			}
+			if from, to, down := k.Caps.DownAt(p.APIServer, last.Add(time.Second), c.streamNow); down && !from.Before(last) {
+				k.peerDown(c, p.APIServer, from, to)
+			}
+			return
+		}
 		for _, srv := range k.Caps.Servers() {
 			if srv.Name == entry {
 				continue
 			}
+			// For a missing peer record: the audit of a killed peer's last 0-1 s is lost with
+			// its process, so its stream is silent from before the request it served.
 			from, to, down := k.Caps.DownAt(srv.Name, t, c.streamNow)
-			if !down && c.Class == ClassBroken {
-				// The audit of a killed peer's last 0-1 s is lost with its process: the
-				// request was served just before the silence began.
-				from, to, down = k.Caps.DownAt(srv.Name, t.Add(time.Second), c.streamNow)
-				down = down && !from.Before(t)
-			}
 			if !down || t.Sub(from) > peerDownLookback {
 				continue
 			}
 			if served, known := k.Caps.Serves(srv.Name, c.gvr(), from); !known || !served {
 				continue
 			}
-			c.Findings = append(c.Findings, FindingPeerDown)
-			until := "it is still silent"
-			if !to.IsZero() {
-				until = "until " + to.UTC().Format(time.RFC3339Nano)
-			}
-			c.Explanation += fmt.Sprintf("; %s, which serves %s, was down: its audit stream is silent from %s, %s (restart noise, %s)",
-				srv.Name, c.gvr(), from.UTC().Format(time.RFC3339Nano), until, FindingPeerDown)
-			c.noiseOf, c.noiseSince = srv.Name, from
+			k.peerDown(c, srv.Name, from, to)
 			return
 		}
 	}
+}
+
+// peerDown gives c the finding peer_down, blaming peer's silence from from to to (zero: it
+// lasts).
+func (k *DefaultClassifier) peerDown(c *Chain, peer string, from, to time.Time) {
+	c.Findings = append(c.Findings, FindingPeerDown)
+	until := "it is still silent"
+	if !to.IsZero() {
+		until = "until " + to.UTC().Format(time.RFC3339Nano)
+	}
+	c.Explanation += fmt.Sprintf("; %s, which serves %s, was down: its audit stream is silent from %s, %s (restart noise, %s)",
+		peer, c.gvr(), from.UTC().Format(time.RFC3339Nano), until, FindingPeerDown)
+	c.noiseOf, c.noiseSince = peer, from
 }
 
 func orDash(s string) string {
