@@ -57,10 +57,26 @@ func (s Scorecard) Accuracy() float64 {
 	return float64(s.Matched) / float64(s.Requests)
 }
 
+// Percent is the share of requests classified right, with two decimals cut, never rounded:
+// a miss never prints as 100% (5062 of 5063 is 99.98%), and only a perfect score prints as
+// "100%".
+func (s Scorecard) Percent() string {
+	if s.Requests == 0 {
+		return "-"
+	}
+	if s.Matched == s.Requests {
+		return "100%"
+	}
+	// Integer arithmetic: no float rounding can turn 99.999... into 100.
+	cut := int64(s.Matched) * 10000 / int64(s.Requests)
+	return fmt.Sprintf("%d.%02d%%", cut/100, cut%100)
+}
+
 type apiChain struct {
-	State    string   `json:"state"`
-	Class    string   `json:"class"`
-	Findings []string `json:"findings"`
+	State       string   `json:"state"`
+	Class       string   `json:"class"`
+	Findings    []string `json:"findings"`
+	Explanation string   `json:"explanation"`
 }
 
 // Score asks a running peertrail (its chain API at base) about every request of truths,
@@ -104,10 +120,12 @@ func Score(ctx context.Context, client *http.Client, base string, truths []Truth
 			}
 			if !ok && len(sc.Mismatches) < 10 {
 				var f []string
+				why := ""
 				if c != nil {
-					f = c.Findings
+					f, why = c.Findings, c.Explanation
 				}
-				sc.Mismatches = append(sc.Mismatches, fmt.Sprintf("%s %s %s: truth %s %v, peertrail %s %v", t.AuditID, t.Verb, t.Resource, t.Class, t.Findings, got, f))
+				sc.Mismatches = append(sc.Mismatches, fmt.Sprintf("%s %s %s at %s: truth %s %v, peertrail %s %v (%s)", t.AuditID, t.Verb, t.Resource,
+					t.At.UTC().Format("15:04:05.000"), t.Class, t.Findings, got, f, why))
 			}
 			for _, fault := range t.Faults {
 				v := sc.Faults[fault]

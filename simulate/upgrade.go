@@ -129,6 +129,9 @@ type Upgrade struct {
 	truths []Truth
 	// lost holds, per apiserver, events withheld for a second in case it is killed.
 	pending map[string][]pendingEvent
+	// lastSent is, per apiserver, the latest time (request or stage) among the events it
+	// delivered: where its stream falls silent when it is killed.
+	lastSent map[string]time.Time
 	// Progress is called after every request with the elapsed share of the run (may be nil).
 	Progress func(done float64)
 }
@@ -140,7 +143,7 @@ type pendingEvent struct {
 
 // NewUpgrade prepares a simulation.
 func NewUpgrade(cfg UpgradeConfig, sink Sink) *Upgrade {
-	u := &Upgrade{cfg: cfg, sink: sink, rng: rand.New(rand.NewPCG(cfg.Seed, cfg.Seed*7919)), pending: map[string][]pendingEvent{}}
+	u := &Upgrade{cfg: cfg, sink: sink, rng: rand.New(rand.NewPCG(cfg.Seed, cfg.Seed*7919)), pending: map[string][]pendingEvent{}, lastSent: map[string]time.Time{}}
 	for i := range cfg.APIServers {
 		v := cfg.From
 		if i == cfg.APIServers-1 {
@@ -216,25 +219,30 @@ func (u *Upgrade) Run(ctx context.Context) error {
 	killAt := start.Add(u.cfg.Duration / 8)
 	killed := false
 	interval := time.Duration(float64(time.Second) / u.cfg.Rate)
-	next := start
-	nextHousekeeping := start
 	for s := range u.servers {
 		u.servers[s].startedAt = start.Add(-time.Hour)
 	}
-	for now := time.Now(); now.Before(end); now = time.Now() {
-		if d := next.Sub(now); d > 0 {
+	// The simulation runs on its own clock: request i happens at start + i*interval, and the
+	// upgrade steps, the kill and the apiservers' housekeeping happen at fixed points of that
+	// clock, whatever the machine's load. Only the pacing waits for the wall clock. So the same
+	// seed makes the same requests with the same truth in every run.
+	requests := int(u.cfg.Duration / interval)
+	nextHousekeeping := start
+	for i := range requests {
+		now := start.Add(time.Duration(i) * interval)
+		if d := time.Until(now); d > 0 {
 			select {
 			case <-ctx.Done():
 				return ctx.Err()
 			case <-time.After(d):
 			}
-			now = time.Now()
+		} else if err := ctx.Err(); err != nil {
+			return err
 		}
-		next = next.Add(interval)
 		u.lifecycle(now, steps, &killed, killAt)
-		if !now.Before(nextHousekeeping) {
-			u.housekeeping(now)
-			nextHousekeeping = now.Add(time.Second)
+		for !now.Before(nextHousekeeping) {
+			u.housekeeping(nextHousekeeping)
+			nextHousekeeping = nextHousekeeping.Add(time.Second)
 		}
 		u.request(now)
 		u.flush(now, false)
@@ -242,7 +250,7 @@ func (u *Upgrade) Run(ctx context.Context) error {
 			u.Progress(float64(now.Sub(start)) / float64(u.cfg.Duration))
 		}
 	}
-	u.flush(time.Now(), true)
+	u.flush(end, true)
 	return nil
 }
 
@@ -264,16 +272,44 @@ func (u *Upgrade) lifecycle(now time.Time, steps []time.Time, killed *bool, kill
 		victim.up, victim.killedAt = false, now
 		// Its webhook buffer dies with it: the last second of its audit never leaves.
 		u.mu.Lock()
+		lostStart := map[string]bool{}
 		for _, p := range u.pending[victim.name] {
+			if p.ev.Stage == auditinternal.StageRequestReceived {
+				lostStart[string(p.ev.AuditID)] = true
+			}
 			u.forget(p.ev)
 		}
 		u.pending[victim.name] = nil
+		// Forwards to the victim whose peer record was already lost (dropped_peer_audit) in
+		// that last second look the same in the streams: served just before the victim's
+		// stream fell silent.
+		u.silenced(victim, lostStart)
 		u.mu.Unlock()
 	}
 	for _, s := range u.servers {
 		if !s.killedAt.IsZero() && !now.Before(s.killedAt.Add(u.cfg.Faults.KillFor)) {
 			s.up, s.killedAt, s.startedAt = true, time.Time{}, now
 			u.selfCall(s, now)
+		}
+	}
+}
+
+// silenced marks what peertrail sees when s's stream falls silent because it was killed
+// (peer_down, restart noise), on the forwards to s that lost s's record: one whose record s
+// started but could not finish (lostStart does not name it) shows its start right before the
+// silence; one whose record is wholly missing (lost with the kill, or dropped_peer_audit) lies
+// in the silence when its request came after the last event s's webhook delivered. Called
+// with u.mu held.
+func (u *Upgrade) silenced(s *server, lostStart map[string]bool) {
+	last := u.lastSent[s.name]
+	for i := range u.truths {
+		t := &u.truths[i]
+		if t.Class != "broken" || t.Peer != s.name || slices.Contains(t.Findings, "peer_down") {
+			continue
+		}
+		started := slices.Contains(t.Faults, "peer_killed") && !lostStart[t.AuditID]
+		if started || t.At.After(last) {
+			t.Findings = append(t.Findings, "peer_down")
 		}
 	}
 }
@@ -291,6 +327,7 @@ func (u *Upgrade) forget(ev *auditinternal.Event) {
 		}
 		switch {
 		case t.Class == "proxied" && t.Peer == lost:
+			// Whether peertrail can put it down to the kill (peer_down): see silenced.
 			t.Class, t.Findings = "broken", []string{"peer_audit_missing"}
 			t.Faults = append(t.Faults, "peer_killed")
 		case t.Class == "proxied" && t.Entry == lost:
@@ -387,7 +424,9 @@ func (u *Upgrade) request(now time.Time) {
 	candidates := append(peers, unreachable...)
 	peer := candidates[u.rng.IntN(len(candidates))]
 	if slices.Contains(unreachable, peer) {
+		// The killed peer's stream is silent meanwhile: restart noise (peer_down).
 		truth.Class, truth.Faults = "proxy_failed", []string{"peer_killed"}
+		truth.Findings = []string{"peer_down"}
 		u.emit(entry, req.side(entry, nil, 503, "", 0, 2*time.Millisecond))
 		u.record(truth)
 		return
@@ -476,6 +515,11 @@ func (u *Upgrade) flush(now time.Time, force bool) {
 		i := 0
 		for ; i < len(evs) && (force || now.Sub(evs[i].at) >= time.Second); i++ {
 			delete(evs[i].ev.Annotations, annServer)
+			for _, at := range []time.Time{evs[i].ev.RequestReceivedTimestamp.Time, evs[i].ev.StageTimestamp.Time} {
+				if at.After(u.lastSent[name]) {
+					u.lastSent[name] = at
+				}
+			}
 			out[name] = append(out[name], evs[i].ev)
 		}
 		u.pending[name] = evs[i:]

@@ -196,8 +196,8 @@ func simulateUpgrade(ctx context.Context, cfg simulate.UpgradeConfig, wo simulat
 }
 
 func printScorecard(out io.Writer, sc simulate.Scorecard) {
-	fmt.Fprintf(out, "peertrail classified %d of %d requests right (%.1f%%); %d with the right class but other findings; %d never became a final chain\n",
-		sc.Matched, sc.Requests, 100*sc.Accuracy(), sc.FindingsWrong, sc.Missing)
+	fmt.Fprintf(out, "peertrail classified %d of %d requests right (%s); %d wrong, %d of them with the right class but other findings; %d never became a final chain\n",
+		sc.Matched, sc.Requests, sc.Percent(), sc.Requests-sc.Matched, sc.FindingsWrong, sc.Missing)
 	classes := make([]string, 0, len(sc.Confusion))
 	for k := range sc.Confusion {
 		classes = append(classes, k)
