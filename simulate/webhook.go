@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -28,8 +29,10 @@ type WebhookOptions struct {
 	// CAFile verifies the receiver's certificate; InsecureSkipVerify skips that (demos).
 	CAFile             string
 	InsecureSkipVerify bool
-	// Token is a bearer token for the receiver ("" for none).
-	Token string
+	// Token is a bearer token for the receiver ("" for none), and Tokens each apiserver's own,
+	// by name, which wins over Token: peertrail takes a token as one apiserver's only.
+	Token  string
+	Tokens map[string]string
 	// Dir holds the generated kubeconfigs.
 	Dir string
 	// BatchWait is --audit-webhook-batch-max-wait (the apiserver's default is 30 s).
@@ -72,7 +75,7 @@ func NewWebhookSink(names []string, o WebhookOptions) (*WebhookSink, error) {
 	}
 	for _, name := range names {
 		kc := filepath.Join(o.Dir, name+".kubeconfig")
-		if err := os.WriteFile(kc, kubeconfig(base+"/audit/"+name, o, w.faults != nil), 0o600); err != nil {
+		if err := os.WriteFile(kc, kubeconfig(base+"/audit/"+name, o, o.tokenFor(name), w.faults != nil), 0o600); err != nil {
 			w.Close()
 			return nil, fmt.Errorf("write kubeconfig: %w", err)
 		}
@@ -96,8 +99,16 @@ func NewWebhookSink(names []string, o WebhookOptions) (*WebhookSink, error) {
 	return w, nil
 }
 
+// tokenFor is the bearer token apiserver name posts with.
+func (o WebhookOptions) tokenFor(name string) string {
+	if t, ok := o.Tokens[name]; ok {
+		return t
+	}
+	return o.Token
+}
+
 // kubeconfig is the audit webhook kubeconfig an apiserver would be given.
-func kubeconfig(url string, o WebhookOptions, viaProxy bool) []byte {
+func kubeconfig(url string, o WebhookOptions, token string, viaProxy bool) []byte {
 	cluster := fmt.Sprintf("    server: %s\n", url)
 	switch {
 	case viaProxy:
@@ -108,8 +119,8 @@ func kubeconfig(url string, o WebhookOptions, viaProxy bool) []byte {
 		cluster += "    insecure-skip-tls-verify: true\n"
 	}
 	user := "  user: {}\n"
-	if o.Token != "" && !viaProxy {
-		user = fmt.Sprintf("  user:\n    token: %s\n", o.Token)
+	if token != "" && !viaProxy {
+		user = fmt.Sprintf("  user:\n    token: %s\n", token)
 	}
 	return fmt.Appendf(nil, `apiVersion: v1
 kind: Config
@@ -215,8 +226,8 @@ func (p *faultProxy) forward(ctx context.Context, path string, body []byte) int 
 		return http.StatusBadGateway
 	}
 	req.Header.Set("Content-Type", "application/json")
-	if p.o.Token != "" {
-		req.Header.Set("Authorization", "Bearer "+p.o.Token)
+	if t := p.o.tokenFor(strings.TrimPrefix(path, "/audit/")); t != "" {
+		req.Header.Set("Authorization", "Bearer "+t)
 	}
 	resp, err := p.client.Do(req)
 	if err != nil {

@@ -29,6 +29,7 @@ type loadgenFlags struct {
 	caFile      string
 	insecureTLS bool
 	tokenFile   string
+	tokenDir    string
 	certFile    string
 	keyFile     string
 	jsonOut     bool
@@ -61,7 +62,8 @@ and the acknowledge latency distribution. Use it to size a deployment or to chec
 		"minute (heap growing, the correlator's chain window filling) is slower than its steady state")
 	fl.StringVar(&f.caFile, "ca-file", "", "CA bundle to verify the receiver's certificate")
 	fl.BoolVar(&f.insecureTLS, "insecure-skip-tls-verify", false, "do not verify the receiver's certificate")
-	fl.StringVar(&f.tokenFile, "token-file", "", "bearer token file")
+	fl.StringVar(&f.tokenFile, "token-file", "", "bearer token file (a token names one apiserver: with several, use --token-dir)")
+	fl.StringVar(&f.tokenDir, "token-dir", "", "directory of the apiservers' own bearer tokens, a file per apiserver named after it (kas-a, or kas-a.token)")
 	fl.StringVar(&f.certFile, "client-cert-file", "", "client certificate (PEM)")
 	fl.StringVar(&f.keyFile, "client-key-file", "", "client certificate key (PEM)")
 	fl.BoolVar(&f.jsonOut, "json", false, "print the result as JSON")
@@ -91,6 +93,18 @@ func runLoadgen(ctx context.Context, f *loadgenFlags, out io.Writer) error {
 	client, token, err := loadgenClient(f)
 	if err != nil {
 		return err
+	}
+	var tokens map[string]string
+	if f.tokenDir != "" {
+		if tokens, err = readTokenDir(f.tokenDir); err != nil {
+			return err
+		}
+	}
+	tokenOf := func(name string) string {
+		if t, ok := tokens[name]; ok {
+			return t
+		}
+		return token
 	}
 	interval := time.Duration(float64(time.Second) * float64(f.batch*len(names)) / float64(f.rate))
 	var (
@@ -129,7 +143,7 @@ func runLoadgen(ctx context.Context, f *loadgenFlags, out io.Writer) error {
 				body := tmpl.AppendRender(bodies.Get(), si, seq)
 				inflight.Go(func() {
 					t0 := time.Now()
-					code := post(ctx, client, f.url+"/audit/"+name, token, body)
+					code := post(ctx, client, f.url+"/audit/"+name, tokenOf(name), body)
 					lat := time.Since(t0)
 					if code == "200" { // read to the end by the server, so the transport is done with it
 						bodies.Put(body)

@@ -22,6 +22,8 @@ type simulateFlags struct {
 	cfg       simulate.UpgradeConfig
 	webhook   simulate.WebhookOptions
 	tokenFile string
+	// tokenDir holds the apiservers' own tokens, a file per apiserver.
+	tokenDir string
 	// readerTokenFile is the reader's token --score reads the chain API with.
 	readerTokenFile string
 	truthOut        string
@@ -63,7 +65,8 @@ asks the receiver's chain API about each one and prints how peertrail did.`,
 	fl.StringVar(&f.webhook.URL, "url", "http://127.0.0.1:8443", "receiver base URL (peertrail serve)")
 	fl.StringVar(&f.webhook.CAFile, "ca-file", "", "CA bundle that verifies the receiver (as in the webhook kubeconfig)")
 	fl.BoolVar(&f.webhook.InsecureSkipVerify, "insecure-skip-tls-verify", false, "do not verify the receiver's certificate")
-	fl.StringVar(&f.tokenFile, "token-file", "", "bearer token for the receiver (it names one apiserver: with several, use client certificates or none)")
+	fl.StringVar(&f.tokenFile, "token-file", "", "bearer token for the receiver (it names one apiserver: with several, use --token-dir, client certificates or none)")
+	fl.StringVar(&f.tokenDir, "token-dir", "", "directory of the apiservers' own bearer tokens, a file per apiserver named after it (kas-1, or kas-1.token)")
 	fl.StringVar(&f.readerTokenFile, "reader-token-file", "", "reader's bearer token for --score, which reads the chain API (default $"+tokenEnv+")")
 	fl.DurationVar(&f.webhook.BatchWait, "batch-wait", time.Second, "the apiservers' --audit-webhook-batch-max-wait")
 	fl.IntVar(&f.cfg.APIServers, "apiservers", f.cfg.APIServers, "number of apiservers (at least 2)")
@@ -120,6 +123,12 @@ func runSimulate(ctx context.Context, f *simulateFlags, out, errOut io.Writer) e
 			return err
 		}
 		f.webhook.Token = strings.TrimSpace(string(b))
+	}
+	if f.tokenDir != "" {
+		var err error
+		if f.webhook.Tokens, err = readTokenDir(f.tokenDir); err != nil {
+			return err
+		}
 	}
 	dir, err := os.MkdirTemp("", "peertrail-simulate")
 	if err != nil {

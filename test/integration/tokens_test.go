@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -8,6 +9,7 @@ import (
 
 	"github.com/peertrail/peertrail/config"
 	"github.com/peertrail/peertrail/ingest/record"
+	"github.com/peertrail/peertrail/simulate"
 	"github.com/peertrail/peertrail/test/testpki"
 )
 
@@ -56,4 +58,40 @@ func TestRealWebhookBackendWithTokensOfTheirOwn(t *testing.T) {
 	}
 	// exactlyOnce fails on any stored event that is not kas-a's or kas-b's.
 	exactlyOnce(t, spooled(t, cfg.DataDir), want)
+}
+
+// TestSimulatorPostsWithEachAPIServersToken: the simulator (peertrail simulate --token-dir)
+// gives each simulated apiserver's webhook kubeconfig its own token, also through its fault
+// proxy (late and duplicated batches), so a peertrail that takes a token as one apiserver's only
+// accepts every apiserver's events and refuses none.
+func TestSimulatorPostsWithEachAPIServersToken(t *testing.T) {
+	dir := t.TempDir()
+	cfg := baseConfig(t, dir)
+	cfg.InsecureHTTP = true
+	cfg.Store.Engine, cfg.Store.SQLListen = "none", ""
+	tokens := map[string]string{}
+	for i := 1; i <= 3; i++ {
+		n := fmt.Sprintf("kas-%d", i)
+		tokens[n] = fmt.Sprintf("token-of-%s-%d9f", n, i)
+		f := filepath.Join(dir, n+".token")
+		if err := os.WriteFile(f, []byte(tokens[n]+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		cfg.APIServers = append(cfg.APIServers, config.APIServer{Name: n, TokenFile: f})
+	}
+	p := startPeertrail(t, cfg)
+	up := simulate.DefaultUpgrade()
+	up.Duration, up.Rate, up.Seed = 6*time.Second, 30, 3
+	simulateInto(t, p, up, simulate.WebhookOptions{Dir: dir, BatchWait: 300 * time.Millisecond,
+		Late: 0.2, LateBy: 500 * time.Millisecond, Duplicate: 0.2, Seed: 3, Tokens: tokens})
+	for n := range tokens {
+		if v := metricValue(t, p.srv.URL(), nil, `peertrail_ingest_events_total{apiserver="`+n+`",result="accepted"}`); v == 0 {
+			t.Errorf("no event of %s accepted", n)
+		}
+	}
+	for _, code := range []string{"401", "403"} {
+		if v := metricValue(t, p.srv.URL(), nil, `peertrail_ingest_requests_total{apiserver="unknown",code="`+code+`"}`); v != 0 {
+			t.Errorf("%v batches refused %s", v, code)
+		}
+	}
 }
