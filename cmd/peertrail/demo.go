@@ -127,7 +127,8 @@ func runDemo(ctx context.Context, f *demoFlags, out, errOut io.Writer) error {
 			return err
 		}
 		fmt.Fprintln(out, "\nWaiting for the last chains to close...")
-		time.Sleep(time.Duration(cfg.Correlate.ChainWindow) + 3*time.Second)
+		// Two windows: a chain whose verdict waits for evidence stays open one more.
+		time.Sleep(2*time.Duration(cfg.Correlate.ChainWindow) + 3*time.Second)
 	} else {
 		if truths, sc, err = simulatedDemo(ctx, f, srv.URL(), reader, out, errOut); err != nil {
 			return err
