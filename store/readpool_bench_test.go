@@ -1,0 +1,44 @@
+package store_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/peertrail/peertrail/store"
+)
+
+// BenchmarkReadPool measures what enforcing read-only costs a small query: the engine's own
+// call on the writer's connection (the baseline), a read on a pooled read-only connection (the
+// parser's classification and the kill marker added), and a read with a client setting, which
+// opens a connection of its own.
+func BenchmarkReadPool(b *testing.B) {
+	s := engine(b)
+	ctx := context.Background()
+	p, err := s.NewReadPool(ctx, store.ReadLimits{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer p.Close()
+	const q = "SELECT count() FROM numbers(1000)"
+	b.Run("engine", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := s.Engine().Exec(ctx, q, "TSV", nil); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("pooled", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := p.Run(ctx, store.ReadQuery{Text: q, Format: "TSV"}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("own-connection", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := p.Run(ctx, store.ReadQuery{Text: q, Format: "TSV", Settings: [][2]string{{"output_format_json_quote_64bit_integers", "0"}}}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
