@@ -558,7 +558,6 @@ func TestSlowSenderCannotStarveAnother(t *testing.T) {
 		defer stall(t, srv.URL, "/audit/kas-a", 100000)()
 	}
 	waitUntil(t, func() bool { return testutil.ToFloat64(f.rc.m.inflight) == 2 })
-	start := time.Now()
 	resp, err := http.Post(srv.URL+"/audit/kas-b", "application/json", bytes.NewReader(events(t, 1, 3)))
 	if err != nil {
 		t.Fatal(err)
