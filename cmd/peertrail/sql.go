@@ -58,7 +58,7 @@ func (f *queryFlags) open(ctx context.Context) (store.Store, error) {
 	s, err := store.OpenServer(ctx, o)
 	if err != nil {
 		if f.ch.DSN == "" {
-			if strings.Contains(err.Error(), "code: 194") || strings.Contains(err.Error(), "code: 516") {
+			if msg := err.Error(); strings.Contains(msg, "AUTHENTICATION_FAILED") || strings.Contains(msg, "REQUIRED_PASSWORD") {
 				return nil, fmt.Errorf("%w\n(the SQL interface asks for its password: pass --clickhouse-password-file <serve's --data-dir>/%s, or set $CLICKHOUSE_PASSWORD)", err, server.SQLPasswordFileName)
 			}
 			return nil, fmt.Errorf("%w\n(is `peertrail serve` running with its ClickHouse HTTP interface on %s? Or pass --clickhouse-dsn)", err, f.server)
