@@ -31,6 +31,20 @@
 //     ~64 KiB, so Query refuses text with a NUL byte (ErrNULInQuery).
 //   - A statement running inside the engine cannot be interrupted; ctx is
 //     honoured before it starts, and between chunks of an Insert.
+//   - The engine's own log. Left to itself, libchdb logs to stderr when stderr
+//     is a terminal, in colour, into the program's output. Open sends it to a
+//     file instead (Options.LogFile, default <DataDir>/engine.log, at
+//     Options.LogLevel, default warning) and never to the console; the
+//     engine's "Logging warning to <file>" notice on stderr is dropped.
+//   - Each streaming insert (Insert) makes the engine log one
+//     "<Fatal> ThreadStatus: current_thread contains invalid address", from
+//     the global pool thread that ran the insert's pipeline, whatever the
+//     settings (max_threads, max_insert_threads, concurrency control, parallel
+//     parsing: measured), the calling thread or the table: a ThreadStatus of
+//     libchdb's streaming insert is destroyed on a thread whose current
+//     ThreadStatus is another one. It is not a crash (the rows arrive, the
+//     engine goes on; Query's inline INSERTs do not log it) and it cannot be
+//     fixed from outside the library, so it stays in the engine's log file.
 //
 // See Engine for the concurrency and ownership contract.
 package chdb

@@ -102,6 +102,36 @@ type Options struct {
 	// (max_server_memory_usage), in bytes. 0 leaves the engine's default: 0.9 of the host's
 	// RAM, blind to a container's limit.
 	MaxServerMemory int64
+	// LogFile is where the engine writes its own log (ClickHouse's logger, which rotates it at
+	// 100 MB and keeps one old file). Empty means DefaultLogFile under DataDir, or no log at
+	// all for an in-memory engine. The engine never logs to the terminal: left to itself it
+	// writes to a terminal on stderr, in colour, into the program's own output.
+	LogFile string
+	// LogLevel is the engine log's level: fatal, critical, error, warning, notice, information,
+	// debug or trace. Empty means DefaultLogLevel.
+	LogLevel string
+}
+
+// DefaultLogFile is the engine's log file, relative to Options.DataDir, when Options.LogFile
+// is empty.
+const DefaultLogFile = "engine.log"
+
+// DefaultLogLevel is the engine log's level when Options.LogLevel is empty.
+const DefaultLogLevel = "warning"
+
+// logArgs are the clickhouse-local arguments that send the engine's log to file at level, and
+// never to the console (measured with chDB 26.7.3: --logger.log, --log-level and
+// --logger.console are honoured, --logger.level is not). The engine's logger is set up by the
+// first connection; later ones (sessions) leave it as it is.
+func logArgs(file, level string) []string {
+	args := []string{"--logger.console=0"}
+	if file == "" {
+		return args
+	}
+	if level == "" {
+		level = DefaultLogLevel
+	}
+	return append(args, "--logger.log="+file, "--log-level="+level)
 }
 
 // Engine is an open chDB (embedded ClickHouse) session.
@@ -137,6 +167,7 @@ type Engine struct {
 	handle  unsafe.Pointer // *conn, the chdb_connection the query calls take
 	libPath string
 	dataDir string
+	logFile string // "" when the engine keeps no log
 	version string
 }
 
@@ -218,15 +249,33 @@ func open(ctx context.Context, t *thread, libPath string, opts Options) (*Engine
 	if opts.MaxServerMemory > 0 {
 		args = append(args, fmt.Sprintf("--max_server_memory_usage=%d", opts.MaxServerMemory))
 	}
+	logFile := opts.LogFile
+	if logFile == "" && dataDir != "" {
+		logFile = filepath.Join(dataDir, DefaultLogFile)
+	}
+	if logFile != "" {
+		if logFile, err = filepath.Abs(logFile); err != nil {
+			return nil, fmt.Errorf("chdb: log file %q: %w", opts.LogFile, err)
+		}
+		if err := os.MkdirAll(filepath.Dir(logFile), 0o750); err != nil {
+			return nil, fmt.Errorf("chdb: log file: %w", err)
+		}
+	}
+	args = append(args, logArgs(logFile, opts.LogLevel)...)
 	var conn unsafe.Pointer
-	t.do(func() { conn = connect(a, args) })
+	// The engine announces "Logging <level> to <file>" on stderr as it sets up its logger.
+	t.do(func() { withoutLoggingNotice(func() { conn = connect(a, args) }) })
 	if conn == nil {
 		where := "in memory"
 		if dataDir != "" {
 			where = "at " + dataDir
 		}
+		reason := "the engine printed the reason on stderr"
+		if logFile != "" {
+			reason = "the engine's log " + logFile + " may say why"
+		}
 		return nil, fmt.Errorf("chdb: chdb_connect failed to start the engine %s "+
-			"(the engine printed the reason on stderr; is the directory writable and not in use by another process?)", where)
+			"(%s; is the directory writable and not in use by another process?)", where, reason)
 	}
 	handle := *(*unsafe.Pointer)(conn)
 	if handle == nil {
@@ -241,6 +290,7 @@ func open(ctx context.Context, t *thread, libPath string, opts Options) (*Engine
 		handle:  handle,
 		libPath: libPath,
 		dataDir: dataDir,
+		logFile: logFile,
 	}
 	t.do(func() { e.version = a.version() })
 	return e, nil
@@ -266,6 +316,9 @@ func (e *Engine) LibPath() string { return e.libPath }
 
 // DataDir is the absolute data directory, "" for an in-memory engine.
 func (e *Engine) DataDir() string { return e.dataDir }
+
+// LogFile is the engine's own log file, "" when it keeps none.
+func (e *Engine) LogFile() string { return e.logFile }
 
 // Version is the library's chdb_version(), e.g. "26.7.3".
 func (e *Engine) Version() string { return e.version }

@@ -113,6 +113,12 @@ func runHelper(mode string) int {
 		return 1
 	}
 	switch mode {
+	case "stream-inserts":
+		if err := streamInserts(); err != nil {
+			return fail("%v", err)
+		}
+		fmt.Println("helper done")
+		return 0
 	case "recover":
 		// After the engine is loaded and has run a query, a nil dereference in
 		// a function with recover() must be recovered. With the engine's own

@@ -1,0 +1,5 @@
+//go:build !linux
+
+package chdb
+
+func withoutLoggingNotice(fn func()) { fn() }
