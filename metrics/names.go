@@ -6,6 +6,8 @@ package metrics
 
 // Ingest: the audit webhook receiver.
 const (
+	// BuildInfo is 1, labelled with the binary's version, VCS revision and Go version.
+	BuildInfo = "peertrail_build_info"
 	// IngestEventsTotal counts audit events per sending apiserver and outcome (LabelResult).
 	IngestEventsTotal = "peertrail_ingest_events_total"
 	// IngestRequestsTotal counts webhook POSTs by sending apiserver and HTTP status code.
