@@ -43,29 +43,33 @@ func (t *Totals) add(o *Totals) {
 	t.ResourceRequests += o.ResourceRequests
 }
 
-// windowMinutes is how far back Recent can look.
-const windowMinutes = 120
+// The window keeps counts per slot of slotSeconds, windowSlots of them: two hours. Slots of
+// ten seconds, not minutes, so that a gate window of 30 s means 30-40 s, not up to 90.
+const (
+	slotSeconds = 10
+	windowSlots = 2 * 3600 / slotSeconds
+)
 
-// window counts final chains per minute of their receipt by peertrail, for the last two hours.
+// window counts final chains per slot of their receipt by peertrail, for the last two hours.
 // Receipt time, not request time: an apiserver's clock may be off, and what the gate asks is
 // what peertrail learned recently.
 type window struct {
-	minutes [windowMinutes]Totals
-	stamp   [windowMinutes]int64 // the minute each slot holds
+	slots [windowSlots]Totals
+	stamp [windowSlots]int64 // the slot each holds (Unix seconds / slotSeconds)
 }
 
 // count adds a chain (by = 1) or takes back an earlier count of it (by = -1, when a late record
 // reclassified it).
 func (w *window) count(c *tally, by int) {
-	m := c.first / 60
-	i := int(m % windowMinutes)
+	m := c.first / slotSeconds
+	i := int(m % windowSlots)
 	if w.stamp[i] != m {
 		if by < 0 {
-			return // that minute has left the window already
+			return // that slot has left the window already
 		}
-		w.stamp[i], w.minutes[i] = m, newTotals()
+		w.stamp[i], w.slots[i] = m, newTotals()
 	}
-	s := &w.minutes[i]
+	s := &w.slots[i]
 	s.Chains[c.class] += by
 	for _, f := range c.findings {
 		s.Findings[f] += by
@@ -101,13 +105,13 @@ func tallyOf(c *Chain) tally {
 	return tally{class: c.Class, findings: c.Findings, code: c.Code, resource: c.Resource != "", noise: c.noiseOf != "", first: c.FirstReceived.Unix()}
 }
 
-// since sums the minutes from from to now.
+// since sums the slots from from to now.
 func (w *window) since(from, now time.Time) Totals {
 	out := newTotals()
-	lo, hi := from.Unix()/60, now.Unix()/60
-	for i := range w.minutes {
-		if m := w.stamp[i]; m >= lo && m <= hi {
-			out.add(&w.minutes[i])
+	lo, hi := from.Unix()/slotSeconds, now.Unix()/slotSeconds
+	for i := range w.slots {
+		if m := w.stamp[i]; m >= lo && m <= hi && m != 0 {
+			out.add(&w.slots[i])
 		}
 	}
 	return out
