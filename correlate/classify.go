@@ -274,9 +274,9 @@ func sameExtra(a, b map[string][]string) bool {
 // process or version starts the view afresh, as unknown: measured, a server restarted into
 // 1.36 serves what its 1.35 process forwarded), and never turns a chain broken alone: a
 // missing side needs the apiserver's own forwarding of the resource in that process as well.
-// Where the rule needs a fact the view does not know yet, the chain waits for it (needsWait;
-// the correlator keeps it open for at most Options.EvidenceWait), then takes the verdict that
-// claims no fault.
+// Where the rule needs a fact the view does not know yet, the chain waits for it (it sets
+// Chain.undecided; the correlator keeps it open one more chain window, once: Joiner.hold),
+// then takes the verdict that claims no fault.
 //
 //  1. internal: /api or /apis fetched as system:apiserver with no user agent (a peer's
 //     discovery; measured: peers fetch each other's discovery so, with a fresh auditID).
@@ -304,18 +304,22 @@ func sameExtra(a, b map[string][]string) bool {
 //  8. a success, or a bare error the apiserver itself would have written with a message:
 //     local when the record holds objects (the entry of a forward never records them,
 //     measured); broken, peer_audit_missing when the apiserver does not serve the resource
-//     and forwarded it, both in this process; local when it serves it; while neither is
-//     known and another apiserver serves it: wait, then local.
+//     and forwarded it, both in this process; otherwise local, after waiting while whether
+//     it serves the resource is unknown in this process and another apiserver serves it.
 //  9. local otherwise.
 //
-// Then the restart noise, from the streams: entry_starting when the answer was a 403, a 5xx
-// or a misleading 404 while the entry's restarted process was starting (Capabilities.Starting,
-// StartingWindow; measured: a
-// restarted apiserver denies some requests in its first second, its authorizer's caches not
-// synced, and answers 404 before its peer discovery syncs, 0-2 s); peer_down when a forward
-// failed (or its peer record is missing) while an apiserver that served the resource was
-// silent in its audit stream (killed, restarting: measured, a SIGKILLed peer keeps being
-// picked for ~8 s and each try fails 503, and its last 0-1 s of audit is lost).
+// Then the restart noise, from the streams (DefaultClassifier.noise), which adds a finding
+// and changes no class:
+//   - entry_starting: the entry answered a 403, a 5xx or a misleading 404 while its
+//     restarted process was starting (Capabilities.Starting, StartingWindow). Measured: a
+//     restarted apiserver denies some requests in its first second (its authorizer's caches
+//     not synced) and answers 404 before its peer discovery syncs (0-2 s).
+//   - peer_down: a forward failed (proxy_failed), or lost its peer record (broken,
+//     peer_audit_missing), while an apiserver that served the resource was silent in its
+//     audit stream (Capabilities.DownAt, at most peerDownLookback into the silence); or the
+//     peer recorded only the request's start and its stream fell silent right after.
+//     Measured: a SIGKILLed peer keeps being picked for ~8 s and each try fails 503, and its
+//     last 0-1 s of audit is lost with it.
 
 // StartingWindow is how long after a restarted process began to serve (its first successful
 // answer to anyone but itself, in its stream) its 403s, 5xx and misleading 404s count as
