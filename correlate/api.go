@@ -18,9 +18,34 @@ type Lookup func(ctx context.Context, auditID string) (*Chain, error)
 // f.Limit of them.
 type ListLookup func(ctx context.Context, f Filter) ([]*Chain, error)
 
+// RecordsLookup returns the stored audit events of chain c (the store's events table), oldest
+// first.
+type RecordsLookup func(ctx context.Context, c *Chain) ([]StoredRecord, error)
+
+// StoredRecord is one audit event of a chain as the store keeps it: the event's JSON exactly as
+// the apiserver sent it (objects of redacted resources dropped at ingest).
+type StoredRecord struct {
+	APIServer      string          `json:"apiserver"`
+	Stage          string          `json:"stage"`
+	StageTimestamp time.Time       `json:"stage_timestamp"`
+	ReceivedAt     time.Time       `json:"received_at"`
+	Event          json.RawMessage `json:"event"`
+}
+
+// Stores are the API's ways into the store for what memory no longer holds (or never held:
+// the raw events); any may be nil.
+type Stores struct {
+	Chain   Lookup
+	List    ListLookup
+	Records RecordsLookup
+}
+
 // API serves the chains over HTTP:
 //
-//	GET /api/v1/chains/{auditID}  the most recent chain with that auditID (404 when unknown)
+//	GET /api/v1/chains/{auditID}  the most recent chain with that auditID (404 when unknown);
+//	    the same fields whether it comes from memory or from the store
+//	GET /api/v1/chains/{auditID}/records  that chain's audit events as the apiservers sent
+//	    them (from the store: memory keeps no raw events)
 //	GET /api/v1/chains?class=&finding=&apiserver=&since=&limit=  newest first: the chains in
 //	    memory (open, and final ones for the late window), and with since= the stored ones too
 //	GET /api/v1/apiservers        what each apiserver was seen to serve and whether it proxied
@@ -29,6 +54,7 @@ type API struct {
 	// older and olderList are consulted for chains no longer in memory; may be nil.
 	older     Lookup
 	olderList ListLookup
+	records   RecordsLookup
 }
 
 // NewAPI returns the API over co, falling back to older and olderList (the store) for chains
@@ -37,9 +63,40 @@ func NewAPI(co *Correlator, older Lookup, olderList ListLookup) *API {
 	return &API{co: co, older: older, olderList: olderList}
 }
 
+// NewStoredAPI returns the API over co with the store's lookups st.
+func NewStoredAPI(co *Correlator, st Stores) *API {
+	return &API{co: co, older: st.Chain, olderList: st.List, records: st.Records}
+}
+
+// Normalize puts a chain in the form the API serves, whichever way it was read: times at the
+// store's precision (microseconds, UTC) and findings never null. A chain from memory and the
+// same chain from the store are then equal field by field.
+func Normalize(c *Chain) *Chain {
+	if c == nil {
+		return nil
+	}
+	us := func(t time.Time) time.Time {
+		if t.IsZero() {
+			return t
+		}
+		return t.UTC().Truncate(time.Microsecond)
+	}
+	c.FirstReceived, c.LastReceived = us(c.FirstReceived), us(c.LastReceived)
+	for _, s := range append([]*Side{c.Entry, c.Peer}, c.Others...) {
+		if s != nil {
+			s.RequestReceived, s.Completed = us(s.RequestReceived), us(s.Completed)
+		}
+	}
+	if c.Findings == nil {
+		c.Findings = []Finding{}
+	}
+	return c
+}
+
 // Register adds the API's routes to mux.
 func (a *API) Register(mux *http.ServeMux) {
 	mux.HandleFunc("GET /api/v1/chains/{auditID}", a.chain)
+	mux.HandleFunc("GET /api/v1/chains/{auditID}/records", a.chainRecords)
 	mux.HandleFunc("GET /api/v1/chains", a.list)
 	mux.HandleFunc("GET /api/v1/apiservers", a.apiservers)
 }
@@ -56,24 +113,55 @@ type apiError struct {
 	Error string `json:"error"`
 }
 
-func (a *API) chain(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("auditID")
+// find returns the most recent chain with auditID, from memory or else the store; the int is
+// the HTTP status of a failure.
+func (a *API) find(ctx context.Context, id string) (*Chain, int, error) {
 	if c, ok := a.co.Chain(id); ok {
-		writeJSON(w, http.StatusOK, c)
-		return
+		return Normalize(c), http.StatusOK, nil
 	}
 	if a.older != nil {
-		c, err := a.older(r.Context(), id)
+		c, err := a.older(ctx, id)
 		if err != nil {
-			writeJSON(w, http.StatusServiceUnavailable, apiError{fmt.Sprintf("chain %s is not in memory and the store could not be asked: %v", id, err)})
-			return
+			return nil, http.StatusServiceUnavailable, fmt.Errorf("chain %s is not in memory and the store could not be asked: %v", id, err)
 		}
 		if c != nil {
-			writeJSON(w, http.StatusOK, c)
-			return
+			return Normalize(c), http.StatusOK, nil
 		}
 	}
-	writeJSON(w, http.StatusNotFound, apiError{fmt.Sprintf("no chain with auditID %q", id)})
+	return nil, http.StatusNotFound, fmt.Errorf("no chain with auditID %q", id)
+}
+
+func (a *API) chain(w http.ResponseWriter, r *http.Request) {
+	c, code, err := a.find(r.Context(), r.PathValue("auditID"))
+	if err != nil {
+		writeJSON(w, code, apiError{err.Error()})
+		return
+	}
+	writeJSON(w, http.StatusOK, c)
+}
+
+func (a *API) chainRecords(w http.ResponseWriter, r *http.Request) {
+	if a.records == nil {
+		writeJSON(w, http.StatusNotFound, apiError{"no store: the raw audit events are kept only in the store (serve runs with --store none)"})
+		return
+	}
+	c, code, err := a.find(r.Context(), r.PathValue("auditID"))
+	if err != nil {
+		writeJSON(w, code, apiError{err.Error()})
+		return
+	}
+	recs, err := a.records(r.Context(), c)
+	if err != nil {
+		writeJSON(w, http.StatusServiceUnavailable, apiError{fmt.Sprintf("the store could not be asked for the records of chain %s: %v", c.ID, err)})
+		return
+	}
+	if recs == nil {
+		recs = []StoredRecord{}
+	}
+	writeJSON(w, http.StatusOK, struct {
+		Chain   *Chain         `json:"chain"`
+		Records []StoredRecord `json:"records"`
+	}{c, recs})
 }
 
 func (a *API) list(w http.ResponseWriter, r *http.Request) {
@@ -106,6 +194,9 @@ func (a *API) list(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	chains := a.co.List(f)
+	for _, c := range chains {
+		Normalize(c)
+	}
 	var warning string
 	// Final chains leave memory after the late window; a since= reaching further (the runbooks
 	// ask for 15 or 30 minutes) must not silently return only the last few minutes.
@@ -136,7 +227,7 @@ func mergeChains(memory, stored []*Chain, limit int) []*Chain {
 	out := memory
 	for _, c := range stored {
 		if !seen[c.ID] {
-			out = append(out, c)
+			out = append(out, Normalize(c))
 		}
 	}
 	slices.SortStableFunc(out, func(a, b *Chain) int { return b.LastReceived.Compare(a.LastReceived) })

@@ -11,6 +11,7 @@ import (
 	"github.com/grafana/grafana-foundation-sdk/go/timeseries"
 
 	"github.com/peertrail/peertrail/correlate"
+	"github.com/peertrail/peertrail/store"
 )
 
 // The grafana-clickhouse-datasource (v4) query model: raw SQL, as a time series (long format:
@@ -78,6 +79,13 @@ func chGraph(g graph, sql string) *timeseries.PanelBuilder {
 
 // ChainInvestigation is the "Chain investigation" dashboard (ClickHouse).
 func ChainInvestigation() (dashboard.Dashboard, error) {
+	// The questions store/queries answers for the API, the CLI and `peertrail report` are asked
+	// here with the same text; a panel only picks and names the columns it shows.
+	q, err := namedQueries("audit_id_chain", "audit_id_records", "dashboard_chains_per_minute", "dashboard_forwarding_overhead",
+		"dashboard_findings_per_minute", "dashboard_requests_per_minute", "dashboard_errors_by_resource", "dashboard_request_latency")
+	if err != nil {
+		return dashboard.Dashboard{}, err
+	}
 	proxied := string(correlate.ClassProxied)
 	failedOrBroken := sqlList(correlate.ClassBroken, correlate.ClassProxyFailed)
 	missing := sqlList(correlate.FindingPeerAuditMissing, correlate.FindingEntryAuditMissing)
@@ -97,10 +105,11 @@ func ChainInvestigation() (dashboard.Dashboard, error) {
 		WithRow(dashboard.NewRowBuilder("Over time")).
 		WithPanel(chGraph(graph{title: "Chains per minute by class", stacked: true,
 			description: "Final chains per minute by class (the chains_per_minute rollup)."}, `
-SELECT minute AS time, class, sum(chains) AS chains
-FROM peertrail.chains_per_minute
-WHERE $__timeFilter(minute)
-GROUP BY time, class
+SELECT minute AS time, class, chains
+FROM
+(
+`+q["dashboard_chains_per_minute"]+`
+)
 ORDER BY time, class`)).
 		WithPanel(chGraph(graph{title: "Misleading 404s per minute by resource", bars: true,
 			description: "Misleading 404s per minute, by the apiserver that answered them and the resource."}, fmt.Sprintf(`
@@ -112,61 +121,44 @@ WHERE $__timeFilter(minute) AND class = '%s'
 GROUP BY time, answered_by
 ORDER BY time, answered_by`, correlate.ClassMisleading404))).
 		WithPanel(chGraph(graph{title: "Forwarding overhead p50 / p99 per minute", unit: "s",
-			description: "What the extra hop cost proxied requests, per minute and entry -> peer pair (t-digest states merged from the chain_latency_per_minute rollup)."}, fmt.Sprintf(`
-SELECT time, pair, q[1] AS p50, q[3] AS p99
+			description: "What the extra hop cost proxied requests, per minute and entry -> peer pair (t-digest states merged from the chain_latency_per_minute rollup)."}, `
+SELECT minute AS time, pair, p50_seconds AS p50, p99_seconds AS p99
 FROM
 (
-    SELECT minute AS time,
-           concat(entry_apiserver, ' -> ', peer_apiserver) AS pair,
-           quantilesTDigestMerge(0.5, 0.9, 0.99)(forwarding_overhead_seconds) AS q
-    FROM peertrail.chain_latency_per_minute
-    WHERE $__timeFilter(minute) AND class = '%s'
-    GROUP BY time, pair
+`+q["dashboard_forwarding_overhead"]+`
 )
-ORDER BY time, pair`, proxied))).
+ORDER BY time, pair`)).
 		WithPanel(chGraph(graph{title: "Findings per minute", bars: true,
 			description: "Chains per minute with each finding: identity_mismatch, impersonation_flattened, peer_audit_missing, entry_audit_missing, status_mismatch, audit_id_reused."}, `
-SELECT time, finding, sum(n) AS chains
+SELECT minute AS time, finding, chains
 FROM
 (
-    SELECT minute AS time, sumMap(findings) AS m
-    FROM peertrail.chains_per_minute
-    WHERE $__timeFilter(minute)
-    GROUP BY time
+`+q["dashboard_findings_per_minute"]+`
 )
-ARRAY JOIN mapKeys(m) AS finding, mapValues(m) AS n
-GROUP BY time, finding
 ORDER BY time, finding`)).
-		// Every request, chained or not (the events rollups; store/queries/dashboard_*.sql
-		// are the same queries for a time window).
+		// Every request, chained or not (the events rollups).
 		WithPanel(chGraph(graph{title: "Requests per minute by apiserver", width: third,
 			description: "Completed requests (ResponseComplete records) per minute per apiserver (the events_per_minute rollup). A forwarded request counts at its entry and its peer."}, `
-SELECT minute AS time, apiserver, sum(events) AS requests
-FROM peertrail.events_per_minute
-WHERE $__timeFilter(minute) AND stage = 'ResponseComplete'
-GROUP BY time, apiserver
+SELECT minute AS time, apiserver, requests
+FROM
+(
+`+q["dashboard_requests_per_minute"]+`
+)
 ORDER BY time, apiserver`)).
 		WithPanel(chGraph(graph{title: "404s and 5xx per minute by resource", width: third, bars: true,
 			description: "Requests answered 404 (not_found) and 5xx (server_errors) per minute, by the apiserver that answered and the group/resource (the events_per_minute rollup)."}, `
-SELECT minute AS time,
-       concat(apiserver, ' ', `+rollupWhat+`) AS answered_by,
-       sumIf(events, code = 404) AS not_found,
-       sumIf(events, code >= 500) AS server_errors
-FROM peertrail.events_per_minute
-WHERE $__timeFilter(minute) AND stage = 'ResponseComplete' AND (code = 404 OR code >= 500)
-GROUP BY time, answered_by
+SELECT minute AS time, concat(apiserver, ' ', resource) AS answered_by, not_found, server_errors
+FROM
+(
+`+q["dashboard_errors_by_resource"]+`
+)
 ORDER BY time, answered_by`)).
 		WithPanel(chGraph(graph{title: "Request latency p50 / p90 / p99 per minute", width: third, unit: "s",
 			description: "requestReceived to ResponseComplete per minute per apiserver (t-digest states merged from the request_latency_per_minute rollup). A forwarded request's entry includes the hop."}, `
-SELECT time, apiserver, q[1] AS p50, q[2] AS p90, q[3] AS p99
+SELECT minute AS time, apiserver, p50_seconds AS p50, p90_seconds AS p90, p99_seconds AS p99
 FROM
 (
-    SELECT minute AS time,
-           apiserver,
-           quantilesTDigestMerge(0.5, 0.9, 0.99)(latency_seconds) AS q
-    FROM peertrail.request_latency_per_minute
-    WHERE $__timeFilter(minute)
-    GROUP BY time, apiserver
+`+q["dashboard_request_latency"]+`
 )
 ORDER BY time, apiserver`)).
 		WithRow(dashboard.NewRowBuilder("Find the requests")).
@@ -259,34 +251,34 @@ SELECT
     round(forwarding_overhead_seconds * 1000, 2) AS overhead_ms,
     records,
     state
-FROM peertrail.chains FINAL
-WHERE audit_id = `+auditIDLiteral+`
-  AND toStartOfHour(first_received) GLOBAL IN (SELECT received_hour FROM peertrail.audit_ids WHERE audit_id = `+auditIDLiteral+`)
-ORDER BY request_time`)).
+FROM
+(
+`+q["audit_id_chain"]+`
+)`)).
 		WithPanel(chTable("Audit records", "Every audit record any apiserver sent for this auditID, in time order: the entry's and the peer's, each stage.",
 			full, 8, `
-SELECT
-    stage_timestamp,
-    apiserver,
-    stage,
-    verb,
-    request_uri,
-    user_name AS user,
-    user_uid AS uid,
-    impersonated_user,
-    arrayStringConcat(source_ips, ',') AS source_ips,
-    user_agent,
-    code,
-    reason,
-    message,
-    has_request_object OR has_response_object AS has_objects,
-    received_at
-FROM peertrail.events
-WHERE audit_id = `+auditIDLiteral+`
-  AND toDate(received_at) GLOBAL IN (SELECT received_day FROM peertrail.audit_ids WHERE audit_id = `+auditIDLiteral+`)
-  AND (toStartOfHour(stage_timestamp), apiserver, resource) GLOBAL IN
-      (SELECT stage_hour, apiserver, resource FROM peertrail.audit_ids WHERE audit_id = `+auditIDLiteral+`)
-ORDER BY stage_timestamp, apiserver, stage
-LIMIT 1 BY apiserver, audit_id, stage, stage_timestamp`)).
+SELECT stage_timestamp, apiserver, stage, verb, request_uri, user, uid, impersonated_user, source_ips, user_agent,
+    code, reason, message, has_objects, received_at
+FROM
+(
+`+q["audit_id_records"]+`
+)`)).
 		Build()
+}
+
+// namedQueries returns the text of store/queries' named queries for a panel: the time range of
+// the dashboard for since and until, the auditID variable for audit_id.
+func namedQueries(names ...string) (map[string]string, error) {
+	with := map[string]string{"since": "$__fromTime", "until": "$__toTime", "audit_id": auditIDLiteral}
+	out := map[string]string{}
+	for _, name := range names {
+		q, err := store.QueryNamed(name)
+		if err != nil {
+			return nil, err
+		}
+		if out[name], err = q.Text(with); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
 }

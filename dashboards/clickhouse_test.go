@@ -20,13 +20,16 @@ import (
 
 // expandSQL does what Grafana and the grafana-clickhouse-datasource plugin (v4) do to a panel's
 // SQL before ClickHouse sees it: the ${audit_id:sqlstring} variable becomes a quoted string
-// literal, and the plugin's $__timeFilter(column) macro a comparison with the dashboard's time
+// literal, $__fromTime and $__toTime the range's ends, and the plugin's $__timeFilter(column) macro a comparison with the dashboard's time
 // range ("column >= toDateTime(from) AND column <= toDateTime(to)", pkg/macros of the plugin).
 // Anything else starting with $ is an error: it would reach ClickHouse unexpanded.
 func expandSQL(sql string, from, to time.Time, vars map[string]string) (string, error) {
 	for name, v := range vars {
 		sql = strings.ReplaceAll(sql, "${"+name+":sqlstring}", "'"+strings.ReplaceAll(v, "'", "''")+"'")
 	}
+	// $__fromTime and $__toTime: the range's ends as DateTime.
+	sql = strings.ReplaceAll(sql, "$__fromTime", fmt.Sprintf("toDateTime(%d)", from.Unix()))
+	sql = strings.ReplaceAll(sql, "$__toTime", fmt.Sprintf("toDateTime(%d)", to.Unix()))
 	sql = timeFilter.ReplaceAllStringFunc(sql, func(m string) string {
 		col := strings.TrimSpace(timeFilter.FindStringSubmatch(m)[1])
 		return fmt.Sprintf("%s >= toDateTime(%d) AND %s <= toDateTime(%d)", col, from.Unix(), col, to.Unix())

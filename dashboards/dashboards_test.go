@@ -3,13 +3,16 @@ package dashboards_test
 import (
 	"bytes"
 	"encoding/json"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
 	"github.com/peertrail/peertrail/dashboards"
 	"github.com/peertrail/peertrail/metrics"
+	"github.com/peertrail/peertrail/store"
 )
 
 const generatedDir = "generated"
@@ -192,5 +195,69 @@ func TestMVPRolloutPanels(t *testing.T) {
 		if !strings.Contains(text, want) {
 			t.Errorf("MVP rollout has nothing with %q", want)
 		}
+	}
+}
+
+var byAuditID = regexp.MustCompile(`FROM peertrail\.(chains|events)( FINAL)?\s+WHERE audit_id =`)
+
+// The chain of an auditID and its records are asked once, in store/queries: the API (store's
+// ReadChain), `peertrail report` and this dashboard run that text. No other code of the
+// repository carries its own chain-by-auditID SQL or decodes chain rows.
+func TestChainSQLExistsOnce(t *testing.T) {
+	files, err := dashboards.Files()
+	if err != nil {
+		t.Fatal(err)
+	}
+	targets, err := dashboards.Targets(files["chain-investigation.json"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	with := map[string]string{"since": "$__fromTime", "until": "$__toTime", "audit_id": "${audit_id:sqlstring}"}
+	for _, name := range []string{"audit_id_chain", "audit_id_records"} {
+		q, err := store.QueryNamed(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		text, err := q.Text(with)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, tg := range targets {
+			if strings.Contains(tg.RawSQL, text) {
+				n++
+			}
+		}
+		if n != 1 {
+			t.Errorf("the chain investigation dashboard runs store/queries/%s.sql in %d panels, want 1", name, n)
+		}
+	}
+	// Outside store, no Go code (but tests) asks for a chain or records by auditID in SQL of
+	// its own, or parses the chains table's rows.
+	err = filepath.WalkDir("..", func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (d.Name() == ".git" || d.Name() == "testdata" || path == filepath.Join("..", "store")) {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		src := string(b)
+		if m := byAuditID.FindString(src); m != "" {
+			t.Errorf("%s asks for an auditID in SQL of its own (%q): use store/queries (store.ReadChain, NamedQuery.Text)", path, m)
+		}
+		if strings.Contains(src, `"entry_apiserver")`) || strings.Contains(src, `"peer_code")`) {
+			t.Errorf("%s decodes chain rows itself: use store.ChainFromRow", path)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }

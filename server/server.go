@@ -358,14 +358,11 @@ func (s *Server) apiRoutes(outer *http.ServeMux) {
 	outer.Handle("/api/", readers)
 	outer.Handle("/metrics", readers)
 	outer.Handle("/debug/pprof/", readers)
-	var (
-		older     correlate.Lookup
-		olderList correlate.ListLookup
-	)
+	var stored correlate.Stores
 	if s.store != nil {
-		older, olderList = chainLookup(s.store), chainList(s.store)
+		stored = correlate.Stores{Chain: store.ReadChain(s.store), List: store.ListChains(s.store), Records: store.ReadRecords(s.store)}
 	}
-	correlate.NewAPI(s.correlator, older, olderList).Register(mux)
+	correlate.NewStoredAPI(s.correlator, stored).Register(mux)
 	s.gate.Register(mux)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{Registry: s.registry}))
 	if s.cfg.EnablePprof {

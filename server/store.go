@@ -10,12 +10,10 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/peertrail/peertrail/config"
-	"github.com/peertrail/peertrail/correlate"
 	"github.com/peertrail/peertrail/ingest"
 	"github.com/peertrail/peertrail/store"
 )
@@ -137,105 +135,4 @@ func sqlPassword(cfg config.File) (string, error) {
 		return "", fmt.Errorf("keep the SQL password in %s: %w", path, err)
 	}
 	return pw, nil
-}
-
-// chainLookup finds a final chain the correlator no longer holds in the store's chains table.
-func chainLookup(st store.Store) correlate.Lookup {
-	return func(ctx context.Context, auditID string) (*correlate.Chain, error) {
-		q, err := store.QueryNamed("audit_id_chain")
-		if err != nil {
-			return nil, err
-		}
-		res, err := q.Run(ctx, st, map[string]string{"audit_id": auditID})
-		if err != nil {
-			return nil, err
-		}
-		if len(res.Rows) == 0 {
-			return nil, nil
-		}
-		c := chainFromRow(res, len(res.Rows)-1) // the most recent request with the auditID
-		c.AuditID = auditID
-		return c, nil
-	}
-}
-
-// chainListSQL lists stored chains for GET /api/v1/chains?since=; %s is the filters'
-// conditions. last_received has a minmax index, so the time bound skips most of the table.
-const chainListSQL = `SELECT id, audit_id, state, class, arrayStringConcat(findings, ',') AS finding_list, explanation,
-    verb, request_uri, api_group, api_version, resource, user_name AS user, real_user, code,
-    entry_apiserver, entry_code, peer_apiserver, peer_code,
-    round(entry_duration_seconds * 1000, 2) AS entry_ms, round(peer_duration_seconds * 1000, 2) AS peer_ms,
-    first_received, last_received, records
-FROM peertrail.chains FINAL
-WHERE last_received >= {since:DateTime64(6, 'UTC')}%s
-ORDER BY last_received DESC
-LIMIT {limit:UInt32}`
-
-// chainList lists the final chains the correlator no longer holds from the store's chains table.
-func chainList(st store.Store) correlate.ListLookup {
-	return func(ctx context.Context, f correlate.Filter) ([]*correlate.Chain, error) {
-		params := map[string]string{
-			"since": f.Since.UTC().Format("2006-01-02 15:04:05.000000"),
-			"limit": strconv.Itoa(f.Limit),
-		}
-		// Only the filters given: the embedded engine takes no empty parameter values.
-		var where strings.Builder
-		if f.Class != "" {
-			where.WriteString("\n  AND class = {class:String}")
-			params["class"] = string(f.Class)
-		}
-		if f.Finding != "" {
-			where.WriteString("\n  AND has(findings, {finding:String})")
-			params["finding"] = string(f.Finding)
-		}
-		if f.APIServer != "" {
-			where.WriteString("\n  AND (entry_apiserver = {apiserver:String} OR peer_apiserver = {apiserver:String})")
-			params["apiserver"] = f.APIServer
-		}
-		res, err := st.Query(ctx, fmt.Sprintf(chainListSQL, where.String()), params)
-		if err != nil {
-			return nil, err
-		}
-		out := make([]*correlate.Chain, len(res.Rows))
-		for i := range res.Rows {
-			out[i] = chainFromRow(res, i)
-		}
-		return out, nil
-	}
-}
-
-// chainFromRow rebuilds what the store keeps of a chain from row i of a query over the chains
-// table; columns the query did not select stay empty.
-func chainFromRow(res *store.Result, i int) *correlate.Chain {
-	v := func(name string) string { return res.Value(i, name) }
-	num := func(name string) int32 { n, _ := strconv.Atoi(v(name)); return int32(n) }
-	secs := func(name string) float64 { f, _ := strconv.ParseFloat(v(name), 64); return f / 1000 }
-	at := func(name string) time.Time {
-		t, _ := time.Parse("2006-01-02 15:04:05.999999", v(name))
-		return t
-	}
-	c := &correlate.Chain{
-		ID: v("id"), AuditID: v("audit_id"), State: correlate.State(v("state")), Class: correlate.Class(v("class")),
-		Findings: []correlate.Finding{}, Explanation: v("explanation"), Verb: v("verb"), RequestURI: v("request_uri"),
-		Group: v("api_group"), Version: v("api_version"), Resource: v("resource"),
-		User: v("user"), RealUser: v("real_user"), Code: num("code"),
-		EntryDurationSeconds: secs("entry_ms"), PeerDurationSeconds: secs("peer_ms"),
-		FirstReceived: at("first_received"), LastReceived: at("last_received"),
-	}
-	c.Records, _ = strconv.Atoi(v("records"))
-	if c.Class == correlate.ClassProxied {
-		c.ForwardingOverheadSeconds = c.EntryDurationSeconds - c.PeerDurationSeconds
-	}
-	for _, f := range strings.Split(v("finding_list"), ",") {
-		if f != "" {
-			c.Findings = append(c.Findings, correlate.Finding(f))
-		}
-	}
-	if a := v("entry_apiserver"); a != "" {
-		c.Entry = &correlate.Side{APIServer: a, Code: num("entry_code")}
-	}
-	if a := v("peer_apiserver"); a != "" {
-		c.Peer = &correlate.Side{APIServer: a, Code: num("peer_code")}
-	}
-	return c
 }

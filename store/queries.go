@@ -17,6 +17,7 @@ import (
 //
 //	-- title: Misleading 404s by resource
 //	-- report: no          (leave it out of `peertrail report`; default yes)
+//	-- default: limit 100  (a parameter's value when the caller gives none; repeatable)
 //	-- description: what it shows, continued on
 //	--   indented comment lines
 //
@@ -36,7 +37,9 @@ type NamedQuery struct {
 	Report bool
 	// Params are the names of its placeholders, sorted.
 	Params []string
-	SQL    string
+	// Defaults are the values of parameters a caller may leave out.
+	Defaults map[string]string
+	SQL      string
 	// types are the placeholders' ClickHouse types, by name.
 	types map[string]string
 }
@@ -100,6 +103,15 @@ func parseNamedQuery(name, text string) (NamedQuery, error) {
 				q.Description = m[2]
 			case "report":
 				q.Report = m[2] != "no"
+			case "default":
+				param, value, ok := strings.Cut(strings.TrimSpace(m[2]), " ")
+				if !ok {
+					return q, fmt.Errorf("store: query %s: -- default: wants a parameter and a value", name)
+				}
+				if q.Defaults == nil {
+					q.Defaults = map[string]string{}
+				}
+				q.Defaults[param] = strings.TrimSpace(value)
 			default:
 				return q, fmt.Errorf("store: query %s: unknown header %q", name, m[1])
 			}
@@ -125,9 +137,14 @@ func parseNamedQuery(name, text string) (NamedQuery, error) {
 		q.Params = append(q.Params, m[1])
 	}
 	sort.Strings(q.Params)
+	for p := range q.Defaults {
+		if _, ok := q.types[p]; !ok {
+			return q, fmt.Errorf("store: query %s: a default for %s, which it does not use", name, p)
+		}
+	}
 	if q.Report {
 		for _, p := range q.Params {
-			if p != "since" && p != "until" {
+			if _, ok := q.Defaults[p]; !ok && p != "since" && p != "until" {
 				return q, fmt.Errorf("store: query %s is in the report but needs parameter %q", name, p)
 			}
 		}
@@ -150,7 +167,9 @@ func (q NamedQuery) Run(ctx context.Context, s Store, params map[string]string) 
 	for _, p := range q.Params {
 		v, ok := params[p]
 		if !ok {
-			return nil, fmt.Errorf("store: query %s needs parameter %q", q.Name, p)
+			if v, ok = q.Defaults[p]; !ok {
+				return nil, fmt.Errorf("store: query %s needs parameter %q", q.Name, p)
+			}
 		}
 		if unwrapType(q.types[p]) == "String" {
 			v = EscapeTSV(v)
@@ -162,4 +181,34 @@ func (q NamedQuery) Run(ctx context.Context, s Store, params map[string]string) 
 		return nil, fmt.Errorf("store: query %s: %w", q.Name, err)
 	}
 	return r, nil
+}
+
+// Text returns the query's SQL without its header comments, each placeholder {name:Type}
+// replaced by with[name]: a Grafana macro or variable, so that a dashboard panel asks the same
+// question with the same text (`$__fromTime` for since, `${audit_id:sqlstring}` for an
+// auditID). A placeholder without a replacement is an error naming it.
+func (q NamedQuery) Text(with map[string]string) (string, error) {
+	var missing []string
+	body := placeholder.ReplaceAllStringFunc(q.SQL, func(m string) string {
+		name := placeholder.FindStringSubmatch(m)[1]
+		v, ok := with[name]
+		if !ok {
+			missing = append(missing, name)
+			return m
+		}
+		return v
+	})
+	if len(missing) > 0 {
+		return "", fmt.Errorf("store: query %s: no replacement for %s", q.Name, strings.Join(missing, ", "))
+	}
+	var lines []string
+	header := true
+	for _, l := range strings.Split(body, "\n") {
+		if header && strings.HasPrefix(l, "--") {
+			continue
+		}
+		header = false
+		lines = append(lines, l)
+	}
+	return strings.TrimSpace(strings.Join(lines, "\n")), nil
 }

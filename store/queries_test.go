@@ -217,6 +217,25 @@ func TestEveryShippedQuery(t *testing.T) {
 				t.Errorf("chain of %s: %v %v", proxiedID, r.Columns, r.Rows)
 			}
 		},
+		"chains_since": func(t *testing.T, r *store.Result) {
+			// Run with classes ['misleading_404'] and apiservers ['kas-b'] (below).
+			n := 0
+			for i := range r.Rows {
+				c, err := store.ChainFromRow(r, i)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if c.Class != correlate.ClassMisleading404 || c.Entry == nil || c.Entry.APIServer != "kas-b" {
+					t.Errorf("chain %s: %s from %v, want misleading_404s of kas-b only", c.ID, c.Class, c.Entry)
+				}
+				if slices.Contains(sc.Expect[string(correlate.ClassMisleading404)], c.AuditID) {
+					n++
+				}
+			}
+			if n != 12 {
+				t.Errorf("%d of the scenario's misleading 404s of kas-b, want 12", n)
+			}
+		},
 		"dashboard_requests_per_minute": func(t *testing.T, r *store.Result) {
 			want := 0
 			for _, rec := range sc.Records {
@@ -293,7 +312,8 @@ func TestEveryShippedQuery(t *testing.T) {
 			if !ok {
 				t.Fatalf("query %s has no check in this test", q.Name)
 			}
-			params := map[string]string{"since": win["since"], "until": win["until"], "audit_id": proxiedID}
+			params := map[string]string{"since": win["since"], "until": win["until"], "audit_id": proxiedID,
+				"classes": "['misleading_404']", "findings": "[]", "apiservers": "['kas-b']", "limit": "10000"}
 			start := time.Now()
 			r := runNamed(t, q.Name, params)
 			t.Logf("%d rows in %v", len(r.Rows), time.Since(start).Round(time.Microsecond))

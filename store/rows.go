@@ -1,6 +1,7 @@
 package store
 
 import (
+	"encoding/json"
 	"time"
 
 	"github.com/peertrail/peertrail/correlate"
@@ -176,6 +177,7 @@ func init() {
 	ChainColumns = append(ChainColumns,
 		Column{"other_apiservers", "Array(LowCardinality(String))"},
 		Column{"other_codes", "Array(Int32)"},
+		Column{"other_sides", "String"},
 		Column{"entry_duration_seconds", "Float64"},
 		Column{"peer_duration_seconds", "Float64"},
 		Column{"forwarding_overhead_seconds", "Float64"},
@@ -233,9 +235,21 @@ func ChainRow(c *correlate.Chain) []any {
 			codes = append(codes, o.Code)
 		}
 	}
-	return append(row, others, codes,
+	return append(row, others, codes, otherSides(c),
 		c.EntryDurationSeconds, c.PeerDurationSeconds, c.ForwardingOverheadSeconds,
 		RequestTime(c), c.FirstReceived.UTC(), c.LastReceived.UTC(), uint32(max(c.Records, 0)))
+}
+
+// otherSides is the JSON of c.Others (loops only), "" when there are none.
+func otherSides(c *correlate.Chain) string {
+	if len(c.Others) == 0 {
+		return ""
+	}
+	b, err := json.Marshal(c.Others)
+	if err != nil {
+		return "" // a Side is strings, numbers and times: it always marshals
+	}
+	return string(b)
 }
 
 func appendSide(row []any, s *correlate.Side) []any {

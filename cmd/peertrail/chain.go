@@ -17,8 +17,9 @@ import (
 
 func newChainCommand(_ *globalFlags) *cobra.Command {
 	var (
-		srv    serverFlags
-		output string
+		srv     serverFlags
+		output  string
+		records bool
 	)
 	cmd := &cobra.Command{
 		Use:   "chain AUDIT_ID",
@@ -26,15 +27,23 @@ func newChainCommand(_ *globalFlags) *cobra.Command {
 		Long: `chain asks a running peertrail serve for the chain of one request, by the auditID the
 apiserver gave it (the Audit-Id response header, or the auditID of any of its audit records),
 and prints it: which apiserver got the call, which served it, the codes each recorded, the
-class and findings, and the latencies. The chain API answers readers only: give a reader's
-token (--token-file, or $PEERTRAIL_TOKEN) or certificate (--client-cert, --client-key).`,
+class and findings, and the latencies. It reads the same whether the chain is recent (in
+memory) or days old (in the store, for as long as retention keeps it). --records adds the
+audit events behind it, each as its apiserver sent it (from the store). The chain API
+answers readers only: give a reader's token (--token-file, or $PEERTRAIL_TOKEN) or
+certificate (--client-cert, --client-key).`,
 		Example: `  PEERTRAIL_TOKEN=$(cat reader.token) peertrail chain 4a1b2c3d-0000-4000-8000-00000000abcd
+  peertrail chain 4a1b2c3d-0000-4000-8000-00000000abcd --records
   peertrail chain 4a1b2c3d-0000-4000-8000-00000000abcd -o json --server https://peertrail:9443 --ca-file ca.crt --token-file reader.token`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
 			defer cancel()
-			body, err := srv.get(ctx, "/api/v1/chains/"+url.PathEscape(args[0]))
+			path := "/api/v1/chains/" + url.PathEscape(args[0])
+			if records {
+				path += "/records"
+			}
+			body, err := srv.get(ctx, path)
 			if err != nil {
 				return err
 			}
@@ -44,6 +53,9 @@ token (--token-file, or $PEERTRAIL_TOKEN) or certificate (--client-cert, --clien
 			}
 			if output != "" && output != "text" {
 				return fmt.Errorf("-o %q: want text or json", output)
+			}
+			if records {
+				return printChainRecords(cmd.OutOrStdout(), body)
 			}
 			var c correlate.Chain
 			if err := json.Unmarshal(body, &c); err != nil {
@@ -55,6 +67,7 @@ token (--token-file, or $PEERTRAIL_TOKEN) or certificate (--client-cert, --clien
 	}
 	srv.register(cmd.Flags())
 	cmd.Flags().StringVarP(&output, "output", "o", "text", "output format: text or json")
+	cmd.Flags().BoolVar(&records, "records", false, "also show the audit events of the chain as the apiservers sent them (kept in the store)")
 	return cmd
 }
 

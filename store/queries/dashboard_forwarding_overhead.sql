@@ -4,7 +4,7 @@
 --   requests, per minute and entry>peer pair, from the chain_latency_per_minute rollup.
 SELECT
     minute,
-    concat(entry_apiserver, '>', peer_apiserver) AS pair,
+    concat(entry_apiserver, ' -> ', peer_apiserver) AS pair,
     sum(chains) AS proxied,
     quantilesTDigestMerge(0.5, 0.9, 0.99)(forwarding_overhead_seconds) AS q,
     q[1] AS p50_seconds,
