@@ -35,8 +35,11 @@ certificate (--client-cert, --client-key).`,
 		Example: `  PEERTRAIL_TOKEN=$(cat reader.token) peertrail chain 4a1b2c3d-0000-4000-8000-00000000abcd
   peertrail chain 4a1b2c3d-0000-4000-8000-00000000abcd --records
   peertrail chain 4a1b2c3d-0000-4000-8000-00000000abcd -o json --server https://peertrail:9443 --ca-file ca.crt --token-file reader.token`,
-		Args: cobra.ExactArgs(1),
+		Args: argsNamed("AUDIT_ID (the auditID of a request: its Audit-Id response header, or the auditID of any of its audit records)"),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkOutput(cmd, output); err != nil {
+				return err
+			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
 			defer cancel()
 			path := "/api/v1/chains/" + url.PathEscape(args[0])
@@ -47,12 +50,8 @@ certificate (--client-cert, --client-key).`,
 			if err != nil {
 				return err
 			}
-			if output == "json" {
-				_, err := cmd.OutOrStdout().Write(body)
-				return err
-			}
-			if output != "" && output != "text" {
-				return fmt.Errorf("-o %q: want text or json", output)
+			if output == "json" || output == "yaml" {
+				return printJSON(cmd.OutOrStdout(), output, body)
 			}
 			if records {
 				return printChainRecords(cmd.OutOrStdout(), body)
@@ -66,7 +65,7 @@ certificate (--client-cert, --client-key).`,
 		},
 	}
 	srv.register(cmd.Flags())
-	cmd.Flags().StringVarP(&output, "output", "o", "text", "output format: text or json")
+	addOutputFlag(cmd, &output)
 	cmd.Flags().BoolVar(&records, "records", false, "also show the audit events of the chain as the apiservers sent them (kept in the store)")
 	return cmd
 }

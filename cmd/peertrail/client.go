@@ -123,25 +123,41 @@ func apiGet(ctx context.Context, c *http.Client, base, path string) ([]byte, err
 	}
 	resp, err := c.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("ask %s: %w (is peertrail serve running there? --server sets its address)", base, err)
+		if ue := unreachable(err, base, "peertrail serve's API", "--server"); ue != nil {
+			return nil, ue
+		}
+		return nil, errorf(exitUnreachable, "is peertrail serve running there? --server sets its address", "ask %s: %v", base, err)
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
 	if err != nil {
-		return nil, fmt.Errorf("read the answer of %s: %w", base, err)
+		return nil, errorf(exitUnreachable, "", "read the answer of %s: %v", base, err)
 	}
-	if resp.StatusCode != http.StatusOK {
-		var e struct{ Error string }
-		if json.Unmarshal(body, &e) == nil && e.Error != "" {
-			return nil, fmt.Errorf("%s", e.Error)
-		}
-		if resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden {
-			return nil, fmt.Errorf("%s%s: %s: %s (the API answers readers only: --token-file, $%s, or --client-cert/--client-key)",
-				base, path, resp.Status, strings.TrimSpace(string(body)), tokenEnv)
-		}
-		return nil, fmt.Errorf("%s%s: %s: %s", base, path, resp.Status, strings.TrimSpace(string(body)))
+	if resp.StatusCode == http.StatusOK {
+		return body, nil
 	}
-	return body, nil
+	if resp.Header.Get("X-ClickHouse-Exception-Code") != "" || resp.Header.Get("X-ClickHouse-Server-Display-Name") != "" ||
+		strings.Contains(string(body), "UNKNOWN_HANDLER") {
+		return nil, errorf(exitUnreachable, "--server takes serve's --listen (or --api-listen) address, e.g. http://127.0.0.1:8443",
+			"%s is a ClickHouse SQL interface (serve's --sql-listen), not peertrail serve's API", base)
+	}
+	var e struct{ Error string }
+	apiErr := json.Unmarshal(body, &e) == nil && e.Error != ""
+	text := oneLine(strings.TrimSpace(string(body)))
+	if apiErr {
+		text = oneLine(e.Error)
+	}
+	switch {
+	case resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden:
+		return nil, errorf(exitRefused, "the API answers readers only: --token-file, $"+tokenEnv+", or --client-cert/--client-key",
+			"%s: %s", resp.Status, text)
+	case resp.StatusCode == http.StatusNotFound && apiErr:
+		return nil, errorf(exitNotFound, "", "%s", text)
+	case resp.StatusCode == http.StatusNotFound:
+		return nil, errorf(exitUnreachable, "--server takes peertrail serve's --listen (or --api-listen) address",
+			"%s answered %s for %s: it is not peertrail serve's API", base, resp.Status, path)
+	}
+	return nil, errorf(exitFailure, "", "%s%s: %s: %s", base, path, resp.Status, text)
 }
 
 // clientTLS is the TLS configuration of a client of peertrail serve: the CA that verifies it (the

@@ -18,7 +18,7 @@ func newDeployCommand(_ *globalFlags) *cobra.Command {
 		Long: `deploy writes the files that connect a control plane to peertrail: each kube-apiserver's
 audit webhook kubeconfig and the audit policy. The Kustomize base and overlays, the
 kube-apiserver flags per version and the runbook are in the repository's deploy/ directory.`,
-		Args: cobra.NoArgs,
+		Args: noArgs,
 	}
 	cmd.AddCommand(newDeployWebhookConfigCommand(), newDeployAuditPolicyCommand(), newDeployGenerateCommand(), newDeployClickHouseInitCommand(), newDeployAPIServerMonitorCommand())
 	return cmd
@@ -49,7 +49,7 @@ contents in the kubeconfig instead.`,
     --client-cert /etc/kubernetes/peertrail/audit-webhook-client.crt \
     --client-key /etc/kubernetes/peertrail/audit-webhook-client.key \
     -o /etc/kubernetes/peertrail/audit-webhook.kubeconfig`,
-		Args: cobra.NoArgs,
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			b, err := deploy.BuildWebhookKubeconfig(o)
 			if err != nil {
@@ -95,7 +95,7 @@ Prometheus needs RBAC to read /metrics of the apiservers (kube-prometheus grants
 ServiceMonitor authenticates with Prometheus' service account token.`,
 		Example: `  peertrail deploy apiserver-monitor --apiserver cp-1=10.0.0.11 --apiserver cp-2=10.0.0.12 \
     --apiserver cp-3=10.0.0.13 --namespace monitoring | kubectl apply -f -`,
-		Args: cobra.NoArgs,
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			targets, err := deploy.ParseAPIServerTargets(pairs)
 			if err != nil {
@@ -125,7 +125,7 @@ func newDeployAuditPolicyCommand() *cobra.Command {
 peertrail: Metadata level for what it joins, no request or response bodies (secrets and tokens
 never), RequestReceived kept only for writes, and health checks, Events, node and
 leader-election leases and reads of core resources dropped. Its comments say why.`,
-		Args: cobra.NoArgs,
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return writeOut(cmd, out, deploy.AuditPolicy, 0o644)
 		},
@@ -145,7 +145,7 @@ and the copies of alerts/generated/prometheusrule.yaml and dashboards/generated/
 the Kustomize monitoring component reads (Kustomize reads only files inside a kustomization's
 directory). Run it from the repository root after changing any of them; a test fails while
 the committed files differ.`,
-		Args: cobra.NoArgs,
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if root == "" {
 				wd, err := os.Getwd()
@@ -174,7 +174,7 @@ func newDeployClickHouseInitCommand() *cobra.Command {
 init container of the ClickHouse StatefulSet in deploy/overlays/clickhouse: the server applies
 it at every start (each statement is idempotent), so the schema matches the peertrail image
 that wrote it.`,
-		Args: cobra.NoArgs,
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ddl, err := store.DDL(store.SchemaOptions{Retention: daysDuration(retentionDays)})
 			if err != nil {

@@ -14,9 +14,6 @@ import (
 	"github.com/peertrail/peertrail/gate"
 )
 
-// exitPause is the exit status of `peertrail gate` when the verdict is pause.
-const exitPause = 3
-
 func newGateCommand(_ *globalFlags) *cobra.Command {
 	var (
 		srv    serverFlags
@@ -31,15 +28,20 @@ and prints it with every check. The exit status is what an upgrade script acts o
   0  proceed: forwarded requests succeed, no misleading 404s, no broken chains, identities
      survive forwarding, every apiserver's audit arrives, versions within the skew policy
   3  pause: at least one check fails; the reasons are printed
-  1  the gate could not be asked (peertrail unreachable or failing)
+  5  peertrail serve could not be reached (or the address is not its API)
+  6  the reader's credential was refused
+  1  the gate could not be asked otherwise (peertrail failing)
 
 Thresholds are peertrail serve's --gate-* flags. The gate answers readers only: give a
 reader's token (--token-file, or $PEERTRAIL_TOKEN) or certificate (--client-cert, --client-key).`,
 		Example: `  # In a rolling-upgrade script, before replacing the next apiserver:
   export PEERTRAIL_TOKEN=$(cat reader.token)
   until peertrail gate --server https://peertrail.kube-system:9443 --ca-file ca.crt; do sleep 30; done`,
-		Args: cobra.NoArgs,
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkOutput(cmd, output); err != nil {
+				return err
+			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
 			defer cancel()
 			body, err := srv.get(ctx, "/api/v1/gate")
@@ -52,12 +54,12 @@ reader's token (--token-file, or $PEERTRAIL_TOKEN) or certificate (--client-cert
 			}
 			out := cmd.OutOrStdout()
 			switch output {
-			case "json":
-				out.Write(body)
-			case "text", "":
-				printVerdict(out, v)
+			case "json", "yaml":
+				if err := printJSON(out, output, body); err != nil {
+					return err
+				}
 			default:
-				return fmt.Errorf("-o %q: want text or json", output)
+				printVerdict(out, v)
 			}
 			if !v.Proceed {
 				return exitError{code: exitPause}
@@ -66,7 +68,7 @@ reader's token (--token-file, or $PEERTRAIL_TOKEN) or certificate (--client-cert
 		},
 	}
 	srv.register(cmd.Flags())
-	cmd.Flags().StringVarP(&output, "output", "o", "text", "output format: text or json")
+	addOutputFlag(cmd, &output)
 	return cmd
 }
 

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -20,14 +21,31 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := newRootCommand().ExecuteContext(ctx); err != nil {
-		var ee exitError
-		if errors.As(err, &ee) {
-			os.Exit(ee.code)
-		}
-		fmt.Fprintln(os.Stderr, "peertrail:", err)
-		os.Exit(1)
+	os.Exit(run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+}
+
+// run runs the command line args and returns the exit status; an error is one line on errOut.
+func run(ctx context.Context, args []string, in io.Reader, out, errOut io.Writer) int {
+	root := newRootCommand()
+	root.SetArgs(args)
+	root.SetIn(in)
+	root.SetOut(out)
+	root.SetErr(errOut)
+	err := root.ExecuteContext(ctx)
+	if err == nil {
+		return exitOK
 	}
+	code := exitCode(err)
+	var ee exitError
+	switch {
+	case errors.As(err, &ee):
+		// the command said what there was to say
+	case code == exitInterrupted:
+		fmt.Fprintln(errOut, "peertrail: interrupted")
+	default:
+		fmt.Fprintln(errOut, "peertrail:", oneLine(err.Error()))
+	}
+	return code
 }
 
 type globalFlags struct {
@@ -58,12 +76,17 @@ func newRootCommand() *cobra.Command {
 		Long: `peertrail receives the audit webhook of every kube-apiserver in a control plane that is
 being rolled from one minor version to the next. It joins the entry server's and the peer's
 records of each request the Mixed Version Proxy forwarded, classifies what happened (local,
-proxied, proxy failed, misleading 404, broken, loop), and stores and exports the result.`,
+proxied, proxy failed, misleading 404, broken, loop), and stores and exports the result.
+
+` + exitCodesHelp,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
 	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	root.PersistentFlags().StringVar(&g.logFormat, "log-format", "text", "log format: text or json")
-	root.AddCommand(newServeCommand(g), newDemoCommand(g), newChainCommand(g), newGateCommand(g), newSimulateCommand(g), newLoadgenCommand(g), newSQLCommand(g), newReportCommand(g), newSchemaCommand(g), newGenerateCommand(g), newDeployCommand(g))
+	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
+		return usageError(cmd, "%v", err)
+	})
+	root.AddCommand(newVersionCommand(), newServeCommand(g), newDemoCommand(g), newChainCommand(g), newGateCommand(g), newSimulateCommand(g), newLoadgenCommand(g), newSQLCommand(g), newReportCommand(g), newSchemaCommand(g), newGenerateCommand(g), newDeployCommand(g))
 	return root
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -28,11 +27,14 @@ apiserver versions seen.
 parameters, given with --param), e.g. all records of one auditID. Like sql, it asks a running
 ` + "`peertrail serve`" + ` (--server) or a ClickHouse server (--clickhouse-dsn).`,
 		Example: `  peertrail report --since 15m
-  peertrail report --since 2h --query misleading_404s --format csv
+  peertrail report --since 2h --query misleading_404s -o csv
   peertrail report --query audit_id_records --query audit_id_chain --param audit_id=4a1b2c3d-...
   peertrail report --list`,
-		Args: cobra.NoArgs,
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkFormat(cmd, f.format); err != nil {
+				return err
+			}
 			all, err := store.Queries()
 			if err != nil {
 				return err
@@ -59,13 +61,13 @@ parameters, given with --param), e.g. all records of one auditID. Like sql, it a
 				for _, n := range names {
 					q, err := store.QueryNamed(n)
 					if err != nil {
-						return err
+						return usageError(cmd, "%v", err)
 					}
 					run = append(run, q)
 				}
 			}
 			if since <= until {
-				return errors.New("--since must reach further back than --until")
+				return usageError(cmd, "--since must reach further back than --until")
 			}
 			params, err := f.paramMap(false)
 			if err != nil {

@@ -25,7 +25,7 @@ name, so the same queries work. Events and chains are sharded by cityHash64(audi
 entry and peer records of a forwarded request, and its chain, land on the same shard.`,
 		Example: `  peertrail schema
   peertrail schema --cluster audit --retention-days 14 | clickhouse-client --multiquery`,
-		Args: cobra.NoArgs,
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.Retention = time.Duration(retentionDays) * 24 * time.Hour
 			o.RollupRetention = time.Duration(rollupDays) * 24 * time.Hour

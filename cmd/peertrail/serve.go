@@ -96,13 +96,18 @@ line wins over the file. The file also lists the apiservers:
   head -c 24 /dev/urandom | base64 > reader.token
   peertrail serve --insecure-http --listen 127.0.0.1:8443 --accept-unknown-apiservers --reader-token-file reader.token
   PEERTRAIL_TOKEN=$(cat reader.token) peertrail gate`,
-		Args: cobra.NoArgs,
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := applyConfigFile(cmd.Flags(), configFile, &cfg); err != nil {
-				return err
+				return errorf(exitUsage, "see peertrail serve --help", "%v", oneLine(err.Error()))
 			}
 			log, err := g.logger()
 			if err != nil {
+				return usageError(cmd, "%v", err)
+			}
+			// Everything that can be checked before a side effect (the data directory, the
+			// schema) is checked first.
+			if err := preflight(cfg); err != nil {
 				return err
 			}
 			if procs, set := widenScheduler(); set {
@@ -110,9 +115,9 @@ line wins over the file. The file also lists the apiservers:
 			}
 			srv, err := server.New(cmd.Context(), cfg, log)
 			if err != nil {
-				return err
+				return addrInUse(err)
 			}
-			return srv.Run(cmd.Context())
+			return addrInUse(srv.Run(cmd.Context()))
 		},
 	}
 	cmd.Flags().StringVar(&configFile, "config", "", "YAML configuration file (apiserver list, TLS, limits); flags given on the command line win over it")

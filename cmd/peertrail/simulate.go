@@ -56,7 +56,7 @@ Faults: a peer's audit lost (--drop-peer-audit), a peer seeing another identity
 It knows what it did: --truth-out writes every request's true class and findings, and --score
 asks the receiver's chain API about each one and prints how peertrail did.`,
 		Example: `  peertrail simulate --url http://127.0.0.1:8443 --duration 2m --kill-peer --mvp-off --score`,
-		Args:    cobra.NoArgs,
+		Args:    noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runSimulate(cmd.Context(), f, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},

@@ -4,17 +4,21 @@ import (
 	"context"
 	"encoding/csv"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
+	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	"golang.org/x/term"
+	"sigs.k8s.io/yaml"
 
 	"github.com/peertrail/peertrail/config"
 	"github.com/peertrail/peertrail/server"
@@ -55,17 +59,71 @@ func (f *queryFlags) open(ctx context.Context) (store.Store, error) {
 			}
 		}
 	}
+	if f.ch.DSN == "" {
+		if err := probeSQL(ctx, f.server, o); err != nil {
+			return nil, err
+		}
+	}
 	s, err := store.OpenServer(ctx, o)
 	if err != nil {
+		flag := "--clickhouse-dsn"
 		if f.ch.DSN == "" {
-			if msg := err.Error(); strings.Contains(msg, "AUTHENTICATION_FAILED") || strings.Contains(msg, "REQUIRED_PASSWORD") {
-				return nil, fmt.Errorf("%w\n(the SQL interface asks for its password: pass --clickhouse-password-file <serve's --data-dir>/%s, or set $CLICKHOUSE_PASSWORD)", err, server.SQLPasswordFileName)
-			}
-			return nil, fmt.Errorf("%w\n(is `peertrail serve` running with its ClickHouse HTTP interface on %s? Or pass --clickhouse-dsn)", err, f.server)
+			flag = "--server"
 		}
-		return nil, err
+		if msg := err.Error(); strings.Contains(msg, "AUTHENTICATION_FAILED") || strings.Contains(msg, "REQUIRED_PASSWORD") ||
+			strings.Contains(msg, "code: 194") || strings.Contains(msg, "code: 516") {
+			return nil, errorf(exitRefused, "pass --clickhouse-password-file <serve's --data-dir>/"+server.SQLPasswordFileName+", or set $CLICKHOUSE_PASSWORD",
+				"the SQL interface at %s refused the password", o.DSN)
+		}
+		if ue := unreachable(err, o.DSN, "a ClickHouse SQL interface", flag); ue != nil {
+			return nil, ue
+		}
+		return nil, errorf(exitUnreachable, "is peertrail serve running with its SQL interface there? "+flag+" sets the address", "%s", oneLine(err.Error()))
 	}
 	return s, nil
+}
+
+// probeSQL asks base for /ping, which a ClickHouse HTTP interface answers "Ok.", so that a
+// wrong address is recognised and explained before the driver's own error.
+func probeSQL(ctx context.Context, base string, o store.ServerOptions) error {
+	u, err := url.Parse(base)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return errorf(exitUsage, "e.g. --server http://127.0.0.1:8123", "--server %q: want an http:// or https:// URL", base)
+	}
+	tc, err := clientTLS(o.CAFile, false, "", "")
+	if err != nil {
+		return err
+	}
+	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: tc}}
+	get := func(path string) (*http.Response, string, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(base, "/")+path, nil)
+		if err != nil {
+			return nil, "", err
+		}
+		resp, err := c.Do(req)
+		if err != nil {
+			return nil, "", err
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		return resp, string(b), nil
+	}
+	resp, body, err := get("/ping")
+	if err != nil {
+		if ue := unreachable(err, base, "peertrail serve's SQL interface", "--server"); ue != nil {
+			return ue
+		}
+		return errorf(exitUnreachable, "--server sets the address", "ask %s: %v", base, err)
+	}
+	if resp.StatusCode == http.StatusOK && strings.TrimSpace(body) == "Ok." {
+		return nil
+	}
+	if r, b, err := get("/healthz"); err == nil && r.StatusCode == http.StatusOK && strings.TrimSpace(b) == "ok" {
+		return errorf(exitUnreachable, "sql and report read serve's SQL interface, its --sql-listen address (default "+DefaultSQLServer+")",
+			"%s is peertrail serve's API (its --listen), not its SQL interface", base)
+	}
+	return errorf(exitUnreachable, "--server takes serve's --sql-listen address (default "+DefaultSQLServer+")",
+		"%s answered %s to /ping: it is not a ClickHouse HTTP interface", base, resp.Status)
 }
 
 // paramMap returns the --param values as given. escape prepares them for Store.Query, which
@@ -109,24 +167,33 @@ apiserver_versions_per_minute, chains_per_minute and chain_latency_per_minute (s
 store/COLUMNS.md). Read chains with FINAL. Placeholders {name:Type} take their values from
 --param name=value. Without an argument the query is read from standard input.`,
 		Example: `  peertrail sql 'SELECT class, count() FROM chains FINAL GROUP BY class'
-  peertrail sql --format json --param id=4a1b2c3d-... \
+  peertrail sql --server http://127.0.0.1:8123 --clickhouse-password-file data/sql-password 'SELECT count() FROM events'
+  echo 'SELECT version()' | peertrail sql
+  peertrail sql -o json --param id=4a1b2c3d-... \
     'SELECT apiserver, stage, code FROM events WHERE audit_id = {id:String}'
   peertrail sql --clickhouse-dsn clickhouse://ch.example:9440?secure=true --clickhouse-password-file pw \
     'SELECT count() FROM peertrail.events'`,
-		Args: cobra.MaximumNArgs(1),
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) > 1 {
+				return usageError(cmd, "sql takes one query, got %d arguments: quote the query as one argument", len(args))
+			}
+			return nil
+		},
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkFormat(cmd, f.format); err != nil {
+				return err
+			}
 			q := ""
 			if len(args) == 1 && args[0] != "-" {
 				q = args[0]
 			} else {
-				b, err := io.ReadAll(cmd.InOrStdin())
-				if err != nil {
+				var err error
+				if q, err = readQuery(cmd); err != nil {
 					return err
 				}
-				q = string(b)
 			}
 			if strings.TrimSpace(q) == "" {
-				return errors.New("no query")
+				return usageError(cmd, "no query: give it as the argument, or on standard input")
 			}
 			params, err := f.paramMap(true)
 			if err != nil {
@@ -188,6 +255,24 @@ func render(w io.Writer, r *store.Result, format string) error {
 		}
 		cw.Flush()
 		return cw.Error()
+	case "yaml":
+		rows := make([]orderedObject, len(r.Rows))
+		for i, row := range r.Rows {
+			rows[i] = make(orderedObject, len(row))
+			for j, v := range row {
+				rows[i][j] = field{r.Columns[j].Name, jsonValue(v, r.Columns[j].Type)}
+			}
+		}
+		b, err := json.Marshal(rows)
+		if err != nil {
+			return err
+		}
+		y, err := yaml.JSONToYAML(b)
+		if err != nil {
+			return err
+		}
+		_, err = w.Write(y)
+		return err
 	case "json":
 		enc := json.NewEncoder(w)
 		for _, row := range r.Rows {
@@ -201,7 +286,40 @@ func render(w io.Writer, r *store.Result, format string) error {
 		}
 		return nil
 	}
-	return fmt.Errorf("--format %q: want table, tsv, csv or json", format)
+	return fmt.Errorf("-o %q: want table, json, yaml, tsv or csv", format)
+}
+
+// checkFormat refuses an output format render does not know, before anything runs.
+func checkFormat(cmd *cobra.Command, format string) error {
+	switch format {
+	case "table", "json", "yaml", "tsv", "csv":
+		return nil
+	}
+	return usageError(cmd, "-o %q: want table, json, yaml, tsv or csv", format)
+}
+
+// readQuery reads the query from standard input. On a terminal it first says so, and Ctrl-C
+// ends the wait (the context is cancelled).
+func readQuery(cmd *cobra.Command) (string, error) {
+	in := cmd.InOrStdin()
+	if f, ok := in.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+		fmt.Fprintln(cmd.ErrOrStderr(), "peertrail sql: reading the query from standard input; end it with Ctrl-D (Ctrl-C cancels), or pass it as an argument: peertrail sql 'SELECT ...'")
+	}
+	type read struct {
+		b   []byte
+		err error
+	}
+	got := make(chan read, 1)
+	go func() {
+		b, err := io.ReadAll(io.LimitReader(in, 16<<20))
+		got <- read{b, err}
+	}()
+	select {
+	case r := <-got:
+		return string(r.b), r.err
+	case <-cmd.Context().Done():
+		return "", cmd.Context().Err()
+	}
 }
 
 // jsonValue keeps numbers numbers and NULL null; everything else is a string in ClickHouse's
@@ -254,8 +372,9 @@ func (o orderedObject) MarshalJSON() ([]byte, error) {
 	return append(b, '}'), nil
 }
 
-// maxCell bounds a table cell; longer values are cut with an ellipsis (use tsv or json for
-// whole values).
+// maxCell bounds a table cell but the last column's, which needs no padding and is printed
+// whole (an explanation, a message); longer values are cut with an ellipsis (use tsv or json
+// for whole values).
 const maxCell = 80
 
 // renderTable prints an aligned text table, numbers right-aligned.
@@ -272,7 +391,7 @@ func renderTable(w io.Writer, r *store.Result) error {
 		cells[i+1] = make([]string, len(row))
 		for j, v := range row {
 			v = strings.NewReplacer("\n", `\n`, "\t", `\t`).Replace(v)
-			if utf8.RuneCountInString(v) > maxCell {
+			if j < len(row)-1 && utf8.RuneCountInString(v) > maxCell {
 				v = string([]rune(v)[:maxCell-1]) + "…"
 			}
 			cells[i+1][j] = v

@@ -181,3 +181,8 @@ func strPtr(s string) *byte {
 	}
 	return unsafe.StringData(s)
 }
+
+// FindLibrary returns the libchdb.so Open would load with Options.LibPath = explicit, or an
+// error wrapping ErrLibraryNotFound, without loading it: for checking a configuration before
+// anything starts.
+func FindLibrary(explicit string) (string, error) { return resolveLibPath(explicit) }
