@@ -50,23 +50,33 @@ batches, a broken identity header on some forwards, impersonation.
 
 Then it prints what a user of peertrail sees: the chains by class and apiserver pair, the
 misleading 404s, broken chains and identity problems it found (and how that compares with the
-faults the simulation injected), the upgrade gate's verdict, and where the SQL endpoint, the
-metrics and the dashboards are. With --keep-running it stays up for you to explore.`,
+faults the simulation injected), the upgrade gate's verdict, and the commands to explore
+further (peertrail chain, gate, sql, report, /metrics), with the reader token and the SQL
+password they need. peertrail then keeps running for them until Ctrl-C (--keep-running=false
+ends the demo after the report instead); its data is in a temporary directory, removed at the
+end, unless --data-dir names one.
+
+Everything the demo starts listens on loopback, on free ports unless --listen and --sql-listen
+name them, so a ClickHouse server or another peertrail on the default ports is no obstacle.
+
+The first run fetches the embedded engine, chDB 26.7 (566 MB on disk), from npm into
+${PEERTRAIL_CACHE:-~/.cache/peertrail}; later runs use that copy.`,
 		Example: `  go run ./cmd/peertrail demo
-  go run ./cmd/peertrail demo --duration 3m --keep-running`,
-		Args: cobra.NoArgs,
+  go run ./cmd/peertrail demo --duration 3m
+  go run ./cmd/peertrail demo --keep-running=false   # print the report and exit`,
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runDemo(cmd.Context(), f, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&f.listen, "listen", "127.0.0.1:8443", "where peertrail listens (webhook, API, metrics)")
-	fl.StringVar(&f.sqlListen, "sql-listen", "127.0.0.1:8123", "where the embedded store answers SQL (ClickHouse HTTP interface)")
+	fl.StringVar(&f.listen, "listen", "127.0.0.1:0", "where peertrail listens (webhook, API, metrics); port 0 is a free one")
+	fl.StringVar(&f.sqlListen, "sql-listen", "127.0.0.1:0", "where the embedded store answers SQL (ClickHouse HTTP interface); port 0 is a free one")
 	fl.StringVar(&f.dataDir, "data-dir", "", "data directory (default: a temporary one, removed at the end)")
 	fl.DurationVar(&f.duration, "duration", 75*time.Second, "length of the simulated upgrade")
 	fl.Float64Var(&f.rate, "rate", 60, "client requests per second")
 	fl.Uint64Var(&f.seed, "seed", 1, "random seed")
-	fl.BoolVar(&f.keepRunning, "keep-running", false, "keep peertrail running after the report, until interrupted")
+	fl.BoolVar(&f.keepRunning, "keep-running", true, "keep peertrail running after the report for the commands it prints, until Ctrl-C")
 	fl.BoolVar(&f.real, "real", false, "use real kube-apiservers (v1.35.4, v1.36.3, built by scripts/build-kube.sh) and etcd instead of the simulation")
 	return cmd
 }
@@ -101,7 +111,7 @@ func runDemo(ctx context.Context, f *demoFlags, out, errOut io.Writer) error {
 	log := slog.New(slog.NewTextHandler(errOut, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	srv, err := server.New(ctx, cfg, log)
 	if err != nil {
-		return err
+		return addrInUse(err)
 	}
 	runCtx, stop := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -157,21 +167,76 @@ func runDemo(ctx context.Context, f *demoFlags, out, errOut io.Writer) error {
 	if c, err := listChains(ctx, reader, srv.URL(), "misleading_404"); err == nil && len(c) > 0 {
 		example = c[0].AuditID
 	}
-	fmt.Fprintf(out, `
-=== Explore (the API and /metrics answer readers only: this demo's reader token is in %s)
-  one request:   peertrail chain %s --server %s --token-file %s
-  the gate:      PEERTRAIL_TOKEN=$(cat %s) peertrail gate --server %s
-  SQL:           peertrail sql --server %s 'SELECT class, count() FROM peertrail.chains FINAL GROUP BY class'
-  report:        peertrail report --server %s --since 1h
-  metrics:       curl -H "Authorization: Bearer $(cat %s)" %s/metrics   (alert rules in alerts/generated/)
-  dashboards:    dashboards/generated/*.json for Grafana: a Prometheus data source scraping %s
-                 with that bearer token, and a ClickHouse data source (grafana-clickhouse-datasource, HTTP) at %s
-`, tokenFile, example, srv.URL(), tokenFile, tokenFile, srv.URL(), srv.SQLURL(), srv.SQLURL(), tokenFile, srv.URL(), srv.URL(), srv.SQLURL())
+	printExplore(out, exploreCommands(selfCommand(), srv.URL(), srv.SQLURL(), tokenFile,
+		filepath.Join(dataDir, server.SQLPasswordFileName), example), f.keepRunning, f.dataDir == "")
 	if f.keepRunning {
-		fmt.Fprintln(out, "\npeertrail keeps running; press Ctrl-C to stop.")
 		<-ctx.Done()
+		fmt.Fprintln(errOut, "\nStopping peertrail.")
 	}
 	return nil
+}
+
+// exploreCommand is one command the demo prints for the reader to run.
+type exploreCommand struct{ what, line string }
+
+// exploreCommands are the commands that explore the demo's peertrail, complete with its
+// addresses and credentials, run as self (e.g. "go run ./cmd/peertrail").
+func exploreCommands(self, api, sql, tokenFile, passwordFile, auditID string) []exploreCommand {
+	q := func(s string) string { return shellQuote(s) }
+	return []exploreCommand{
+		{"one request", fmt.Sprintf("%s chain %s --server %s --token-file %s", self, q(auditID), api, q(tokenFile))},
+		{"the gate", fmt.Sprintf("%s gate --server %s --token-file %s", self, api, q(tokenFile))},
+		{"SQL", fmt.Sprintf("%s sql --server %s --clickhouse-password-file %s 'SELECT class, count() FROM peertrail.chains FINAL GROUP BY class'", self, sql, q(passwordFile))},
+		{"report", fmt.Sprintf("%s report --server %s --clickhouse-password-file %s --since 1h", self, sql, q(passwordFile))},
+		{"metrics", fmt.Sprintf("curl -sS -H \"Authorization: Bearer $(cat %s)\" %s/metrics", q(tokenFile), api)},
+	}
+}
+
+func printExplore(out io.Writer, cmds []exploreCommand, running, tempData bool) {
+	fmt.Fprintln(out, "\n=== Explore")
+	if running {
+		fmt.Fprintln(out, "peertrail keeps running for these until you press Ctrl-C here; run them in another terminal, from this directory:")
+	} else {
+		fmt.Fprintln(out, "peertrail has stopped (--keep-running=false); these work while a demo runs (the default):")
+	}
+	for _, c := range cmds {
+		fmt.Fprintf(out, "  %-12s %s\n", c.what+":", c.line)
+	}
+	fmt.Fprintln(out, "  dashboards:  dashboards/generated/*.json for Grafana: a Prometheus data source scraping /metrics above with\n"+
+		"               that bearer token, and a ClickHouse data source (grafana-clickhouse-datasource, HTTP) at the SQL address with\n"+
+		"               that password; alert rules in alerts/generated/")
+	if tempData {
+		fmt.Fprintln(out, "The reader token, the SQL password and the data are in a temporary directory, removed when the demo ends.")
+	}
+}
+
+// selfCommand is how the person who started this binary runs it again: "go run
+// ./cmd/peertrail" for a binary go run built, "peertrail" when that is this binary on $PATH,
+// else its path.
+func selfCommand() string {
+	exe, err := os.Executable()
+	if err != nil {
+		return "peertrail"
+	}
+	if strings.Contains(exe, string(filepath.Separator)+"go-build") {
+		return "go run ./cmd/peertrail"
+	}
+	if p, err := exec.LookPath("peertrail"); err == nil {
+		a, errA := os.Stat(p)
+		b, errB := os.Stat(exe)
+		if errA == nil && errB == nil && os.SameFile(a, b) {
+			return "peertrail"
+		}
+	}
+	return shellQuote(exe)
+}
+
+// shellQuote quotes s for a POSIX shell when it needs it.
+func shellQuote(s string) string {
+	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./:=@+,") == "" {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
 // ensureEngine makes sure the embedded engine's library is at hand, fetching it with the
@@ -187,7 +252,8 @@ func ensureEngine(ctx context.Context, errOut io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("the embedded ClickHouse engine (libchdb.so) is not in %s, and scripts/fetch-chdb.sh was not found to fetch it: run the demo from the peertrail repository, or set CHDB_LIB_PATH", chdb.DefaultLibPath())
 	}
-	fmt.Fprintln(errOut, "Fetching the embedded ClickHouse engine once (chDB 26.7, ~178 MB from npm)...")
+	fmt.Fprintf(errOut, "Fetching the embedded ClickHouse engine once: chDB %s from npm, 566 MB on disk, into %s (a minute or more; later runs use it)...\n",
+		chdb.Version, filepath.Dir(chdb.DefaultLibPath()))
 	cmd := exec.CommandContext(ctx, script)
 	cmd.Stderr = errOut
 	path, err := cmd.Output()
