@@ -37,10 +37,14 @@ type queryFlags struct {
 }
 
 func (f *queryFlags) add(fs *pflag.FlagSet) {
-	fs.StringVar(&f.server, "server", DefaultSQLServer, "a running `peertrail serve`'s ClickHouse HTTP interface (or any ClickHouse HTTP URL)")
+	fs.StringVar(&f.server, "server", DefaultSQLServer, "`URL` of a running peertrail serve's SQL interface, its --sql-listen (not its API's --listen), or of any ClickHouse HTTP interface")
 	f.ch.AddFlags(fs)
-	fs.StringVar(&f.format, "format", "table", "output format: table, tsv, csv or json (one object per line)")
-	fs.StringArrayVar(&f.params, "param", nil, "query parameter name=value for a {name:Type} placeholder (repeatable)")
+	// Read-only commands create no tables.
+	fs.MarkHidden("clickhouse-cluster")
+	fs.StringVarP(&f.format, "output", "o", "table", "output format: table, json (one object per line), yaml, tsv or csv")
+	fs.StringVar(&f.format, "format", "table", "same as --output")
+	fs.MarkHidden("format")
+	fs.StringArrayVar(&f.params, "param", nil, "query parameter `name=value` for a {name:Type} placeholder (repeatable)")
 }
 
 // defaultSQLPasswordFile is where `peertrail serve` keeps the SQL password it made up, with

@@ -1,0 +1,178 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"testing"
+)
+
+// closedPort returns an address on loopback where nothing listens.
+func closedPort(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
+}
+
+// TestCLIErrors runs each command wrongly: without its arguments, with bad ones, against a
+// server that is not there, against the wrong port. Each must end with its documented exit
+// status and one line on stderr, "peertrail: <what> (<hint>)", and print nothing on stdout.
+func TestCLIErrors(t *testing.T) {
+	down := "http://" + closedPort(t)
+	// What answers on serve's SQL port (--sql-listen): a ClickHouse HTTP interface.
+	sqlPort := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/ping" {
+			io.WriteString(w, "Ok.\n")
+			return
+		}
+		w.Header().Set("X-ClickHouse-Exception-Code", "1000")
+		w.WriteHeader(http.StatusNotFound)
+		io.WriteString(w, "Code: 1000. DB::Exception: There is no handle "+r.URL.Path+". (UNKNOWN_HANDLER)\n")
+	}))
+	defer sqlPort.Close()
+	// What answers on serve's API port (--listen): probes open, the rest for readers.
+	apiPort := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case r.URL.Path == "/healthz":
+			io.WriteString(w, "ok\n")
+		case r.Header.Get("Authorization") == "":
+			w.WriteHeader(http.StatusUnauthorized)
+			io.WriteString(w, `{"error":"a reader's credential is required"}`)
+		case strings.HasPrefix(r.URL.Path, "/api/v1/chains/"):
+			w.WriteHeader(http.StatusNotFound)
+			io.WriteString(w, `{"error":"no chain with auditID \"nope\""}`)
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	defer apiPort.Close()
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	tok := "PEERTRAIL_TOKEN=x"
+
+	cases := []struct {
+		name  string
+		args  []string
+		env   string
+		code  int
+		wants []string // in the one line
+	}{
+		// No or bad arguments: 2, with the usage.
+		{"chain without its argument", []string{"chain"}, "", exitUsage, []string{"needs AUDIT_ID", "usage: peertrail chain AUDIT_ID"}},
+		{"chain with two", []string{"chain", "a", "b"}, "", exitUsage, []string{`unexpected "b"`, "usage:"}},
+		{"gate with an argument", []string{"gate", "now"}, "", exitUsage, []string{"takes no arguments", "usage: peertrail gate"}},
+		{"an output format nobody knows", []string{"gate", "-o", "xml"}, "", exitUsage, []string{`-o "xml"`, "table, json or yaml"}},
+		{"sql with two arguments", []string{"sql", "SELECT", "1"}, "", exitUsage, []string{"quote the query", "usage: peertrail sql"}},
+		{"sql with an empty query", []string{"sql", " "}, "", exitUsage, []string{"no query"}},
+		{"sql with a bad -o", []string{"sql", "-o", "xml", "SELECT 1"}, "", exitUsage, []string{`-o "xml"`}},
+		{"report backwards", []string{"report", "--since", "1m", "--until", "2m"}, "", exitUsage, []string{"--since must reach further back"}},
+		{"report of an unknown query", []string{"report", "--query", "nope", "--server", down}, "", exitUsage, []string{"nope"}},
+		{"an unknown command", []string{"chian"}, "", exitUsage, []string{`unknown command "chian"`}},
+		{"an unknown flag", []string{"chain", "--sever", "x", "id"}, "", exitUsage, []string{"unknown flag: --sever", "usage:"}},
+		{"version with an argument", []string{"version", "x"}, "", exitUsage, []string{"takes no arguments"}},
+		{"schema with an argument", []string{"schema", "x"}, "", exitUsage, []string{"takes no arguments"}},
+		{"serve without TLS", []string{"serve"}, "", exitUsage, []string{"--tls-cert-file and --tls-key-file", "--insecure-http"}},
+		{"serve plain HTTP off loopback", []string{"serve", "--insecure-http", "--listen", "0.0.0.0:0"}, "", exitUsage, []string{"loopback only", "--listen 0.0.0.0:0"}},
+		{"serve with a missing token file", []string{"serve", "--insecure-http", "--listen", "127.0.0.1:0", "--reader-token-file", "/nonexistent/readers"}, "", exitUsage, []string{"--reader-token-file"}},
+		{"serve on a busy port", []string{"serve", "--insecure-http", "--listen", busy.Addr().String(), "--store", "none"}, "", exitFailure, []string{"address already in use", "give --listen another address", "127.0.0.1:0"}},
+		// Nothing there: 5.
+		{"chain, server down", []string{"chain", "x", "--server", down}, tok, exitUnreachable, []string{"nothing answers at " + down, "--server"}},
+		{"gate, server down", []string{"gate", "--server", down}, tok, exitUnreachable, []string{"connection refused", "--server"}},
+		{"sql, server down", []string{"sql", "--server", down, "SELECT 1"}, "", exitUnreachable, []string{"nothing answers at " + down, "--server"}},
+		{"report, server down", []string{"report", "--server", down}, "", exitUnreachable, []string{"connection refused"}},
+		{"chain, https to plain HTTP", []string{"chain", "x", "--server", strings.Replace(apiPort.URL, "http:", "https:", 1)}, tok, exitUnreachable, []string{"plain HTTP", "http://"}},
+		// The wrong port: 5, and which address is right.
+		{"chain at the SQL port", []string{"chain", "x", "--server", sqlPort.URL}, tok, exitUnreachable, []string{"SQL interface", "--listen"}},
+		{"gate at the SQL port", []string{"gate", "--server", sqlPort.URL}, tok, exitUnreachable, []string{"SQL interface", "--listen"}},
+		{"sql at the API port", []string{"sql", "--server", apiPort.URL, "SELECT 1"}, "", exitUnreachable, []string{"API", "--sql-listen"}},
+		{"report at the API port", []string{"report", "--server", apiPort.URL}, "", exitUnreachable, []string{"API", "--sql-listen"}},
+		// Refused and not found.
+		{"chain without a token", []string{"chain", "x", "--server", apiPort.URL}, "PEERTRAIL_TOKEN=", exitRefused, []string{"401", "--token-file"}},
+		{"chain of an unknown auditID", []string{"chain", "nope", "--server", apiPort.URL}, tok, exitNotFound, []string{`no chain with auditID "nope"`}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if c.env != "" {
+				k, v, _ := strings.Cut(c.env, "=")
+				t.Setenv(k, v)
+			}
+			var out, errOut bytes.Buffer
+			code := run(context.Background(), c.args, strings.NewReader(""), &out, &errOut)
+			msg := errOut.String()
+			if code != c.code {
+				t.Errorf("peertrail %s: exit %d, want %d; stderr: %s", strings.Join(c.args, " "), code, c.code, msg)
+			}
+			if strings.Count(msg, "\n") != 1 || !strings.HasPrefix(msg, "peertrail: ") {
+				t.Errorf("peertrail %s: want one line \"peertrail: ...\" on stderr, got %q", strings.Join(c.args, " "), msg)
+			}
+			for _, w := range c.wants {
+				if !strings.Contains(msg, w) {
+					t.Errorf("peertrail %s: stderr %q lacks %q", strings.Join(c.args, " "), msg, w)
+				}
+			}
+			if out.Len() > 0 {
+				t.Errorf("peertrail %s: printed on stdout: %q", strings.Join(c.args, " "), out.String())
+			}
+		})
+	}
+}
+
+// generate must not create dashboards/generated in whatever directory it runs in.
+func TestGenerateOutsideTheRepository(t *testing.T) {
+	dir := t.TempDir()
+	t.Chdir(dir)
+	var out, errOut bytes.Buffer
+	code := run(context.Background(), []string{"generate", "dashboards"}, strings.NewReader(""), &out, &errOut)
+	if code != exitUsage || !strings.Contains(errOut.String(), "not the peertrail repository's root") {
+		t.Fatalf("exit %d, stderr %q", code, errOut.String())
+	}
+	if _, err := readDirNames(dir); err != nil || len(mustNames(t, dir)) > 0 {
+		t.Fatalf("generate wrote into %s: %v", dir, mustNames(t, dir))
+	}
+	code = run(context.Background(), []string{"generate", "dashboards", "--out", dir + "/d"}, strings.NewReader(""), &out, &errOut)
+	if code != exitOK {
+		t.Fatalf("with --out: exit %d, stderr %q", code, errOut.String())
+	}
+}
+
+func TestVersionOutputs(t *testing.T) {
+	for _, o := range []string{"table", "json", "yaml"} {
+		var out, errOut bytes.Buffer
+		if code := run(context.Background(), []string{"version", "-o", o}, strings.NewReader(""), &out, &errOut); code != 0 {
+			t.Fatalf("-o %s: exit %d: %s", o, code, errOut.String())
+		}
+		if !strings.Contains(out.String(), "version") || !strings.Contains(out.String(), "go1.") {
+			t.Errorf("-o %s: %q", o, out.String())
+		}
+	}
+}
+
+func readDirNames(dir string) ([]string, error) {
+	es, err := os.ReadDir(dir)
+	names := make([]string, len(es))
+	for i, e := range es {
+		names[i] = e.Name()
+	}
+	return names, err
+}
+
+func mustNames(t *testing.T, dir string) []string {
+	n, err := readDirNames(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
