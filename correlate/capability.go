@@ -590,6 +590,21 @@ func (c *Capabilities) HasAddress(apiserver, ip string) bool {
 	return info != nil && slices.Contains(info.Addresses, ip)
 }
 
+// NamesOf returns, sorted, the apiservers other than except that ip is a known address of
+// (several apiservers can share a host).
+func (c *Capabilities) NamesOf(ip, except string) []string {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	var out []string
+	for name, info := range c.seen {
+		if name != except && slices.Contains(info.Addresses, ip) {
+			out = append(out, name)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
 // AddressesKnown reports whether every apiserver peertrail knows of, and apiserver itself,
 // has a known address: then an address that is none of theirs is no apiserver's.
 func (c *Capabilities) AddressesKnown(apiserver string) bool {

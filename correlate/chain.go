@@ -46,17 +46,23 @@ const (
 	// FindingPeerDown: a forward failed, or its peer record is missing, while an apiserver
 	// that served the resource was silent in its audit stream (killed or restarting).
 	FindingPeerDown Finding = "peer_down"
+	// FindingEntryDown: a forward's peer record has no entry record, and the apiserver it
+	// came from was silent in its audit stream (its record died with its process).
+	FindingEntryDown Finding = "entry_down"
+	// FindingEntryStopping: the entry answered a 5xx right before its own audit stream fell
+	// silent (it was stopping).
+	FindingEntryStopping Finding = "entry_stopping"
 	// FindingAuditIDReused: more records arrived for the chain, or for its auditID, than one
 	// request makes (MaxChainRecords); the excess was not joined. A client sets its own Audit-ID.
 	FindingAuditIDReused Finding = "audit_id_reused"
 )
 
 // Findings lists every finding, in a stable order.
-var Findings = []Finding{FindingPeerAuditMissing, FindingEntryAuditMissing, FindingIdentityMismatch, FindingImpersonationFlattened, FindingStatusMismatch, FindingAuditIDReused, FindingEntryStarting, FindingPeerDown}
+var Findings = []Finding{FindingPeerAuditMissing, FindingEntryAuditMissing, FindingIdentityMismatch, FindingImpersonationFlattened, FindingStatusMismatch, FindingAuditIDReused, FindingEntryStarting, FindingPeerDown, FindingEntryDown, FindingEntryStopping}
 
 // NoiseFindings are the findings that explain a chain as restart noise: the gate judges them
 // by duration against a budget instead of pausing at once.
-var NoiseFindings = []Finding{FindingEntryStarting, FindingPeerDown}
+var NoiseFindings = []Finding{FindingEntryStarting, FindingPeerDown, FindingEntryDown, FindingEntryStopping}
 
 // State says whether a chain may still change.
 type State string

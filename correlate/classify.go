@@ -320,6 +320,11 @@ func sameExtra(a, b map[string][]string) bool {
 //     peer recorded only the request's start and its stream fell silent right after.
 //     Measured: a SIGKILLed peer keeps being picked for ~8 s and each try fails 503, and its
 //     last 0-1 s of audit is lost with it.
+//   - entry_down: a forward's lone peer record (broken, entry_audit_missing) while an
+//     apiserver at the address it came from was silent: the entry's record died with it.
+//   - entry_stopping: the entry answered a 5xx within stoppingWindow before its own stream
+//     fell silent. Measured: a 1.35 apiserver stopping gracefully answered its last forwards
+//     503 "Error getting ip and port info of the remote server while proxying".
 
 // StartingWindow is how long after a restarted process began to serve (its first successful
 // answer to anyone but itself, in its stream) its 403s, 5xx and misleading 404s count as
@@ -380,8 +385,8 @@ func (k *DefaultClassifier) single(c *Chain, s *Side) {
 		c.Class = ClassBroken
 		c.Findings = append(c.Findings, FindingEntryAuditMissing)
 		from := lastIP(s.SourceIPs)
-		if name, ok := k.Caps.IsAddressOf(from, s.APIServer); ok {
-			from = name + " (" + from + ")"
+		if names := k.Caps.NamesOf(from, s.APIServer); len(names) > 0 {
+			from = strings.Join(names, " or ") + " (" + from + ")"
 		}
 		c.Explanation = fmt.Sprintf("%s served a request forwarded from %s, whose record of it is missing", s.APIServer, from)
 		return
@@ -517,19 +522,59 @@ func (k *DefaultClassifier) noise(c *Chain) {
 			return
 		}
 	}
+	if c.Class == ClassBroken && c.Entry == nil && c.Peer != nil && c.HasFinding(FindingEntryAuditMissing) {
+		// A forward's peer record alone: the entry that forwarded it (an apiserver at the
+		// address it came from) was silent at the time, its audit lost with its process.
+		addr := lastIP(c.Peer.SourceIPs)
+		for _, srv := range k.Caps.Servers() {
+			if srv.Name == c.Peer.APIServer || !slices.Contains(srv.Addresses, addr) {
+				continue
+			}
+			if from, to, down := k.Caps.DownAt(srv.Name, t, c.streamNow); down && t.Sub(from) <= peerDownLookback {
+				k.silent(c, FindingEntryDown, srv.Name, from, to, "which forwards from "+addr+", was down")
+				return
+			}
+		}
+		return
+	}
+	if e := c.Entry; e != nil && e.Code >= 500 {
+		// The entry answered a 5xx just before its own stream fell silent: it was stopping
+		// (measured: a 1.35 apiserver stopping gracefully answered its last forwards 503
+		// "Error getting ip and port info of the remote server while proxying").
+		last := e.Completed
+		if last.Before(t) {
+			last = t
+		}
+		// A stop is followed by a start (the silence ends) or is recent; an apiserver whose
+		// stream has been silent for long was not stopping at the time, it is gone.
+		if from, to, down := k.Caps.DownAt(e.APIServer, last.Add(stoppingWindow), c.streamNow); down && !from.Before(last) &&
+			(!to.IsZero() || c.streamNow.Sub(from) <= peerDownLookback) {
+			k.silent(c, FindingEntryStopping, e.APIServer, from, to, "was stopping")
+		}
+	}
+}
+
+// stoppingWindow is how long before an entry's stream falls silent its 5xx count as its
+// stopping (entry_stopping).
+const stoppingWindow = 2 * time.Second
+
+// silent gives c a restart-noise finding f that blames server's silence from from to to
+// (zero: it lasts).
+func (k *DefaultClassifier) silent(c *Chain, f Finding, server string, from, to time.Time, what string) {
+	c.Findings = append(c.Findings, f)
+	until := "it is still silent"
+	if !to.IsZero() {
+		until = "until " + to.UTC().Format(time.RFC3339Nano)
+	}
+	c.Explanation += fmt.Sprintf("; %s %s: its audit stream is silent from %s, %s (restart noise, %s)",
+		server, what, from.UTC().Format(time.RFC3339Nano), until, f)
+	c.noiseOf, c.noiseSince = server, from
 }
 
 // peerDown gives c the finding peer_down, blaming peer's silence from from to to (zero: it
 // lasts).
 func (k *DefaultClassifier) peerDown(c *Chain, peer string, from, to time.Time) {
-	c.Findings = append(c.Findings, FindingPeerDown)
-	until := "it is still silent"
-	if !to.IsZero() {
-		until = "until " + to.UTC().Format(time.RFC3339Nano)
-	}
-	c.Explanation += fmt.Sprintf("; %s, which serves %s, was down: its audit stream is silent from %s, %s (restart noise, %s)",
-		peer, c.gvr(), from.UTC().Format(time.RFC3339Nano), until, FindingPeerDown)
-	c.noiseOf, c.noiseSince = peer, from
+	k.silent(c, FindingPeerDown, peer, from, to, "which serves "+c.gvr().String()+", was down")
 }
 
 func orDash(s string) string {

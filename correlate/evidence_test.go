@@ -277,3 +277,36 @@ func TestPeerDown(t *testing.T) {
 		t.Fatalf("window: 5xx noise %d episodes %+v", tot.Forwarded5xxNoise, tot.Episodes)
 	}
 }
+
+// TestEntryDownAndStopping: a forward's lone peer record while the apiserver it came from was
+// silent (killed: its record died with it) is entry_down; an entry's 503 right before its own
+// stream falls silent and comes back (a replacement) is entry_stopping. The same records
+// while the apiservers stay up are not noise.
+func TestEntryDownAndStopping(t *testing.T) {
+	h := newHarness(t, DefaultOptions())
+	alive(h, "kas-a", addrA, "uid-a1", "v1.35.4", t0, t0.Add(10*time.Second))
+	alive(h, "kas-c", addrC, "uid-c1", "v1.36.3", t0, t0.Add(40*time.Second))
+	forwards(h, "fw", t0.Add(time.Second))
+	// kas-a answers 503 at +9.5 s, its stream stops after +10 s; it is back at +16 s.
+	stopping := podgroups("stopping-503", t0.Add(9500*time.Millisecond))
+	h.feed(stopping.records(sideOpts{apiserver: "kas-a", sourceIPs: []string{client}, code: 503,
+		message: "Error getting ip and port info of the remote server while proxying", end: time.Millisecond}))
+	// kas-c served a request kas-a forwarded at +10.5 s: kas-a's record of it is lost.
+	lost := podgroups("entry-lost", t0.Add(10500*time.Millisecond))
+	h.feed(lost.peer("kas-c", addrA, 200))
+	alive(h, "kas-a", addrA, "uid-a2", "v1.36.3", t0.Add(16*time.Second), t0.Add(40*time.Second))
+	// The same while kas-a is up.
+	early := podgroups("early-503", t0.Add(3*time.Second))
+	h.feed(early.records(sideOpts{apiserver: "kas-a", sourceIPs: []string{client}, code: 503,
+		message: "Error getting ip and port info of the remote server while proxying", end: time.Millisecond}))
+	lone := podgroups("lone-up", t0.Add(30*time.Second))
+	h.feed(lone.peer("kas-c", addrA, 200))
+	h.settle()
+	expect(t, h.chain("stopping-503"), ClassProxyFailed, FindingEntryStopping)
+	expect(t, h.chain("entry-lost"), ClassBroken, FindingEntryAuditMissing, FindingEntryDown)
+	expect(t, h.chain("early-503"), ClassProxyFailed)
+	expect(t, h.chain("lone-up"), ClassBroken, FindingEntryAuditMissing)
+	if c := h.chain("entry-lost"); !strings.Contains(c.Explanation, "kas-a") {
+		t.Errorf("the explanation does not name the silent entry: %s", c.Explanation)
+	}
+}

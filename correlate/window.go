@@ -161,8 +161,10 @@ type noiseEpisodes struct{ list []NoiseEpisode }
 
 func (n *noiseEpisodes) add(c *Chain) {
 	f := FindingEntryStarting
-	if c.HasFinding(FindingPeerDown) {
-		f = FindingPeerDown
+	for _, x := range NoiseFindings {
+		if c.HasFinding(x) {
+			f = x
+		}
 	}
 	t := c.when()
 	for i := range n.list {

@@ -36,8 +36,10 @@ type Thresholds struct {
 	// MaxMinorSkew is the version-skew policy: HA apiservers at most this many minors apart.
 	MaxMinorSkew int `json:"max_minor_skew"`
 	// MaxEntryStarting and MaxPeerDown are the restart-noise budgets: how long one episode of
-	// a restarted apiserver's own early 403s, 5xx and 404s (finding entry_starting), or of
-	// failed forwards to a peer that is down (peer_down), may last before it pauses. Within
+	// a restarted apiserver's own early 403s, 5xx and 404s (finding entry_starting) or its
+	// last 5xx while stopping (entry_stopping), or of failed forwards to a peer that is down
+	// and of the audit lost with an apiserver that went down (peer_down, entry_down), may
+	// last before it pauses. Within
 	// budget, such chains are reported but do not count as misleading 404s, broken chains or
 	// forwarding 5xx. Zero takes the default budget (New fills it in); a negative budget
 	// admits no noise at all.
@@ -202,9 +204,14 @@ func (g *Gate) restartNoise(eps []correlate.NoiseEpisode) Check {
 	c := Check{Name: metrics.CheckRestartNoise, Threshold: 1, OK: true}
 	var within, over []string
 	for _, e := range eps {
-		budget, what := g.t.MaxPeerDown, "forwards failed while it was down"
-		if e.Finding == correlate.FindingEntryStarting {
+		budget, what := g.t.MaxPeerDown, "forwards failed, or lost their audit, while it was down"
+		switch e.Finding {
+		case correlate.FindingEntryStarting:
 			budget, what = g.t.MaxEntryStarting, "it answered 403, 5xx or misleading 404 while starting"
+		case correlate.FindingEntryStopping:
+			budget, what = g.t.MaxEntryStarting, "it answered 5xx while stopping"
+		case correlate.FindingEntryDown:
+			what = "its forwards' audit was lost while it was down"
 		}
 		share := 2.0 // a negative budget: any noise is over it
 		if budget > 0 {
