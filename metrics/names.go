@@ -80,6 +80,10 @@ const (
 	// written: time() minus it is how far the store lags behind the receiver (it grows while
 	// ClickHouse is down; the spool's consumer lag says how much is waiting).
 	StoreNewestRowTimestampSeconds = "peertrail_store_newest_row_timestamp_seconds"
+	// StoreChainsRetractedTotal counts final chain rows the writer took back from the rollups
+	// because a newer version superseded them (a reclassification after a late record, or a
+	// replay after a restart).
+	StoreChainsRetractedTotal = "peertrail_store_chains_retracted_total"
 	// StoreHTTPQueriesTotal counts queries to the ClickHouse HTTP interface, by LabelResult
 	// (ResultOK, ResultError, ResultRefused).
 	StoreHTTPQueriesTotal = "peertrail_store_http_queries_total"

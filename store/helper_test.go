@@ -81,6 +81,8 @@ func runHelper(mode string) int {
 		return realCaptureHelper(ctx, fail)
 	case "cluster":
 		return clusterHelper(ctx, fail)
+	case "rollup-upgrade":
+		return rollupUpgradeHelper(ctx, fail)
 	}
 	return fail("unknown helper mode %q", mode)
 }

@@ -13,11 +13,13 @@ type writerMetrics struct {
 	insertDuration *prometheus.HistogramVec
 	newest         *prometheus.GaugeVec
 	badFrames      prometheus.Counter
+	// chainsRetracted counts superseded final chain rows written again as retracted.
+	chainsRetracted prometheus.Counter
 }
 
 func newWriterMetrics() *writerMetrics {
 	table := []string{metrics.LabelTable}
-	return &writerMetrics{
+	m := &writerMetrics{
 		rowsWritten: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: metrics.StoreRowsWrittenTotal,
 			Help: "Rows inserted into ClickHouse, by table.",
@@ -43,11 +45,24 @@ func newWriterMetrics() *writerMetrics {
 			Name: metrics.StoreBadFramesTotal,
 			Help: "Spool frames the store writer could not decode and skipped.",
 		}),
+		chainsRetracted: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: metrics.StoreChainsRetractedTotal,
+			Help: "Final chains the writer took back from the rollups because a newer version superseded them (reclassified by a late record, or replayed).",
+		}),
 	}
+	// Every table's series exist from the start, so that rate() and absence alerts work before
+	// the first insert (or the first failure).
+	for _, t := range []string{"events", "chains"} {
+		m.rowsWritten.WithLabelValues(t)
+		m.rowsSkipped.WithLabelValues(t)
+		m.insertErrors.WithLabelValues(t)
+		m.insertDuration.WithLabelValues(t)
+	}
+	return m
 }
 
 // Collectors returns the writer's metrics, to register with the process's registry.
 func (w *Writer) Collectors() []prometheus.Collector {
 	m := w.metrics
-	return []prometheus.Collector{m.rowsWritten, m.rowsSkipped, m.insertErrors, m.insertDuration, m.newest, m.badFrames}
+	return []prometheus.Collector{m.rowsWritten, m.rowsSkipped, m.insertErrors, m.insertDuration, m.newest, m.badFrames, m.chainsRetracted}
 }

@@ -252,8 +252,10 @@ func arrayLiteral(ss []string) string {
 
 // WriteChains writes chains into the chains table; it is the correlator's sink. It is
 // idempotent: a chain version the table already holds (the same id with a version at least as
-// high, see ChainVersion) is not written again, so the per-minute rollup counts each final
-// chain once however often the correlator emits it. Safe for concurrent use.
+// high, see ChainVersion) is not written again. When a chain supersedes a final row the table
+// holds (a late record reopened and reclassified it, or a replay after a restart), the same
+// insert writes that row again as StateRetracted: the rollups count it -1 where they counted
+// it, so they count each chain once, in its final class. Safe for concurrent use.
 func (w *Writer) WriteChains(ctx context.Context, chains []correlate.Chain) error {
 	if len(chains) == 0 {
 		return nil
@@ -278,20 +280,29 @@ func (w *Writer) WriteChains(ctx context.Context, chains []correlate.Chain) erro
 	}
 	rows := make([][]any, 0, len(latest))
 	var newest time.Time
+	written := 0
 	for i := range chains {
 		c := &chains[i]
 		if latest[c.ID] != i {
 			continue
 		}
-		if v, ok := stored[c.ID]; ok && v >= ChainVersion(c) {
+		prev, ok := stored[c.ID]
+		if ok && prev.version >= ChainVersion(c) {
 			continue
 		}
+		if prev.final != nil {
+			r := *prev.final
+			r.State = StateRetracted
+			rows = append(rows, ChainRow(&r))
+			w.metrics.chainsRetracted.Inc()
+		}
+		written++
 		rows = append(rows, ChainRow(c))
 		if c.LastReceived.After(newest) {
 			newest = c.LastReceived
 		}
 	}
-	if skipped := len(chains) - len(rows); skipped > 0 {
+	if skipped := len(chains) - written; skipped > 0 {
 		w.metrics.rowsSkipped.WithLabelValues("chains").Add(float64(skipped))
 	}
 	if len(rows) == 0 {
@@ -313,15 +324,26 @@ func (w *Writer) WriteChains(ctx context.Context, chains []correlate.Chain) erro
 // as a query parameter, which the HTTP protocol puts in the URL (ClickHouse accepts 1 MiB).
 const chainLookupChunk = 5000
 
-// storedChainVersions returns the highest stored version of each chain in latest.
-func (w *Writer) storedChainVersions(ctx context.Context, chains []correlate.Chain, latest map[string]int) (map[string]uint64, error) {
+// StateRetracted is the state of a chain row the writer writes again when a newer version
+// supersedes it: the rollups take back what they counted of it.
+const StateRetracted correlate.State = "retracted"
+
+// storedChain is what the table holds of a chain: its highest version, and that row when it is
+// final (what the rollups counted).
+type storedChain struct {
+	version uint64
+	final   *correlate.Chain
+}
+
+// storedChainVersions returns what the table holds of each chain in latest.
+func (w *Writer) storedChainVersions(ctx context.Context, chains []correlate.Chain, latest map[string]int) (map[string]storedChain, error) {
 	idx := make([]int, 0, len(latest))
 	for _, i := range latest {
 		idx = append(idx, i)
 	}
 	// In order of first receipt, so that each chunk spans a short time range.
 	sort.Slice(idx, func(a, b int) bool { return chains[idx[a]].FirstReceived.Before(chains[idx[b]].FirstReceived) })
-	out := make(map[string]uint64, len(latest))
+	out := make(map[string]storedChain, len(latest))
 	for len(idx) > 0 {
 		n := min(len(idx), chainLookupChunk)
 		if err := w.lookupChainVersions(ctx, chains, idx[:n], out); err != nil {
@@ -332,7 +354,7 @@ func (w *Writer) storedChainVersions(ctx context.Context, chains []correlate.Cha
 	return out, nil
 }
 
-func (w *Writer) lookupChainVersions(ctx context.Context, chains []correlate.Chain, idx []int, out map[string]uint64) error {
+func (w *Writer) lookupChainVersions(ctx context.Context, chains []correlate.Chain, idx []int, out map[string]storedChain) error {
 	var lo, hi time.Time
 	ids := make([]string, 0, len(idx))
 	auditIDs := map[string]bool{}
@@ -353,20 +375,27 @@ func (w *Writer) lookupChainVersions(ctx context.Context, chains []correlate.Cha
 	}
 	// The conditions follow the sorting key (hour of first_received, audit_id, id), so this
 	// reads only the granules of these chains.
-	res, err := w.store.Query(ctx, `SELECT id, max(version) AS version FROM `+ChainsTable+`
+	res, err := w.store.Query(ctx, `SELECT * FROM `+ChainsTable+`
 WHERE first_received >= {lo:DateTime64(6, 'UTC')} AND first_received <= {hi:DateTime64(6, 'UTC')}
   AND audit_id IN {audit_ids:Array(String)} AND id IN {ids:Array(String)}
-GROUP BY id`,
+ORDER BY version DESC
+LIMIT 1 BY id`,
 		map[string]string{"lo": FormatTime(lo), "hi": FormatTime(hi), "audit_ids": arrayLiteral(aids), "ids": arrayLiteral(ids)})
 	if err != nil {
 		return fmt.Errorf("store: look up stored chain versions: %w", err)
 	}
-	for _, row := range res.Rows {
-		v, err := strconv.ParseUint(row[1], 10, 64)
+	for i := range res.Rows {
+		v, err := strconv.ParseUint(res.Value(i, "version"), 10, 64)
 		if err != nil {
-			return fmt.Errorf("store: stored chain version %q: %w", row[1], err)
+			return fmt.Errorf("store: stored chain version %q: %w", res.Value(i, "version"), err)
 		}
-		out[row[0]] = v
+		sc := storedChain{version: v}
+		if correlate.State(res.Value(i, "state")) == correlate.StateFinal {
+			if sc.final, err = ChainFromRow(res, i); err != nil {
+				return fmt.Errorf("store: stored chain: %w", err)
+			}
+		}
+		out[res.Value(i, "id")] = sc
 	}
 	return nil
 }

@@ -552,8 +552,22 @@ func TestWriteChainsIdempotent(t *testing.T) {
 	if len(res.Rows) != 2 || res.Value(0, "class") != "broken" || res.Value(0, "revision") != "2" || res.Value(0, "n") != "10" || res.Value(1, "n") != "40" {
 		t.Fatalf("after reopening: %v", res.Rows)
 	}
-	if got := scalar(t, s, "SELECT sum(chains) FROM peertrail.chains_per_minute WHERE entry_apiserver = {a:String}", p); got != "50" {
-		t.Errorf("after reopening, the rollup counts %s chains, want 50", got)
+	// The rollups count each chain once, in its final class: the ten reclassified ones moved
+	// from proxied to broken, with their findings.
+	res = query(t, s, "SELECT class, sum(chains) AS n, sumMap(findings) AS f FROM peertrail.chains_per_minute WHERE entry_apiserver = {a:String} GROUP BY class ORDER BY class", p)
+	if len(res.Rows) != 2 || res.Value(0, "class") != "broken" || res.Value(0, "n") != "10" || res.Value(1, "class") != "proxied" || res.Value(1, "n") != "40" {
+		t.Errorf("after reopening, the rollup counts %v, want broken 10 and proxied 40", res.Rows)
+	}
+	res = query(t, s, "SELECT class, sum(chains) AS n FROM peertrail.chain_latency_per_minute WHERE entry_apiserver = {a:String} GROUP BY class ORDER BY class", p)
+	if len(res.Rows) != 2 || res.Value(0, "n") != "10" || res.Value(1, "n") != "40" {
+		t.Errorf("after reopening, the latency rollup counts %v, want broken 10 and proxied 40", res.Rows)
+	}
+	if got := counter(t, w, metrics.StoreChainsRetractedTotal, ""); got != 10 {
+		t.Errorf("%v chains retracted, want 10", got)
+	}
+	// Chains FINAL never shows a retracted row.
+	if got := scalar(t, s, "SELECT count() FROM peertrail.chains FINAL WHERE entry_apiserver = {a:String} AND state != 'final'", p); got != "0" {
+		t.Errorf("%s chains FINAL rows not final", got)
 	}
 	// Within one batch, the newest version of a chain wins.
 	mixed := []correlate.Chain{final[0], open[0]}
