@@ -125,7 +125,8 @@ type Correlate struct {
 
 // Tracing exports chains as OpenTelemetry traces.
 type Tracing struct {
-	// OTLPEndpoint is an OTLP/HTTP base URL such as http://otel-collector:4318 ("" disables).
+	// OTLPEndpoint is an OTLP/HTTP base URL such as http://otel-collector:4318; "" leaves it
+	// to the standard environment (OTEL_EXPORTER_OTLP_ENDPOINT; no traces without either).
 	OTLPEndpoint string `json:"otlpEndpoint,omitempty"`
 }
 

@@ -402,7 +402,7 @@ func (co *Correlator) finishLocked(ctx context.Context, cs *chainState) {
 	if cs.evicted {
 		co.m.evictions.WithLabelValues(string(ch.Class)).Inc()
 	}
-	if co.tracer != nil && ch.Class == ClassProxied {
+	if co.tracer != nil {
 		co.tracer.Emit(ctx, ch)
 	}
 	if co.sink != nil {

@@ -2,14 +2,18 @@ package correlate
 
 import (
 	"context"
+	"encoding/pem"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	collectortrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
@@ -30,9 +34,14 @@ func TestProxiedChainBecomesATrace(t *testing.T) {
 	if err := h.co.tracer.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	spans := rec.Ended()
+	var spans []sdktrace.ReadOnlySpan
+	for _, s := range rec.Ended() {
+		if s.SpanContext().TraceID() == TraceID(r.id) {
+			spans = append(spans, s)
+		}
+	}
 	if len(spans) != 2 {
-		t.Fatalf("%d spans, want 2 (entry and peer of the one proxied chain)", len(spans))
+		t.Fatalf("%d spans, want 2 (entry and peer of the proxied chain)", len(spans))
 	}
 	var entry, peer sdktrace.ReadOnlySpan
 	for _, s := range spans {
@@ -63,9 +72,174 @@ func TestProxiedChainBecomesATrace(t *testing.T) {
 		attrs[a.Key] = a.Value
 	}
 	if attrs["k8s.audit_id"].AsString() != r.id || attrs["k8s.resource"].AsString() != "podgroups" ||
-		attrs["k8s.user"].AsString() != "alice" || attrs["http.response.status_code"].AsInt64() != 200 {
+		attrs["user.name"].AsString() != "alice" || attrs["http.response.status_code"].AsInt64() != 200 ||
+		attrs["http.request.method"].AsString() != "GET" || attrs["url.path"].AsString() != "/apis/scheduling.k8s.io/v1alpha2/namespaces/ml/podgroups" ||
+		attrs["peertrail.chain.class"].AsString() != "proxied" {
 		t.Errorf("entry span attributes %v", entry.Attributes())
 	}
+}
+
+// Every final chain becomes a trace, whatever its class: a span per side that exists (the
+// peer's the entry's child, a loop's further apiserver the peer's), the class and findings on
+// each, status Error on the first span of a fault and on a side that answered 5xx.
+func TestEveryClassBecomesATrace(t *testing.T) {
+	at := t0.Add(time.Minute)
+	cases := []struct {
+		class   Class
+		records func(h *harness) string
+		sides   []string // span names, parent first
+		status  codes.Code
+	}{{
+		class:   ClassLocal,
+		records: func(h *harness) string { r := pods("l1", at); h.feed(r.local("kas-a", 200, "")); return r.id },
+		sides:   []string{"entry kas-a"},
+		status:  codes.Unset,
+	}, {
+		class: ClassProxied,
+		records: func(h *harness) string {
+			r := podgroups("p1", at)
+			h.feed(r.entry("kas-a", 200), r.peer("kas-c", addrA, 200))
+			return r.id
+		},
+		sides:  []string{"entry kas-a", "peer kas-c"},
+		status: codes.Unset,
+	}, {
+		class: ClassProxyFailed,
+		records: func(h *harness) string {
+			learnPodgroupsOnC(h)
+			r := podgroups("f1", at)
+			h.feed(r.entry("kas-a", 503))
+			return r.id
+		},
+		sides:  []string{"entry kas-a"},
+		status: codes.Error,
+	}, {
+		class: ClassMisleading404,
+		records: func(h *harness) string {
+			learnPodgroupsOnC(h)
+			r := podgroups("m1", at)
+			h.feed(r.local("kas-a", 404, msgResourceNotFound))
+			return r.id
+		},
+		sides:  []string{"entry kas-a"},
+		status: codes.Error,
+	}, {
+		class: ClassBroken,
+		records: func(h *harness) string {
+			r := podgroups("b1", at)
+			h.feed(r.peer("kas-c", addrA, 201))
+			return r.id
+		},
+		sides:  []string{"peer kas-c"},
+		status: codes.Error,
+	}, {
+		class: ClassLoop,
+		records: func(h *harness) string {
+			r := podgroups("x1", at)
+			second := r.records(sideOpts{apiserver: "kas-b", sourceIPs: []string{client, addrA, addrC}, code: 200, objects: true, start: 3 * time.Millisecond, end: 10 * time.Millisecond})
+			h.feed(r.entry("kas-a", 200), r.peer("kas-c", addrA, 200), second)
+			return r.id
+		},
+		sides:  []string{"entry kas-a", "peer kas-c", "further kas-b"},
+		status: codes.Error,
+	}, {
+		class: ClassInternal,
+		records: func(h *harness) string {
+			r := req{id: "i1", verb: "get", uri: "/apis", user: userAPIServer, groups: []string{"system:masters"}, at: at}
+			recs := r.records(sideOpts{apiserver: "kas-a", sourceIPs: []string{addrC}, code: 200, end: time.Millisecond})
+			for i := range recs {
+				recs[i].UserAgent = ""
+			}
+			h.feed(recs)
+			return r.id
+		},
+		sides:  []string{"entry kas-a"},
+		status: codes.Unset,
+	}}
+	tested := map[Class]bool{}
+	for _, tc := range cases {
+		t.Run(string(tc.class), func(t *testing.T) {
+			rec := tracetest.NewSpanRecorder()
+			h := newHarness(t, DefaultOptions())
+			h.co.tracer = NewTracerWith(rec)
+			id := tc.records(h)
+			h.settle()
+			ch := h.chain(id)
+			if ch.Class != tc.class {
+				t.Fatalf("class %s, want %s (%s)", ch.Class, tc.class, ch.Explanation)
+			}
+			tested[tc.class] = true
+			// Every final chain the sink got has its trace (the seed chains too).
+			traces := map[string]int{}
+			for _, s := range rec.Ended() {
+				traces[s.SpanContext().TraceID().String()]++
+			}
+			for _, c := range h.sink.chains {
+				if traces[TraceID(c.AuditID).String()] == 0 {
+					t.Errorf("final %s chain %s has no trace", c.Class, c.AuditID)
+				}
+			}
+			var spans []sdktrace.ReadOnlySpan
+			for _, s := range rec.Ended() {
+				if s.SpanContext().TraceID() == TraceID(id) {
+					spans = append(spans, s)
+				}
+			}
+			byName := map[string]sdktrace.ReadOnlySpan{}
+			for _, s := range spans {
+				byName[s.Name()] = s
+			}
+			if len(spans) != len(tc.sides) || len(byName) != len(tc.sides) {
+				t.Fatalf("spans %v, want %v", names(spans), tc.sides)
+			}
+			for i, name := range tc.sides {
+				s := byName[name]
+				if s == nil {
+					t.Fatalf("no span %q in %v", name, names(spans))
+				}
+				if i == 0 && s.Parent().IsValid() {
+					t.Errorf("%s has a parent", name)
+				}
+				if i > 0 && s.Parent().SpanID() != byName[tc.sides[i-1]].SpanContext().SpanID() {
+					t.Errorf("%s is not the child of %s", name, tc.sides[i-1])
+				}
+				attrs := map[attribute.Key]attribute.Value{}
+				for _, a := range s.Attributes() {
+					attrs[a.Key] = a.Value
+				}
+				findings := attrs["peertrail.chain.findings"].AsStringSlice()
+				if attrs["peertrail.chain.class"].AsString() != string(tc.class) || len(findings) != len(ch.Findings) ||
+					attrs["k8s.audit_id"].AsString() != id || attrs["peertrail.chain.explanation"].AsString() != ch.Explanation {
+					t.Errorf("%s: attributes %v, want the chain's class %s and findings %v", name, s.Attributes(), tc.class, ch.Findings)
+				}
+				if attrs["http.response.status_code"].AsInt64() == 0 || attrs["client.address"].AsString() == "" {
+					t.Errorf("%s: no status code or client address in %v", name, s.Attributes())
+				}
+				if s.EndTime().Before(s.StartTime()) {
+					t.Errorf("%s ends before it starts", name)
+				}
+			}
+			if got := byName[tc.sides[0]].Status().Code; got != tc.status {
+				t.Errorf("status %v, want %v", got, tc.status)
+			}
+			if tc.status == codes.Error && byName[tc.sides[0]].Status().Description == "" {
+				t.Errorf("an error status without a description")
+			}
+		})
+	}
+	for _, c := range Classes {
+		if !tested[c] {
+			t.Errorf("no trace test of class %s", c)
+		}
+	}
+}
+
+func names(spans []sdktrace.ReadOnlySpan) []string {
+	var out []string
+	for _, s := range spans {
+		out = append(out, s.Name())
+	}
+	return out
 }
 
 func TestTraceIDOfAnyAuditID(t *testing.T) {
@@ -115,7 +289,83 @@ func TestTracerExportsOverOTLP(t *testing.T) {
 		if n != 2 {
 			t.Fatalf("exported %d spans, want 2", n)
 		}
-	case <-time.After(30 * time.Second):
+	default: // Shutdown returns once the batch is exported (or failed)
+		t.Fatal("nothing exported")
+	}
+}
+
+// The exporter honours the standard OTEL_* environment: the endpoint (TLS, with the CA of
+// OTEL_EXPORTER_OTLP_CERTIFICATE), headers, the service name and resource attributes.
+func TestTracerHonoursOTELEnvironment(t *testing.T) {
+	type export struct {
+		tenant string
+		req    *collectortrace.ExportTraceServiceRequest
+	}
+	got := make(chan export, 4)
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		var req collectortrace.ExportTraceServiceRequest
+		if r.URL.Path != "/v1/traces" || proto.Unmarshal(body, &req) != nil {
+			http.Error(w, "unexpected", http.StatusBadRequest)
+			return
+		}
+		got <- export{r.Header.Get("X-Tenant"), &req}
+	}))
+	defer srv.Close()
+	ca := filepath.Join(t.TempDir(), "ca.crt")
+	if err := os.WriteFile(ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if TracingConfigured("") {
+		t.Fatal("tracing configured without an endpoint or OTEL_EXPORTER_OTLP_ENDPOINT")
+	}
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", srv.URL)
+	t.Setenv("OTEL_EXPORTER_OTLP_CERTIFICATE", ca)
+	t.Setenv("OTEL_EXPORTER_OTLP_HEADERS", "x-tenant=blue")
+	t.Setenv("OTEL_SERVICE_NAME", "peertrail-staging")
+	t.Setenv("OTEL_RESOURCE_ATTRIBUTES", "deployment.environment.name=staging")
+	t.Setenv("OTEL_TRACES_EXPORTER", "none")
+	if TracingConfigured("") {
+		t.Error("tracing configured with OTEL_TRACES_EXPORTER=none")
+	}
+	t.Setenv("OTEL_TRACES_EXPORTER", "otlp")
+	if !TracingConfigured("") {
+		t.Fatal("OTEL_EXPORTER_OTLP_ENDPOINT does not turn tracing on")
+	}
+	tr, err := NewTracer(context.Background(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newHarness(t, DefaultOptions())
+	h.co.tracer = tr
+	r := podgroups("0f0e0d0c-0b0a-4908-8706-050403020101", t0)
+	h.feed(r.peer("kas-c", addrA, 201)) // broken: the entry's record is missing
+	h.settle()
+	if err := tr.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case e := <-got:
+		if e.tenant != "blue" {
+			t.Errorf("header X-Tenant %q, want blue (OTEL_EXPORTER_OTLP_HEADERS)", e.tenant)
+		}
+		res := map[string]string{}
+		spans := 0
+		for _, rs := range e.req.ResourceSpans {
+			for _, a := range rs.Resource.Attributes {
+				res[a.Key] = a.Value.GetStringValue()
+			}
+			for _, ss := range rs.ScopeSpans {
+				spans += len(ss.Spans)
+			}
+		}
+		if res["service.name"] != "peertrail-staging" || res["deployment.environment.name"] != "staging" {
+			t.Errorf("resource %v, want OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES", res)
+		}
+		if spans != 1 {
+			t.Errorf("%d spans of the broken chain, want 1 (its peer's)", spans)
+		}
+	default: // Shutdown returns once the batch is exported (or failed)
 		t.Fatal("nothing exported")
 	}
 }

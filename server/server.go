@@ -181,7 +181,8 @@ func (s *Server) newCorrelator(ctx context.Context, cfg config.File) error {
 		caps.NoteServer(a.Name, a.Version, a.Address, time.Time{})
 	}
 	var tracer *correlate.Tracer
-	if cfg.Tracing.OTLPEndpoint != "" {
+	// --otlp-endpoint, or the standard OTEL_EXPORTER_OTLP_* environment.
+	if correlate.TracingConfigured(cfg.Tracing.OTLPEndpoint) {
 		var err error
 		if tracer, err = correlate.NewTracer(ctx, cfg.Tracing.OTLPEndpoint); err != nil {
 			return err
