@@ -18,7 +18,7 @@ type receiverMetrics struct {
 }
 
 func newReceiverMetrics() *receiverMetrics {
-	return &receiverMetrics{
+	m := &receiverMetrics{
 		events: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: metrics.IngestEventsTotal,
 			Help: "Audit events received, by sending apiserver and result: accepted (stored), duplicate (already stored, e.g. a resent batch) or invalid (kept as a dead letter).",
@@ -53,6 +53,13 @@ func newReceiverMetrics() *receiverMetrics {
 			Help: "Dead letters that could not be kept (dead-letter size limit reached or write error).",
 		}),
 	}
+	// Every reason's series exists from the start, at 0, so that rate() and increase() see the
+	// first dead letter (a series born at 1 shows no increase) and absence alerts can tell a
+	// silent receiver from a missing one.
+	for _, r := range []string{reasonInvalidItem, reasonNotEventList} {
+		m.deadLetters.WithLabelValues(r)
+	}
+	return m
 }
 
 func (m *receiverMetrics) collectors() []prometheus.Collector {
