@@ -317,7 +317,9 @@ func sameExtra(a, b map[string][]string) bool {
 //   - peer_down: a forward failed (proxy_failed), or lost its peer record (broken,
 //     peer_audit_missing), while an apiserver that served the resource was silent in its
 //     audit stream (Capabilities.DownAt, at most peerDownLookback into the silence); or the
-//     peer recorded only the request's start and its stream fell silent right after.
+//     peer recorded only the request's start and its stream fell silent right after; or the
+//     entry answered a misleading 404 while the apiserver that served the resource before
+//     its restart was starting (not while it was down: a stopped peer's 404s are real).
 //     Measured: a SIGKILLed peer keeps being picked for ~8 s and each try fails 503, and its
 //     last 0-1 s of audit is lost with it.
 //   - entry_down: a forward's lone peer record (broken, entry_audit_missing) while an
@@ -521,6 +523,32 @@ func (k *DefaultClassifier) noise(c *Chain) {
 			k.peerDown(c, srv.Name, from, to)
 			return
 		}
+	}
+	if c.Class == ClassMisleading404 {
+		// The entry answered 404 while the apiserver that serves the resource was starting
+		// again: the entry forwards to it once it has the new process's discovery (measured:
+		// a restarted peer is proxied to within ~0.2 s of its readiness; meanwhile the
+		// entries answer 404). While that apiserver was down instead, the 404s are real: a
+		// stopped peer's clients get them for as long as it stays away.
+		entry := c.Entry.APIServer
+		for _, srv := range k.Caps.Servers() {
+			if srv.Name == entry {
+				continue
+			}
+			since, starting := k.Caps.Starting(srv.Name, t, StartingWindow)
+			if !starting {
+				continue
+			}
+			if served, known := k.Caps.Serves(srv.Name, c.gvr(), since.Add(-time.Nanosecond)); !known || !served {
+				continue
+			}
+			c.Findings = append(c.Findings, FindingPeerDown)
+			c.Explanation += fmt.Sprintf("; %s, which served %s before it restarted, was starting (its new process's first request %s before): restart noise (%s)",
+				srv.Name, c.gvr(), t.Sub(since).Round(time.Millisecond), FindingPeerDown)
+			c.noiseOf, c.noiseSince = srv.Name, since
+			return
+		}
+		return
 	}
 	if c.Class == ClassBroken && c.Entry == nil && c.Peer != nil && c.HasFinding(FindingEntryAuditMissing) {
 		// A forward's peer record alone: the entry that forwarded it (an apiserver at the

@@ -310,3 +310,26 @@ func TestEntryDownAndStopping(t *testing.T) {
 		t.Errorf("the explanation does not name the silent entry: %s", c.Explanation)
 	}
 }
+
+// TestMisleading404WhilePeerStarts: the entries answer 404 for what a restarted peer serves
+// until they have its new process's discovery: restart noise (peer_down) while it starts, a
+// real misleading 404 while it is away.
+func TestMisleading404WhilePeerStarts(t *testing.T) {
+	h := newHarness(t, DefaultOptions())
+	alive(h, "kas-b", addrB, "uid-b", "v1.35.4", t0, t0.Add(40*time.Second))
+	alive(h, "kas-c", addrC, "uid-c1", "v1.36.3", t0, t0.Add(10*time.Second))
+	forwards(h, "fw", t0.Add(time.Second))
+	away := podgroups("while-away", t0.Add(15*time.Second))
+	h.feed(away.local("kas-b", 404, msgResourceNotFound))
+	alive(h, "kas-c", addrC, "uid-c2", "v1.36.3", t0.Add(20*time.Second), t0.Add(40*time.Second))
+	starting := podgroups("while-starting", t0.Add(20500*time.Millisecond))
+	h.feed(starting.local("kas-b", 404, msgResourceNotFound))
+	// kas-c serves a client at +21 s; 10 s later it is long started.
+	served := podgroups("c-serves", t0.Add(21*time.Second))
+	later := podgroups("later", t0.Add(31*time.Second))
+	h.feed(served.local("kas-c", 200, ""), later.local("kas-b", 404, msgResourceNotFound))
+	h.settle()
+	expect(t, h.chain("while-away"), ClassMisleading404)
+	expect(t, h.chain("while-starting"), ClassMisleading404, FindingPeerDown)
+	expect(t, h.chain("later"), ClassMisleading404)
+}
