@@ -13,7 +13,9 @@
 #                                mounts its PersistentVolumeClaim here
 #   user 65532:65532             non-root, the Deployment's runAsUser/runAsGroup
 #
-# Not built or run by this repository's tests (deploy/README.md, "Tests").
+# Built and run by test/image/run.sh (part of test/run) with podman, on local stand-ins for the
+# FROM images made from Debian packages (no registry is reachable from CI): as user 65532 on a
+# read-only root filesystem, it takes a captured audit body and answers its chain.
 
 # --- libchdb.so: downloaded and verified exactly as on a developer machine ---
 FROM --platform=linux/amd64 node:22-bookworm-slim AS chdb
@@ -36,7 +38,15 @@ COPY . .
 # libchdb is loaded at run time with purego (no cgo in this module); CGO_ENABLED=1 is the
 # toolchain's default and what every test of the embedded store runs with, so the binary uses
 # the C runtime's thread setup, which a dlopened C++ library expects.
-RUN CGO_ENABLED=1 go build -trimpath -ldflags="-s -w" -o /out/peertrail ./cmd/peertrail \
+# VERSION is what `peertrail version` and the metric peertrail_build_info say (the build context
+# has no .git for the revision): a release passes its tag, --build-arg VERSION=v0.1.0.
+ARG VERSION=devel
+# The build cache persists between builds (BuildKit and podman/buildah alike), so a rebuild after a
+# change compiles only what changed.
+RUN --mount=type=cache,target=/root/.cache/go-build \
+    CGO_ENABLED=1 go build -trimpath \
+      -ldflags="-s -w -X github.com/peertrail/peertrail/internal/version.Version=${VERSION}" \
+      -o /out/peertrail ./cmd/peertrail \
  && mkdir -p /out/data
 
 # --- runtime: glibc (libchdb needs libc, libm, libpthread, libdl, librt), CA certificates, no shell ---
