@@ -176,3 +176,21 @@ func mustNames(t *testing.T, dir string) []string {
 	}
 	return n
 }
+
+// sql waiting for its query on standard input ends on Ctrl-C (the command's context is
+// cancelled), with exit status 130, instead of waiting on.
+func TestSQLStdinInterrupted(t *testing.T) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	defer w.Close() // never written: standard input stays open
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // Ctrl-C
+	var out, errOut bytes.Buffer
+	code := run(ctx, []string{"sql"}, r, &out, &errOut)
+	if code != exitInterrupted || errOut.String() != "peertrail: interrupted\n" {
+		t.Fatalf("exit %d, stderr %q", code, errOut.String())
+	}
+}
