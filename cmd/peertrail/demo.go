@@ -59,7 +59,7 @@ end, unless --data-dir names one.
 Everything the demo starts listens on loopback, on free ports unless --listen and --sql-listen
 name them, so a ClickHouse server or another peertrail on the default ports is no obstacle.
 
-The first run fetches the embedded engine, chDB 26.7 (566 MB on disk), from npm into
+The first run fetches the embedded engine, chDB 26.7 (a 178 MB download, 566 MB on disk), from npm into
 ${PEERTRAIL_CACHE:-~/.cache/peertrail}; later runs use that copy.`,
 		Example: `  go run ./cmd/peertrail demo
   go run ./cmd/peertrail demo --duration 3m
@@ -252,7 +252,8 @@ func ensureEngine(ctx context.Context, errOut io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("the embedded ClickHouse engine (libchdb.so) is not in %s, and scripts/fetch-chdb.sh was not found to fetch it: run the demo from the peertrail repository, or set CHDB_LIB_PATH", chdb.DefaultLibPath())
 	}
-	fmt.Fprintf(errOut, "Fetching the embedded ClickHouse engine once: chDB %s from npm, 566 MB on disk, into %s (a minute or more; later runs use it)...\n",
+	fmt.Fprintf(errOut, "Fetching the embedded ClickHouse engine once: chDB %s from npm, a 178 MB download, 566 MB on disk,\n"+
+		"into %s; npm shows no progress, so expect a quiet minute or more (later runs use this copy)...\n",
 		chdb.Version, filepath.Dir(chdb.DefaultLibPath()))
 	cmd := exec.CommandContext(ctx, script)
 	cmd.Stderr = errOut
