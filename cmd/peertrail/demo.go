@@ -253,15 +253,48 @@ func ensureEngine(ctx context.Context, errOut io.Writer) error {
 		return fmt.Errorf("the embedded ClickHouse engine (libchdb.so) is not in %s, and scripts/fetch-chdb.sh was not found to fetch it: run the demo from the peertrail repository, or set CHDB_LIB_PATH", chdb.DefaultLibPath())
 	}
 	fmt.Fprintf(errOut, "Fetching the embedded ClickHouse engine once: chDB %s from npm, a 178 MB download, 566 MB on disk,\n"+
-		"into %s; npm shows no progress, so expect a quiet minute or more (later runs use this copy)...\n",
+		"into %s (later runs use this copy); what is written so far shows every 5 s...\n",
 		chdb.Version, filepath.Dir(chdb.DefaultLibPath()))
 	cmd := exec.CommandContext(ctx, script)
 	cmd.Stderr = errOut
+	stop := make(chan struct{})
+	progressDone := make(chan struct{})
+	go func() {
+		defer close(progressDone)
+		downloadProgress(errOut, filepath.Dir(chdb.DefaultLibPath()), stop)
+	}()
 	path, err := cmd.Output()
+	close(stop)
+	<-progressDone
 	if err != nil {
 		return fmt.Errorf("%s: %w", script, err)
 	}
 	return os.Setenv("CHDB_LIB_PATH", strings.TrimSpace(string(path)))
+}
+
+// downloadProgress says every few seconds how much fetch-chdb.sh has written into dir (its
+// temporary directory is there), until stop is closed.
+func downloadProgress(w io.Writer, dir string, stop <-chan struct{}) {
+	t := time.NewTicker(5 * time.Second)
+	defer t.Stop()
+	start := time.Now()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+		var n int64
+		filepath.WalkDir(dir, func(_ string, d os.DirEntry, err error) error {
+			if err == nil && d.Type().IsRegular() {
+				if fi, err := d.Info(); err == nil {
+					n += fi.Size()
+				}
+			}
+			return nil
+		})
+		fmt.Fprintf(w, "  ... %d MB written so far, %s\n", n>>20, time.Since(start).Round(time.Second))
+	}
 }
 
 // findUp looks for rel in the working directory and its parents.
