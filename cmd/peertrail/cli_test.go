@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -192,5 +193,34 @@ func TestSQLStdinInterrupted(t *testing.T) {
 	code := run(ctx, []string{"sql"}, r, &out, &errOut)
 	if code != exitInterrupted || errOut.String() != "peertrail: interrupted\n" {
 		t.Fatalf("exit %d, stderr %q", code, errOut.String())
+	}
+}
+
+// serve checks its command line before it creates anything: a refused one leaves no data
+// directory behind.
+func TestServeRefusesBeforeSideEffects(t *testing.T) {
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	for _, args := range [][]string{
+		{"serve"}, // no TLS
+		{"serve", "--insecure-http", "--listen", "0.0.0.0:0"},
+		{"serve", "--tls-cert-file", "/nonexistent/tls.crt", "--tls-key-file", "/nonexistent/tls.key"},
+		{"serve", "--insecure-http", "--listen", "127.0.0.1:0", "--reader-token-file", "/nonexistent/readers"},
+		{"serve", "--insecure-http", "--listen", busy.Addr().String()},
+		{"serve", "--insecure-http", "--listen", "127.0.0.1:0", "--sql-listen", busy.Addr().String()},
+		{"serve", "--insecure-http", "--listen", "127.0.0.1:0", "--chdb-lib", "/nonexistent/libchdb.so"},
+	} {
+		dataDir := filepath.Join(t.TempDir(), "data")
+		var out, errOut bytes.Buffer
+		code := run(context.Background(), append(args, "--data-dir", dataDir), strings.NewReader(""), &out, &errOut)
+		if code == exitOK {
+			t.Errorf("%v: accepted", args)
+		}
+		if _, err := os.Stat(dataDir); err == nil {
+			t.Errorf("%v: refused (%s) after creating the data directory", args, strings.TrimSpace(errOut.String()))
+		}
 	}
 }
