@@ -66,7 +66,9 @@ and the acknowledge latency distribution. Use it to size a deployment or to chec
 	fl.StringVar(&f.tokenDir, "token-dir", "", "directory of the apiservers' own bearer tokens, a file per apiserver named after it (kas-a, or kas-a.token)")
 	fl.StringVar(&f.certFile, "client-cert-file", "", "client certificate (PEM)")
 	fl.StringVar(&f.keyFile, "client-key-file", "", "client certificate key (PEM)")
-	fl.BoolVar(&f.jsonOut, "json", false, "print the result as JSON")
+	fl.BoolVar(&f.jsonOut, "json", false, "same as -o json")
+	fl.MarkHidden("json")
+	fl.VarP(&jsonOrTable{json: &f.jsonOut}, "output", "o", "output format: table or json")
 	return cmd
 }
 

@@ -30,6 +30,7 @@ type simulateFlags struct {
 	score           bool
 	scoreWait       time.Duration
 	jsonOut         bool
+	output          string
 	resources       []string
 	mix             string
 }
@@ -58,6 +59,9 @@ asks the receiver's chain API about each one and prints how peertrail did.`,
 		Example: `  peertrail simulate --url http://127.0.0.1:8443 --duration 2m --kill-peer --mvp-off --score`,
 		Args:    noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkOutput(cmd, f.output); err != nil {
+				return err
+			}
 			return runSimulate(cmd.Context(), f, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
@@ -92,7 +96,9 @@ asks the receiver's chain API about each one and prints how peertrail did.`,
 	fl.StringVar(&f.truthOut, "truth-out", "", "write every request's true class and findings to this JSON file")
 	fl.BoolVar(&f.score, "score", false, "when done, ask the receiver about every request and compare with the truth")
 	fl.DurationVar(&f.scoreWait, "score-wait", 90*time.Second, "how long to wait for chains to become final when scoring")
-	fl.BoolVar(&f.jsonOut, "json", false, "print the scorecard as JSON")
+	fl.BoolVar(&f.jsonOut, "json", false, "same as -o json")
+	fl.MarkHidden("json")
+	fl.StringVarP(&f.output, "output", "o", "table", "output format of the scorecard (--score): table, json or yaml")
 	return cmd
 }
 
@@ -171,9 +177,14 @@ func runSimulate(ctx context.Context, f *simulateFlags, out, errOut io.Writer) e
 		return err
 	}
 	if f.jsonOut {
-		enc := json.NewEncoder(out)
-		enc.SetIndent("", "  ")
-		return enc.Encode(sc)
+		f.output = "json"
+	}
+	if f.output == "json" || f.output == "yaml" {
+		b, err := json.Marshal(sc)
+		if err != nil {
+			return err
+		}
+		return printJSON(out, f.output, b)
 	}
 	printScorecard(out, sc)
 	return nil
