@@ -81,7 +81,7 @@ func TestCLIErrors(t *testing.T) {
 		{"sql with a bad -o", []string{"sql", "-o", "xml", "SELECT 1"}, "", exitUsage, []string{`-o "xml"`}},
 		{"report backwards", []string{"report", "--since", "1m", "--until", "2m"}, "", exitUsage, []string{"--since must reach further back"}},
 		{"report of an unknown query", []string{"report", "--query", "nope", "--server", down}, "", exitUsage, []string{"nope"}},
-		{"an unknown command", []string{"chian"}, "", exitUsage, []string{`unknown command "chian"`}},
+		{"an unknown command", []string{"chian"}, "", exitUsage, []string{`unknown command "chian"`, "peertrail --help"}},
 		{"an unknown flag", []string{"chain", "--sever", "x", "id"}, "", exitUsage, []string{"unknown flag: --sever", "usage:"}},
 		{"version with an argument", []string{"version", "x"}, "", exitUsage, []string{"takes no arguments"}},
 		{"schema with an argument", []string{"schema", "x"}, "", exitUsage, []string{"takes no arguments"}},

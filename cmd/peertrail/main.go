@@ -42,6 +42,8 @@ func run(ctx context.Context, args []string, in io.Reader, out, errOut io.Writer
 		// the command said what there was to say
 	case code == exitInterrupted:
 		fmt.Fprintln(errOut, "peertrail: interrupted")
+	case strings.HasPrefix(err.Error(), "unknown command"):
+		fmt.Fprintln(errOut, "peertrail:", oneLine(err.Error()), "(see peertrail --help for the commands)")
 	default:
 		fmt.Fprintln(errOut, "peertrail:", oneLine(err.Error()))
 	}
