@@ -29,6 +29,7 @@ import (
 	"github.com/peertrail/peertrail/ingest/dedup"
 	"github.com/peertrail/peertrail/ingest/record"
 	"github.com/peertrail/peertrail/ingest/spool"
+	"github.com/peertrail/peertrail/internal/version"
 	"github.com/peertrail/peertrail/metrics"
 	"github.com/peertrail/peertrail/store"
 )
@@ -72,7 +73,7 @@ func New(ctx context.Context, cfg config.File, log *slog.Logger) (_ *Server, err
 			s.closeStores()
 		}
 	}()
-	s.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	s.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), version.Collector())
 
 	policy, err := spool.ParseSyncPolicy(cfg.Spool.Fsync)
 	if err != nil {
