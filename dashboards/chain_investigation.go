@@ -11,7 +11,7 @@ import (
 	"github.com/grafana/grafana-foundation-sdk/go/timeseries"
 
 	"github.com/peertrail/peertrail/correlate"
-	"github.com/peertrail/peertrail/store"
+	"github.com/peertrail/peertrail/store/queries"
 )
 
 // The grafana-clickhouse-datasource (v4) query model: raw SQL, as a time series (long format:
@@ -272,7 +272,7 @@ func namedQueries(names ...string) (map[string]string, error) {
 	with := map[string]string{"since": "$__fromTime", "until": "$__toTime", "audit_id": auditIDLiteral}
 	out := map[string]string{}
 	for _, name := range names {
-		q, err := store.QueryNamed(name)
+		q, err := queries.Named(name)
 		if err != nil {
 			return nil, err
 		}

@@ -12,7 +12,7 @@ import (
 
 	"github.com/peertrail/peertrail/dashboards"
 	"github.com/peertrail/peertrail/metrics"
-	"github.com/peertrail/peertrail/store"
+	"github.com/peertrail/peertrail/store/queries"
 )
 
 const generatedDir = "generated"
@@ -214,7 +214,7 @@ func TestChainSQLExistsOnce(t *testing.T) {
 	}
 	with := map[string]string{"since": "$__fromTime", "until": "$__toTime", "audit_id": "${audit_id:sqlstring}"}
 	for _, name := range []string{"audit_id_chain", "audit_id_records"} {
-		q, err := store.QueryNamed(name)
+		q, err := queries.Named(name)
 		if err != nil {
 			t.Fatal(err)
 		}

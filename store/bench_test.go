@@ -15,6 +15,7 @@ import (
 	"github.com/peertrail/peertrail/metrics"
 	"github.com/peertrail/peertrail/simulate"
 	"github.com/peertrail/peertrail/store"
+	namedqueries "github.com/peertrail/peertrail/store/queries"
 )
 
 // Benchmarks against the real embedded engine; the figures and the commands are in
@@ -506,8 +507,12 @@ func BenchmarkDashboardDay(b *testing.B) {
 	}
 	ctx := context.Background()
 	// The floor: a round trip that reads the day's minutes of one rollup and nothing else.
-	floor := store.NamedQuery{Name: "floor_count_minutes", SQL: "SELECT count() AS n FROM peertrail.events_per_minute WHERE minute >= toStartOfMinute({since:DateTime64(6, 'UTC')}) AND minute < {until:DateTime64(6, 'UTC')}",
-		Params: []string{"since", "until"}}
+	fq, err := namedqueries.Parse("floor_count_minutes", "-- title: floor\n"+
+		"SELECT count() AS n FROM peertrail.events_per_minute WHERE minute >= toStartOfMinute({since:DateTime64(6, 'UTC')}) AND minute < {until:DateTime64(6, 'UTC')}")
+	if err != nil {
+		b.Fatal(err)
+	}
+	floor := store.NamedQuery{Query: fq}
 	for _, q := range append([]store.NamedQuery{floor}, qs...) {
 		if q.Name != floor.Name && !strings.HasPrefix(q.Name, "dashboard_") {
 			continue
