@@ -120,6 +120,7 @@ const (
 	AlertStoreWriteFailing  = "PeertrailStoreWriteFailing"
 	AlertVersionSkew        = "MVPVersionSkewBeyondPolicy"
 	AlertUpgradeGatePaused  = "MVPUpgradeGatePaused"
+	AlertForwardedMismatch  = "MVPForwardedCountsDisagree"
 	ingestGapRatio          = 0.05
 	spoolLagShareOfCapacity = 0.1
 	spoolNearlyFullShare    = 0.8
@@ -128,6 +129,10 @@ const (
 	newChainsWindow         = "5m"
 	auditWindow             = "10m"
 	auditErrorWindow        = "5m"
+	// CrossCheckWindow is how far back peertrail's forwarded and failed counts are compared
+	// with the apiservers' own: long enough that a webhook's batch wait (up to 30 s) and the
+	// chain window do not matter.
+	CrossCheckWindow = "30m"
 	// storeErrorWindow spans several of the store writer's retries (their backoff is at most
 	// 30 s), so an outage keeps the increase above zero for as long as it lasts.
 	storeErrorWindow = "5m"
@@ -168,12 +173,16 @@ func Groups(o Options) []Group {
 		{"peertrail-mvp-slo", burnRateAlerts()},
 		{"peertrail-mvp-chains", chainAlerts()},
 		{"peertrail-audit-ingest", auditAlerts()},
+		{"peertrail-mvp-crosscheck", crossCheckAlerts()},
 		{"peertrail-pipeline", pipelineAlerts(o)},
 		{"peertrail-upgrade", upgradeAlerts(o)},
 	} {
 		grp := Group{Name: g.name}
 		if g.name == "peertrail-mvp-slo" {
 			grp.Rules = append(grp.Rules, ratioRecords()...)
+		}
+		if g.name == "peertrail-mvp-crosscheck" {
+			grp.Rules = append(grp.Rules, crossCheckRecords()...)
 		}
 		for _, d := range g.defs {
 			grp.Rules = append(grp.Rules, rule(d))
@@ -297,6 +306,101 @@ func auditAlerts() []alertDef {
 				"retrying, the webhook backend drops the batch. Those events are lost for good.",
 		},
 	}
+}
+
+// ForwardedClasses are the classes of chains whose entry apiserver forwarded the request.
+var ForwardedClasses = correlate.ForwardedClasses
+
+// PeertrailCount is, per apiserver, how many requests over window peertrail's chains show it
+// forwarded as the entry, of classes (peertrail_correlate_forwarded_total).
+func PeertrailCount(window string, classes ...correlate.Class) string {
+	return promql.Sum(promql.Increase(PeertrailForwarded(classes), window), metrics.LabelAPIServer)
+}
+
+// PeertrailForwarded selects peertrail's forwarded counter of classes, narrowed by more.
+func PeertrailForwarded(classes []correlate.Class, more ...promql.Matcher) string {
+	names := make([]string, len(classes))
+	for i, c := range classes {
+		names[i] = string(c)
+	}
+	return promql.Sel(metrics.CorrelateForwardedTotal, append([]promql.Matcher{promql.OneOf(metrics.LabelClass, names...)}, more...)...)
+}
+
+// APIServerCount is, per apiserver, how many requests over window its own Mixed Version Proxy
+// counted as rerouted (apiserver_rerouted_request_total), those answered with a code matching
+// codeRe ("" for every code).
+func APIServerCount(window, codeRe string) string {
+	ms := []promql.Matcher{promql.Neq(metrics.LabelAPIServer, "")}
+	if codeRe != "" {
+		ms = append(ms, promql.Re(metrics.LabelCode, codeRe))
+	}
+	return promql.Sum(promql.Increase(promql.Sel(metrics.KubeReroutedRequestTotal, ms...), window), metrics.LabelAPIServer)
+}
+
+// crossCheck is a cross-check of one count: the rules' thresholds and the two sides.
+type crossCheck struct {
+	count           string  // the label count of the alert: forwarded or failed
+	peertrail, kube string  // the recording rules of the two counts
+	minimum         int     // the larger side must reach it (in CrossCheckWindow)
+	gap             float64 // the share by which the two may differ
+	what            string
+}
+
+// Recording rules of the cross-check: per apiserver, the counts over CrossCheckWindow.
+const (
+	RecordPeertrailForwarded = metrics.RecordPeertrailForwarded
+	RecordKubeRerouted       = metrics.RecordKubeRerouted
+	RecordPeertrailFailed    = metrics.RecordPeertrailFailed
+	RecordKubeRerouted5xx    = metrics.RecordKubeRerouted5xx
+)
+
+func crossCheckRecords() []Rule {
+	return []Rule{
+		{Record: RecordPeertrailForwarded, Expr: PeertrailCount(CrossCheckWindow, ForwardedClasses...)},
+		{Record: RecordKubeRerouted, Expr: APIServerCount(CrossCheckWindow, "")},
+		{Record: RecordPeertrailFailed, Expr: PeertrailCount(CrossCheckWindow, correlate.ClassProxyFailed)},
+		{Record: RecordKubeRerouted5xx, Expr: APIServerCount(CrossCheckWindow, "5..")},
+	}
+}
+
+func crossChecks() []crossCheck {
+	return []crossCheck{
+		{count: "forwarded", peertrail: RecordPeertrailForwarded, kube: RecordKubeRerouted,
+			minimum: 20, gap: 0.1, what: "requests it forwarded to a peer"},
+		{count: "failed", peertrail: RecordPeertrailFailed, kube: RecordKubeRerouted5xx,
+			minimum: 10, gap: 0.25, what: "forwarded requests that failed (5xx)"},
+	}
+}
+
+// CrossCheckGap is the expression of one cross-check: per apiserver, the relative difference
+// between peertrail's count and the apiserver's own (0 = equal, 1 = one side saw none), where
+// the larger side reached minimum. A side without a series counts 0.
+func CrossCheckGap(peertrail, kube string, minimum int) string {
+	p := fmt.Sprintf("(%s or %s * 0)", peertrail, kube)
+	k := fmt.Sprintf("(%s or %s * 0)", kube, peertrail)
+	larger := fmt.Sprintf("(%s > %s or %s)", p, k, k)
+	return fmt.Sprintf("abs(%s - %s)\n/\n(%s >= %d)", p, k, larger, minimum)
+}
+
+func crossCheckAlerts() []alertDef {
+	var out []alertDef
+	for _, c := range crossChecks() {
+		out = append(out, alertDef{
+			name:     AlertForwardedMismatch,
+			severity: SeverityWarning,
+			expr:     fmt.Sprintf("%s\n> %v", CrossCheckGap(c.peertrail, c.kube, c.minimum), c.gap),
+			forDur:   15 * time.Minute,
+			labels:   map[string]string{"count": c.count},
+			summary:  "peertrail and {{ $labels.apiserver }}'s own metrics disagree on the " + c.what + ".",
+			description: fmt.Sprintf("Over the last %s, the %s as peertrail's chains show them (%s) and as "+
+				"{{ $labels.apiserver }} counts them itself (%s) differ by {{ $value | humanizePercentage }} of the larger. "+
+				"Fewer in peertrail: audit of {{ $labels.apiserver }} is lost or late (see %s), so chains are missing. "+
+				"Fewer in the apiserver's metric: it is not scraped, its Mixed Version Proxy metric is broken or "+
+				"missing, or peertrail takes another apiserver's records for its. Either way one of the two views "+
+				"cannot be trusted for this apiserver.", CrossCheckWindow, c.what, metrics.CorrelateForwardedTotal, metrics.KubeReroutedRequestTotal, AlertAuditIngestGap),
+		})
+	}
+	return out
 }
 
 func pipelineAlerts(o Options) []alertDef {

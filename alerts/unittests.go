@@ -146,7 +146,7 @@ func unitTests(o Options) (testFile, error) {
 	groups := []testGroup{
 		t.burnRate(), t.burnRateSlow(), t.burnRateVerySlow(), t.burnRateWithinSLO(),
 		t.misleading404s(), t.brokenChains(), t.identityMismatch(),
-		t.ingestGap(), t.webhookErrors(),
+		t.ingestGap(), t.webhookErrors(), t.crossCheck(),
 		t.peertrailDown(o), t.peertrailAbsent(o), t.spool(), t.storeWriteFailing(), t.versionSkew(), t.gatePaused(o),
 	}
 	if t.err != nil {
@@ -326,6 +326,44 @@ func (t *tests) ingestGap() testGroup {
 			firing("20m", AlertAuditIngestGap,
 				t.fires(AlertAuditIngestGap, map[string]string{metrics.LabelAPIServer: "kas-a"}, 0.1),
 				t.fires(AlertAuditIngestGap, map[string]string{metrics.LabelAPIServer: "kas-c"}, 1)),
+		},
+	}
+}
+
+func (t *tests) crossCheck() testGroup {
+	kube := func(apiserver, code string) string {
+		return sel(metrics.KubeReroutedRequestTotal, map[string]string{metrics.LabelAPIServer: apiserver, metrics.LabelCode: code,
+			metrics.LabelGroup: "scheduling.k8s.io", metrics.LabelResource: "podgroups", metrics.LabelInstance: "10.0.0.11:6443", metrics.LabelJob: "apiserver"})
+	}
+	chain := func(class correlate.Class, entry string) string {
+		return sel(metrics.CorrelateForwardedTotal, withTarget(map[string]string{metrics.LabelAPIServer: entry, metrics.LabelClass: string(class)}))
+	}
+	fires := func(count, apiserver string, gap float64) expAlert {
+		return t.fires(AlertForwardedMismatch, map[string]string{"count": count, metrics.LabelAPIServer: apiserver}, gap)
+	}
+	return testGroup{
+		Name:     "MVPForwardedCountsDisagree: fires where peertrail's forwarded or failed counts and the apiserver's own differ",
+		Interval: "1m",
+		InputSeries: []series{
+			// kas-a: both views agree (10 served and 1 failed a minute; broken chains count as forwarded).
+			{kube("kas-a", "200"), "0+10x60"},
+			{kube("kas-a", "503"), "0+1x60"},
+			{chain(correlate.ClassProxied, "kas-a"), "0+9x60"},
+			{chain(correlate.ClassBroken, "kas-a"), "0+1x60"},
+			{chain(correlate.ClassProxyFailed, "kas-a"), "0+1x60"},
+			// kas-b: its audit arrives short: peertrail saw 5 of the 12 forwarded, none of the 2 failed.
+			{kube("kas-b", "200"), "0+10x60"},
+			{kube("kas-b", "503"), "0+2x60"},
+			{chain(correlate.ClassProxied, "kas-b"), "0+5x60"},
+			// kas-c: forwards, but its own metric is not there (not scraped, or MVP metrics off).
+			{chain(correlate.ClassProxied, "kas-c"), "0+10x60"},
+		},
+		AlertTests: []alertTest{
+			silent("10m", AlertForwardedMismatch),
+			firing("50m", AlertForwardedMismatch,
+				fires("forwarded", "kas-b", 7.0/12),
+				fires("failed", "kas-b", 1),
+				fires("forwarded", "kas-c", 1)),
 		},
 	}
 }

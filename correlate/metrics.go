@@ -1,6 +1,8 @@
 package correlate
 
 import (
+	"slices"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/peertrail/peertrail/metrics"
@@ -9,6 +11,7 @@ import (
 type correlateMetrics struct {
 	records      prometheus.Counter
 	chains       *prometheus.CounterVec
+	forwarded    *prometheus.CounterVec
 	findings     *prometheus.CounterVec
 	overhead     *prometheus.HistogramVec
 	proxiedDur   *prometheus.HistogramVec
@@ -20,6 +23,11 @@ type correlateMetrics struct {
 	sinkErrors   prometheus.Counter
 	badFrames    prometheus.Counter
 }
+
+// ForwardedClasses are the classes of chains whose entry apiserver forwarded the request
+// (served by the peer, failed, one side's record missing, or forwarded more than once): what
+// the entry's own apiserver_rerouted_request_total counts.
+var ForwardedClasses = []Class{ClassProxied, ClassProxyFailed, ClassBroken, ClassLoop}
 
 // latencyBuckets span a loopback forward (sub-millisecond) to a slow cross-zone one.
 var latencyBuckets = []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}
@@ -34,6 +42,10 @@ func newCorrelateMetrics() *correlateMetrics {
 			Name: metrics.CorrelateChainsTotal,
 			Help: "Final chains (one per request) by class, entry and peer apiserver, group and resource.",
 		}, []string{metrics.LabelClass, metrics.LabelEntryAPIServer, metrics.LabelPeerAPIServer, metrics.LabelGroup, metrics.LabelResource}),
+		forwarded: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: metrics.CorrelateForwardedTotal,
+			Help: "Requests the apiserver forwarded to a peer as the entry, as the chains show them, by class (proxied, proxy_failed, broken, loop): what its own apiserver_rerouted_request_total counts.",
+		}, []string{metrics.LabelAPIServer, metrics.LabelClass}),
 		findings: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: metrics.CorrelateFindingsTotal, Help: "Findings on final chains.",
 		}, append([]string{metrics.LabelFinding}, pair...)),
@@ -88,7 +100,17 @@ func (co *Correlator) Collectors() []prometheus.Collector {
 		defer co.mu.Unlock()
 		return float64(co.j.Dropped)
 	})
-	return []prometheus.Collector{m.records, m.chains, m.findings, m.overhead, m.proxiedDur, m.open, m.evictions, reopened, dropped, m.reclassified, m.held, m.pending, m.sinkErrors, m.badFrames, co.versionErrors}
+	// The forwarded counts of the apiservers known by now (configured) exist at 0, so that the
+	// first forward shows as an increase and the cross-check with their own counter holds from
+	// the start.
+	if co.caps != nil {
+		for _, srv := range co.caps.Servers() {
+			for _, c := range ForwardedClasses {
+				m.forwarded.WithLabelValues(srv.Name, string(c))
+			}
+		}
+	}
+	return []prometheus.Collector{m.records, m.chains, m.forwarded, m.findings, m.overhead, m.proxiedDur, m.open, m.evictions, reopened, dropped, m.reclassified, m.held, m.pending, m.sinkErrors, m.badFrames, co.versionErrors}
 }
 
 func (m *correlateMetrics) count(c *Chain) {
@@ -100,6 +122,9 @@ func (m *correlateMetrics) count(c *Chain) {
 		peer = c.Peer.APIServer
 	}
 	m.chains.WithLabelValues(string(c.Class), entry, peer, c.Group, c.Resource).Inc()
+	if entry != "" && slices.Contains(ForwardedClasses, c.Class) {
+		m.forwarded.WithLabelValues(entry, string(c.Class)).Inc()
+	}
 	for _, f := range c.Findings {
 		m.findings.WithLabelValues(string(f), entry, peer).Inc()
 	}

@@ -152,6 +152,28 @@ func MVPRollout() (dashboard.Dashboard, error) {
 				query{expr: promql.Sum(promql.Rate(promql.Sel(metrics.IngestEventsTotal, promql.Eq(metrics.LabelResult, metrics.ResultAccepted), byAPIServer), rateWindow), metrics.LabelAPIServer), legend: "received {{" + metrics.LabelAPIServer + "}}"},
 				query{expr: promql.Sum(promql.Rate(promql.Sel(metrics.KubeAuditErrorTotal, byAPIServer), rateWindow), metrics.LabelAPIServer, metrics.LabelPlugin), legend: "dropped {{" + metrics.LabelAPIServer + "}} ({{" + metrics.LabelPlugin + "}})"},
 			)).
+		WithRow(dashboard.NewRowBuilder("Cross-check: peertrail against the apiservers' own MVP metrics")).
+		WithPanel(graph{title: "Forwarded: peertrail vs the apiserver", unit: "reqps", width: third,
+			description: "Per apiserver, requests it forwarded to a peer as peertrail's chains show them (" + metrics.CorrelateForwardedTotal + ": the entry of a proxied, proxy_failed, broken or loop chain) and as it counts them itself (" + metrics.KubeReroutedRequestTotal + "). The lines should lie on each other: peertrail below is lost audit, the apiserver below (or missing) a broken or unscraped metric. Alert " + alerts.AlertForwardedMismatch + "."}.
+			prom(
+				query{expr: promql.Sum(promql.Rate(alerts.PeertrailForwarded(alerts.ForwardedClasses, byAPIServer), rateWindow), metrics.LabelAPIServer), legend: "peertrail {{" + metrics.LabelAPIServer + "}}"},
+				query{expr: promql.Sum(promql.Rate(promql.Sel(metrics.KubeReroutedRequestTotal, byAPIServer), rateWindow), metrics.LabelAPIServer), legend: "apiserver {{" + metrics.LabelAPIServer + "}}"},
+			)).
+		WithPanel(graph{title: "Failed forwards: peertrail vs the apiserver", unit: "reqps", width: third,
+			description: "Per apiserver, forwards that failed as peertrail's chains show them (proxy_failed) and as it counts them itself: rerouted requests answered 5xx, and " + metrics.KubePeerProxyErrorsTotal + " (1.36+)."}.
+			prom(
+				query{expr: promql.Sum(promql.Rate(alerts.PeertrailForwarded([]correlate.Class{correlate.ClassProxyFailed}, byAPIServer), rateWindow), metrics.LabelAPIServer), legend: "peertrail {{" + metrics.LabelAPIServer + "}}"},
+				query{expr: promql.Sum(promql.Rate(promql.Sel(metrics.KubeReroutedRequestTotal, promql.Re(metrics.LabelCode, "5.."), byAPIServer), rateWindow), metrics.LabelAPIServer), legend: "apiserver 5xx {{" + metrics.LabelAPIServer + "}}"},
+				query{expr: promql.Sum(promql.Rate(promql.Sel(metrics.KubePeerProxyErrorsTotal, byAPIServer), rateWindow), metrics.LabelAPIServer), legend: "apiserver proxy errors {{" + metrics.LabelAPIServer + "}}"},
+			)).
+		WithPanel(graph{title: "Disagreement (what the alert compares)", unit: "percentunit", min: ptr(0.0), width: third,
+			description: "Per apiserver, how far the two views differ over the last 30 minutes, as a share of the larger (what alert " + alerts.AlertForwardedMismatch + " compares: it fires above 10% forwarded or 25% failed, given enough requests)."}.
+			prom(
+				query{expr: alerts.CrossCheckGap(alerts.PeertrailCount(alerts.CrossCheckWindow, alerts.ForwardedClasses...), alerts.APIServerCount(alerts.CrossCheckWindow, ""), 1),
+					legend: "forwarded {{" + metrics.LabelAPIServer + "}}"},
+				query{expr: alerts.CrossCheckGap(alerts.PeertrailCount(alerts.CrossCheckWindow, correlate.ClassProxyFailed), alerts.APIServerCount(alerts.CrossCheckWindow, "5.."), 1),
+					legend: "failed {{" + metrics.LabelAPIServer + "}}"},
+			)).
 		WithRow(dashboard.NewRowBuilder("peertrail pipeline health")).
 		WithPanel(graph{title: "Audit events received", unit: "ops", width: third,
 			description: "Audit events per second from each apiserver's webhook, by result: accepted, duplicate (a batch resent), invalid (kept as a dead letter)."}.

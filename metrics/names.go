@@ -108,6 +108,10 @@ const (
 	// CorrelateChainsTotal counts final chains by class, entry and peer apiserver, group and
 	// resource (resource "" for non-resource requests such as /apis).
 	CorrelateChainsTotal = "peertrail_correlate_chains_total"
+	// CorrelateForwardedTotal counts requests an apiserver (LabelAPIServer) forwarded to a peer
+	// as the entry, as the chains show them, by LabelClass (proxied, proxy_failed, broken,
+	// loop): the same label as the apiservers' own KubeReroutedRequestTotal, to compare.
+	CorrelateForwardedTotal = "peertrail_correlate_forwarded_total"
 	// CorrelateFindingsTotal counts findings on final chains.
 	CorrelateFindingsTotal = "peertrail_correlate_findings_total"
 	// CorrelateForwardingOverheadSeconds is, per proxied chain, the entry's duration minus the
@@ -218,3 +222,16 @@ const (
 // the windows of the multi-window burn-rate alerts. A rule's name is the prefix followed by
 // its window, e.g. "cluster:apiserver_rerouted_request_5xx:ratio_rate5m".
 const RecordReroutedErrorRatioPrefix = "cluster:apiserver_rerouted_request_5xx:ratio_rate"
+
+// Recording rules (alerts/) of the cross-check of peertrail's chains against the apiservers'
+// own Mixed Version Proxy counter, per apiserver, over 30 minutes.
+const (
+	// RecordPeertrailForwarded: CorrelateForwardedTotal, every class.
+	RecordPeertrailForwarded = "apiserver:peertrail_correlate_forwarded:increase30m"
+	// RecordPeertrailFailed: CorrelateForwardedTotal of class proxy_failed.
+	RecordPeertrailFailed = "apiserver:peertrail_correlate_forwarded_failed:increase30m"
+	// RecordKubeRerouted: KubeReroutedRequestTotal, every code.
+	RecordKubeRerouted = "apiserver:apiserver_rerouted_request:increase30m"
+	// RecordKubeRerouted5xx: KubeReroutedRequestTotal answered 5xx.
+	RecordKubeRerouted5xx = "apiserver:apiserver_rerouted_request_5xx:increase30m"
+)

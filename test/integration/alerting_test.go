@@ -162,6 +162,21 @@ scrape_configs:
 
 	checkDashboardQueries(t, prom.url)
 
+	// The cross-check's recording rule counts, per apiserver, the forwards peertrail saw as the
+	// entry's (the kube-apiservers are not scraped here, so their side stays empty).
+	waitFor(t, 30*time.Second, "the cross-check's recording rule", func() (bool, string) {
+		v, err := instant(prom.url, metrics.RecordPeertrailForwarded)
+		if err != nil || len(v) == 0 {
+			return false, fmt.Sprint(v, err)
+		}
+		for _, s := range v {
+			if s.Metric[metrics.LabelAPIServer] == "" {
+				return false, fmt.Sprintf("a series without apiserver: %v", v)
+			}
+		}
+		return true, ""
+	})
+
 	// peertrail dies: its scrape fails and PeertrailDown goes pending at once (it fires after
 	// its 2 minutes, which the unit tests cover).
 	pt.cmd.Process.Signal(syscall.SIGKILL)
@@ -209,7 +224,8 @@ func checkDashboardQueries(t *testing.T, promURL string) {
 	for _, panel := range []string{"Gate verdict", "Gate checks", "Apiserver versions", "Proxy hit rate by entry apiserver",
 		"Proxy hit rate by resource", "Chains by class", "Forwarding overhead p50 / p99", "Misleading 404s", "Proxy failures",
 		"Broken chains", "Identity on the hop", "Audit events received", "Webhook answers", "Spool: consumer lag and use",
-		"Webhook acknowledge latency p50 / p99", "apiserver", "resource"} {
+		"Webhook acknowledge latency p50 / p99", "apiserver", "resource",
+		"Forwarded: peertrail vs the apiserver", "Failed forwards: peertrail vs the apiserver"} {
 		if results[panel] == 0 {
 			t.Errorf("dashboard panel %q shows nothing on the captures", panel)
 		}
