@@ -8,7 +8,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/peertrail/peertrail/test/e2e/harness"
+	"github.com/peertrail/peertrail/internal/kubecluster"
 )
 
 // realUpgrade plays the rolling upgrade on real kube-apiservers (the binaries scripts/build-kube.sh
@@ -17,27 +17,27 @@ import (
 // a resource stopped gracefully (misleading 404s), the same one killed (503s), and an upgrade
 // step that replaces a 1.35 server with a 1.36 one.
 func realUpgrade(ctx context.Context, webhookBase, dir string, out io.Writer) error {
-	for _, v := range []string{harness.OldVersion, harness.NewVersion} {
-		if _, err := harness.Binary(v); err != nil {
+	for _, v := range []string{kubecluster.OldVersion, kubecluster.NewVersion} {
+		if _, err := kubecluster.Binary(v); err != nil {
 			return fmt.Errorf("--real needs real kube-apiservers: %w", err)
 		}
 	}
-	pki, err := harness.NewPKI(filepath.Join(dir, "pki"))
+	pki, err := kubecluster.NewPKI(filepath.Join(dir, "pki"))
 	if err != nil {
 		return err
 	}
 	newOnly := map[string]bool{"GenericWorkload": true}
 	podgroupsOn := map[string]string{"scheduling.k8s.io/v1alpha2": "true"}
 	say := func(format string, args ...any) { fmt.Fprintf(out, "  "+format+"\n", args...) }
-	say("starting etcd and kube-apiservers kas-a, kas-b (%s) and kas-c (%s)...", harness.OldVersion, harness.NewVersion)
-	c, err := harness.Start(ctx, nil, harness.Config{
+	say("starting etcd and kube-apiservers kas-a, kas-b (%s) and kas-c (%s)...", kubecluster.OldVersion, kubecluster.NewVersion)
+	c, err := kubecluster.Start(ctx, nil, kubecluster.Config{
 		Dir: dir, PKI: pki, LogTailLines: -1,
-		Servers: []harness.ServerConfig{
-			{Name: "kas-a", Version: harness.OldVersion},
-			{Name: "kas-b", Version: harness.OldVersion},
-			{Name: "kas-c", Version: harness.NewVersion, FeatureGates: newOnly, RuntimeConfig: podgroupsOn},
+		Servers: []kubecluster.ServerConfig{
+			{Name: "kas-a", Version: kubecluster.OldVersion},
+			{Name: "kas-b", Version: kubecluster.OldVersion},
+			{Name: "kas-c", Version: kubecluster.NewVersion, FeatureGates: newOnly, RuntimeConfig: podgroupsOn},
 		},
-		Webhook: &harness.WebhookConfig{URL: func(name string) string { return webhookBase + "/audit/" + name }, BatchMaxWait: time.Second},
+		Webhook: &kubecluster.WebhookConfig{URL: func(name string) string { return webhookBase + "/audit/" + name }, BatchMaxWait: time.Second},
 	})
 	if err != nil {
 		return fmt.Errorf("start the control plane: %w", err)
@@ -69,7 +69,7 @@ func realUpgrade(ctx context.Context, webhookBase, dir string, out io.Writer) er
 		return err
 	}
 	say("  requests through kas-a while no server of podgroups is up: %v", traffic(5, "kas-a"))
-	if err := restart(ctx, c, "kas-c", harness.NewVersion, podgroups); err != nil {
+	if err := restart(ctx, c, "kas-c", kubecluster.NewVersion, podgroups); err != nil {
 		return err
 	}
 	say("kas-c is SIGKILLed...")
@@ -77,23 +77,23 @@ func realUpgrade(ctx context.Context, webhookBase, dir string, out io.Writer) er
 		return err
 	}
 	say("  requests through kas-b while kas-c's lease lives on: %v", traffic(5, "kas-b"))
-	if err := restart(ctx, c, "kas-c", harness.NewVersion, podgroups); err != nil {
+	if err := restart(ctx, c, "kas-c", kubecluster.NewVersion, podgroups); err != nil {
 		return err
 	}
-	say("upgrade step: kas-a is replaced by %s...", harness.NewVersion)
-	if err := c.ReplaceServer(ctx, "kas-a", harness.NewVersion); err != nil {
+	say("upgrade step: kas-a is replaced by %s...", kubecluster.NewVersion)
+	if err := c.ReplaceServer(ctx, "kas-a", kubecluster.NewVersion); err != nil {
 		return err
 	}
 	// podgroups is alpha in 1.36: the replaced kas-a does not enable it, so it forwards as before,
 	// now as a 1.36 entry.
-	say("  kas-a (now %s, podgroups not enabled) and kas-b: %v", harness.NewVersion, traffic(10, "kas-a", "kas-b"))
+	say("  kas-a (now %s, podgroups not enabled) and kas-b: %v", kubecluster.NewVersion, traffic(10, "kas-a", "kas-b"))
 	if _, err := c.WaitStatus(ctx, "kas-a", podgroups, time.Minute, http.StatusOK); err != nil {
 		return err
 	}
 	return nil
 }
 
-func restart(ctx context.Context, c *harness.Cluster, name, version, path string) error {
+func restart(ctx context.Context, c *kubecluster.Cluster, name, version, path string) error {
 	if err := c.StartServer(ctx, name, version); err != nil {
 		return fmt.Errorf("restart %s: %w", name, err)
 	}

@@ -1,4 +1,4 @@
-package harness
+package kubecluster
 
 import (
 	"fmt"
@@ -17,14 +17,14 @@ func RenamedBinary(dir, version, name string) (string, error) {
 		return "", err
 	}
 	if name == "" || name != filepath.Base(name) {
-		return "", fmt.Errorf("harness: RenamedBinary: %q is not a file name", name)
+		return "", fmt.Errorf("kubecluster: RenamedBinary: %q is not a file name", name)
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", fmt.Errorf("harness: RenamedBinary: %w", err)
+		return "", fmt.Errorf("kubecluster: RenamedBinary: %w", err)
 	}
 	p := filepath.Join(dir, name)
 	if err := os.Symlink(bin, p); err != nil {
-		return "", fmt.Errorf("harness: RenamedBinary %s as %s: %w", version, name, err)
+		return "", fmt.Errorf("kubecluster: RenamedBinary %s as %s: %w", version, name, err)
 	}
 	return p, nil
 }

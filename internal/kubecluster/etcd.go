@@ -1,4 +1,4 @@
-package harness
+package kubecluster
 
 import (
 	"context"
@@ -34,7 +34,7 @@ func EtcdBinary() (string, error) {
 	if p, err := exec.LookPath("etcd"); err == nil {
 		return p, nil
 	}
-	return "", fmt.Errorf("harness: etcd not found: run `scripts/build-kube.sh` (it installs Debian's etcd-server) or `apt-get install -y etcd-server`")
+	return "", fmt.Errorf("kubecluster: etcd not found: run `scripts/build-kube.sh` (it installs Debian's etcd-server) or `apt-get install -y etcd-server`")
 }
 
 // StartEtcd starts etcd with its data in dir/data and waits until /health is ok.
@@ -83,7 +83,7 @@ func StartEtcd(ctx context.Context, dir string) (*Etcd, error) {
 	e.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := e.cmd.Start(); err != nil {
 		logf.Close()
-		return nil, fmt.Errorf("harness: start etcd: %w", err)
+		return nil, fmt.Errorf("kubecluster: start etcd: %w", err)
 	}
 	go func() {
 		_ = e.cmd.Wait()
@@ -106,10 +106,10 @@ func StartEtcd(ctx context.Context, dir string) (*Etcd, error) {
 		}
 		select {
 		case <-e.done:
-			return nil, fmt.Errorf("harness: etcd exited before ready; log %s:\n%s", e.LogFile, tailFile(e.LogFile, 25))
+			return nil, fmt.Errorf("kubecluster: etcd exited before ready; log %s:\n%s", e.LogFile, tailFile(e.LogFile, 25))
 		case <-ctx.Done():
 			e.Stop()
-			return nil, fmt.Errorf("harness: etcd not healthy: %w; log %s:\n%s", ctx.Err(), e.LogFile, tailFile(e.LogFile, 25))
+			return nil, fmt.Errorf("kubecluster: etcd not healthy: %w; log %s:\n%s", ctx.Err(), e.LogFile, tailFile(e.LogFile, 25))
 		case <-tick.C:
 		}
 	}

@@ -1,4 +1,4 @@
-package harness
+package kubecluster
 
 import (
 	"context"
@@ -149,7 +149,7 @@ func (c *Cluster) WaitStatus(ctx context.Context, server, path string, timeout t
 		}
 		select {
 		case <-ctx.Done():
-			return last, fmt.Errorf("harness: GET %s on %s: want %v, last: %s: %w", path, server, codes, last, ctx.Err())
+			return last, fmt.Errorf("kubecluster: GET %s on %s: want %v, last: %s: %w", path, server, codes, last, ctx.Err())
 		case <-tick.C:
 		}
 	}

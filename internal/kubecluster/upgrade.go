@@ -1,4 +1,4 @@
-package harness
+package kubecluster
 
 import (
 	"context"
@@ -24,7 +24,7 @@ func (c *Cluster) ReplaceServerWith(ctx context.Context, name string, sc ServerC
 		sc.Name = name
 	}
 	if sc.Name != name {
-		return fmt.Errorf("harness: ReplaceServerWith %s: the new configuration names %q (the hostname is the identity and must stay)", name, sc.Name)
+		return fmt.Errorf("kubecluster: ReplaceServerWith %s: the new configuration names %q (the hostname is the identity and must stay)", name, sc.Name)
 	}
 	s.mu.Lock()
 	port := s.Port
@@ -33,7 +33,7 @@ func (c *Cluster) ReplaceServerWith(ctx context.Context, name string, sc ServerC
 		sc.Port = port
 	}
 	if sc.Port != port {
-		return fmt.Errorf("harness: ReplaceServerWith %s: port %d, the server has %d", name, sc.Port, port)
+		return fmt.Errorf("kubecluster: ReplaceServerWith %s: port %d, the server has %d", name, sc.Port, port)
 	}
 	if sc.Version == "" {
 		sc.Version = NewVersion

@@ -1,4 +1,4 @@
-package harness
+package kubecluster
 
 import (
 	"context"
@@ -209,7 +209,7 @@ func (s *Server) start() error {
 		select {
 		case <-s.done:
 		default:
-			return fmt.Errorf("harness: server %s already running", s.Name)
+			return fmt.Errorf("kubecluster: server %s already running", s.Name)
 		}
 	}
 	s.incarnation++
@@ -230,7 +230,7 @@ func (s *Server) start() error {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		logf.Close()
-		return fmt.Errorf("harness: start %s: %w", s.Name, err)
+		return fmt.Errorf("kubecluster: start %s: %w", s.Name, err)
 	}
 	done := make(chan struct{})
 	s.cmd, s.done, s.exitErr = cmd, done, nil
@@ -253,7 +253,7 @@ func (s *Server) waitReady(ctx context.Context, timeout time.Duration) error {
 	done := s.done
 	s.mu.Unlock()
 	if done == nil {
-		return fmt.Errorf("harness: server %s not started", s.Name)
+		return fmt.Errorf("kubecluster: server %s not started", s.Name)
 	}
 	client, err := s.c.httpClient(s.c.AdminConfig(s.Name))
 	if err != nil {
@@ -281,10 +281,10 @@ func (s *Server) waitReady(ctx context.Context, timeout time.Duration) error {
 			s.mu.Lock()
 			exitErr := s.exitErr
 			s.mu.Unlock()
-			return fmt.Errorf("harness: server %s (%s) exited before ready: %v; log %s:\n%s",
+			return fmt.Errorf("kubecluster: server %s (%s) exited before ready: %v; log %s:\n%s",
 				s.Name, s.Version, exitErr, s.LogFile(), tailFile(s.LogFile(), 25))
 		case <-ctx.Done():
-			return fmt.Errorf("harness: server %s (%s) not ready: %w (last: %s); log %s:\n%s",
+			return fmt.Errorf("kubecluster: server %s (%s) not ready: %w (last: %s); log %s:\n%s",
 				s.Name, s.Version, ctx.Err(), last, s.LogFile(), tailFile(s.LogFile(), 25))
 		case <-tick.C:
 		}
@@ -320,7 +320,7 @@ func (s *Server) stop(timeout time.Duration) error {
 	}
 	_ = cmd.Process.Kill()
 	<-done
-	return fmt.Errorf("harness: server %s did not stop within %s of SIGTERM; killed", s.Name, timeout)
+	return fmt.Errorf("kubecluster: server %s did not stop within %s of SIGTERM; killed", s.Name, timeout)
 }
 
 func (s *Server) kill() error {
