@@ -1,9 +1,11 @@
-// Command demoserve runs captured audit traffic through peertrail's pipeline (spool, correlator,
-// store writer) into an embedded store and serves its ClickHouse HTTP interface, so that
-// `peertrail sql` and `peertrail report` (and Grafana, curl) can be tried and documented
-// without a live control plane:
+// Command demoserve is a documentation tool, not part of what peertrail ships: it runs captured
+// audit traffic through peertrail's pipeline (spool, correlator, store writer) into an embedded
+// store and serves its ClickHouse HTTP interface, so that `peertrail sql` and `peertrail report`
+// (and Grafana, curl) can be tried and documented without a live control plane (INVESTIGATION.md
+// is its output). `peertrail demo` is the user's demo; this one loads the test captures
+// (store/storetest), which is why it lives beside peertrail's command rather than in it:
 //
-//	go run ./store/storetest/demoserve -listen 127.0.0.1:8123 &
+//	go run ./cmd/demoserve -listen 127.0.0.1:8123 &
 //	peertrail report --since 24h
 //
 // It loads the real captures under test/testdata/real (the audit webhook bodies real
