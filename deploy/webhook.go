@@ -43,13 +43,13 @@ var apiserverNameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$
 func WebhookURL(base, apiserver string) (string, error) {
 	u, err := url.Parse(base)
 	if err != nil {
-		return "", fmt.Errorf("--url: %w", err)
+		return "", fmt.Errorf("peertrail URL: %w", err)
 	}
 	if u.Scheme != "https" || u.Host == "" {
-		return "", fmt.Errorf("--url %q: want https://HOST[:PORT] (the apiserver's webhook speaks TLS; peertrail serves plain HTTP only on loopback)", base)
+		return "", fmt.Errorf("peertrail URL %q: want https://HOST[:PORT] (the apiserver's webhook speaks TLS; peertrail serves plain HTTP only on loopback)", base)
 	}
 	if u.RawQuery != "" || u.Fragment != "" {
-		return "", fmt.Errorf("--url %q: no query or fragment", base)
+		return "", fmt.Errorf("peertrail URL %q: no query or fragment", base)
 	}
 	switch p := strings.TrimRight(u.Path, "/"); {
 	case p == "":
@@ -57,33 +57,36 @@ func WebhookURL(base, apiserver string) (string, error) {
 	case p == "/audit/"+apiserver:
 		u.Path = p
 	case strings.HasPrefix(p, "/audit/"):
-		return "", fmt.Errorf("--url %q names apiserver %q, not %q", base, strings.TrimPrefix(p, "/audit/"), apiserver)
+		return "", fmt.Errorf("peertrail URL %q names apiserver %q, not %q", base, strings.TrimPrefix(p, "/audit/"), apiserver)
 	default:
-		return "", fmt.Errorf("--url %q: give peertrail's base URL (https://HOST:PORT) or .../audit/%s", base, apiserver)
+		return "", fmt.Errorf("peertrail URL %q: give peertrail's base URL (https://HOST:PORT) or .../audit/%s", base, apiserver)
 	}
 	return u.String(), nil
 }
 
 // BuildWebhookKubeconfig returns the kubeconfig for --audit-webhook-config-file.
+//
+// Its errors name what is wrong in words (the peertrail URL, the CA file, the client
+// certificate), not the flags of a command: the command that calls it says which flag that is.
 func BuildWebhookKubeconfig(o WebhookOptions) ([]byte, error) {
 	if !apiserverNameRE.MatchString(o.APIServer) {
-		return nil, fmt.Errorf("--apiserver %q: want a lowercase DNS-like name (what peertrail's config lists)", o.APIServer)
+		return nil, fmt.Errorf("apiserver name %q: want a lowercase DNS-like name (what peertrail's config lists)", o.APIServer)
 	}
 	server, err := WebhookURL(o.URL, o.APIServer)
 	if err != nil {
 		return nil, err
 	}
 	if o.CAFile == "" {
-		return nil, errors.New("--ca is required: the CA bundle that verifies peertrail's serving certificate")
+		return nil, errors.New("a CA file is required: the CA bundle that verifies peertrail's serving certificate")
 	}
 	certAuth := o.ClientCertFile != "" || o.ClientKeyFile != ""
 	switch {
 	case certAuth && o.TokenFile != "":
-		return nil, errors.New("give either --client-cert/--client-key or --token-file, not both")
+		return nil, errors.New("give either a client certificate and key or a token file, not both")
 	case certAuth && (o.ClientCertFile == "" || o.ClientKeyFile == ""):
-		return nil, errors.New("--client-cert and --client-key go together")
+		return nil, errors.New("a client certificate and its key go together")
 	case !certAuth && o.TokenFile == "":
-		return nil, errors.New("give --client-cert/--client-key (recommended: names the apiserver by its certificate) or --token-file: peertrail refuses unauthenticated batches")
+		return nil, errors.New("give a client certificate and key (recommended: names the apiserver by its certificate) or a token file: peertrail refuses unauthenticated batches")
 	}
 
 	cluster := clientcmdapi.NewCluster()
@@ -92,26 +95,26 @@ func BuildWebhookKubeconfig(o WebhookOptions) ([]byte, error) {
 	if o.Embed {
 		ca, err := readPEM(o.CAFile, "CERTIFICATE")
 		if err != nil {
-			return nil, fmt.Errorf("--ca: %w", err)
+			return nil, fmt.Errorf("CA file: %w", err)
 		}
 		cluster.CertificateAuthorityData = ca
 		if certAuth {
 			if user.ClientCertificateData, err = os.ReadFile(o.ClientCertFile); err != nil {
-				return nil, fmt.Errorf("--client-cert: %w", err)
+				return nil, fmt.Errorf("client certificate: %w", err)
 			}
 			if user.ClientKeyData, err = os.ReadFile(o.ClientKeyFile); err != nil {
-				return nil, fmt.Errorf("--client-key: %w", err)
+				return nil, fmt.Errorf("client key: %w", err)
 			}
 			if _, err := tls.X509KeyPair(user.ClientCertificateData, user.ClientKeyData); err != nil {
-				return nil, fmt.Errorf("--client-cert/--client-key: %w", err)
+				return nil, fmt.Errorf("client certificate and key: %w", err)
 			}
 		} else {
 			tok, err := os.ReadFile(o.TokenFile)
 			if err != nil {
-				return nil, fmt.Errorf("--token-file: %w", err)
+				return nil, fmt.Errorf("token file: %w", err)
 			}
 			if user.Token = strings.TrimSpace(string(tok)); user.Token == "" {
-				return nil, fmt.Errorf("--token-file %s is empty", o.TokenFile)
+				return nil, fmt.Errorf("token file %s is empty", o.TokenFile)
 			}
 		}
 	} else {
@@ -120,14 +123,14 @@ func BuildWebhookKubeconfig(o WebhookOptions) ([]byte, error) {
 		cluster.CertificateAuthority = o.CAFile
 		if _, err := os.Stat(o.CAFile); err == nil {
 			if _, err := readPEM(o.CAFile, "CERTIFICATE"); err != nil {
-				return nil, fmt.Errorf("--ca: %w", err)
+				return nil, fmt.Errorf("CA file: %w", err)
 			}
 		}
 		if certAuth {
 			user.ClientCertificate, user.ClientKey = o.ClientCertFile, o.ClientKeyFile
 			if exists(o.ClientCertFile) && exists(o.ClientKeyFile) {
 				if _, err := tls.LoadX509KeyPair(o.ClientCertFile, o.ClientKeyFile); err != nil {
-					return nil, fmt.Errorf("--client-cert/--client-key: %w", err)
+					return nil, fmt.Errorf("client certificate and key: %w", err)
 				}
 			}
 		} else {

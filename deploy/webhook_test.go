@@ -60,3 +60,25 @@ func TestBuildWebhookKubeconfig(t *testing.T) {
 		}
 	}
 }
+
+// The package's errors describe the option, not a command's flag: the CLI is one caller of many.
+func TestWebhookErrorsNameNoFlags(t *testing.T) {
+	for _, o := range []WebhookOptions{
+		{APIServer: "CP_1", URL: "https://p:8443", CAFile: "ca"},
+		{APIServer: "cp-1", URL: "http://p:8443", CAFile: "ca", TokenFile: "t"},
+		{APIServer: "cp-1", URL: "https://p:8443", TokenFile: "t"},
+		{APIServer: "cp-1", URL: "https://p:8443", CAFile: "ca"},
+		{APIServer: "cp-1", URL: "https://p:8443", CAFile: "ca", ClientCertFile: "c"},
+		{APIServer: "cp-1", URL: "https://p:8443", CAFile: "ca", ClientCertFile: "c", ClientKeyFile: "k", TokenFile: "t"},
+		{APIServer: "cp-1", URL: "https://p:8443", CAFile: "/nonexistent/ca", TokenFile: "/nonexistent/t", Embed: true},
+	} {
+		_, err := BuildWebhookKubeconfig(o)
+		if err == nil {
+			t.Errorf("%+v: accepted", o)
+			continue
+		}
+		if strings.Contains(err.Error(), "--") {
+			t.Errorf("%+v: %v names a flag", o, err)
+		}
+	}
+}
