@@ -185,7 +185,9 @@ const (
 )
 
 // Metrics the kube-apiservers export themselves, which the dashboards and alerts put next to
-// peertrail's (names as of 1.35/1.36; see KUBERNETES-FACTS.md).
+// peertrail's (names as of 1.35/1.36: 1.35 has apiserver_rerouted_request_total{code}; 1.36
+// adds the group, version and resource labels and the peer-proxy and peer-discovery error
+// counters).
 const (
 	KubeReroutedRequestTotal   = "apiserver_rerouted_request_total"
 	KubePeerProxyErrorsTotal   = "apiserver_peer_proxy_errors_total"

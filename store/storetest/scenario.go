@@ -2,8 +2,8 @@
 // rolling upgrade, for the store's tests, benchmarks and demos: three apiservers (kas-a and
 // kas-b on v1.35.4, kas-c on v1.36.3, which alone serves scheduling.k8s.io/v1alpha2
 // podgroups), background traffic, forwarded requests with both audit records, and each failure
-// KUBERNETES-FACTS.md describes (misleading 404s, 503s from a killed peer, broken chains,
-// identity lost on the hop, the apiservers' own peer discovery).
+// the real captures show (test/testdata/real/README.md: misleading 404s, 503s from a killed
+// peer, broken chains, identity lost on the hop, the apiservers' own peer discovery).
 //
 // The records are produced the way the receiver produces them: audit.k8s.io/v1 EventList JSON
 // bodies decoded by record.Decode. The chains are what the correlator is specified to make of
