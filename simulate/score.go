@@ -3,32 +3,21 @@ package simulate
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
-	"os"
 	"slices"
-	"sort"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/peertrail/peertrail/internal/tlsconfig"
 )
 
 // ClientTLS is the TLS configuration that reaches the receiver described by o.
 func ClientTLS(o WebhookOptions) (*tls.Config, error) {
-	tc := &tls.Config{InsecureSkipVerify: o.InsecureSkipVerify} //nolint:gosec // opt-in for demos
-	if o.CAFile != "" {
-		pem, err := os.ReadFile(o.CAFile)
-		if err != nil {
-			return nil, fmt.Errorf("read CA: %w", err)
-		}
-		tc.RootCAs = x509.NewCertPool()
-		if !tc.RootCAs.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("%s holds no PEM certificate", o.CAFile)
-		}
-	}
-	return tc, nil
+	return tlsconfig.Client(o.CAFile, o.InsecureSkipVerify, "", "")
 }
 
 // Scorecard compares what peertrail concluded with the truth.
@@ -196,23 +185,14 @@ func Summary(truths []Truth) string {
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "%d requests:", len(truths))
-	for _, k := range sortedKeys(classes) {
+	for _, k := range slices.Sorted(maps.Keys(classes)) {
 		fmt.Fprintf(&b, " %s %d", k, classes[k])
 	}
 	if len(faults) > 0 {
 		b.WriteString("; injected faults:")
-		for _, k := range sortedKeys(faults) {
+		for _, k := range slices.Sorted(maps.Keys(faults)) {
 			fmt.Fprintf(&b, " %s %d", k, faults[k])
 		}
 	}
 	return b.String()
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }

@@ -2,8 +2,6 @@ package store
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"os"
@@ -15,6 +13,8 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/spf13/pflag"
+
+	"github.com/peertrail/peertrail/internal/tlsconfig"
 )
 
 // ServerOptions say how to reach a ClickHouse server. They come from flags (AddFlags), the
@@ -89,28 +89,15 @@ func (o *ServerOptions) ClickHouseOptions() (*clickhouse.Options, error) {
 	// The schema qualifies every table with its database; the connection's own default
 	// database stays what the DSN says (or the server's default).
 	if o.CAFile != "" || o.CertFile != "" || o.InsecureSkipVerify {
-		if opts.TLS == nil {
-			opts.TLS = &tls.Config{MinVersion: tls.VersionTLS12}
+		tc, err := tlsconfig.Client(o.CAFile, o.InsecureSkipVerify, o.CertFile, o.KeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("store: ClickHouse TLS: %w", err)
 		}
-		if o.CAFile != "" {
-			pem, err := os.ReadFile(o.CAFile)
-			if err != nil {
-				return nil, fmt.Errorf("store: ClickHouse CA file: %w", err)
-			}
-			pool := x509.NewCertPool()
-			if !pool.AppendCertsFromPEM(pem) {
-				return nil, fmt.Errorf("store: ClickHouse CA file %s holds no PEM certificate", o.CAFile)
-			}
-			opts.TLS.RootCAs = pool
+		if opts.TLS != nil {
+			// The DSN asked for TLS (secure=true) with settings of its own: keep them.
+			tc.ServerName = opts.TLS.ServerName
 		}
-		if o.CertFile != "" {
-			cert, err := tls.LoadX509KeyPair(o.CertFile, o.KeyFile)
-			if err != nil {
-				return nil, fmt.Errorf("store: ClickHouse client certificate: %w", err)
-			}
-			opts.TLS.Certificates = []tls.Certificate{cert}
-		}
-		opts.TLS.InsecureSkipVerify = o.InsecureSkipVerify
+		opts.TLS = tc
 	}
 	if opts.DialTimeout == 0 {
 		opts.DialTimeout = 10 * time.Second

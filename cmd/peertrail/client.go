@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -13,6 +12,8 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+
+	"github.com/peertrail/peertrail/internal/tlsconfig"
 )
 
 // tokenEnv is the environment variable the API clients take a reader token from when neither
@@ -163,23 +164,5 @@ func apiGet(ctx context.Context, c *http.Client, base, path string) ([]byte, err
 // clientTLS is the TLS configuration of a client of peertrail serve: the CA that verifies it (the
 // system's when empty), whether to skip that, and an optional client certificate.
 func clientTLS(caFile string, insecure bool, certFile, keyFile string) (*tls.Config, error) {
-	tc := &tls.Config{InsecureSkipVerify: insecure} //nolint:gosec // opt-in flag for test servers
-	if caFile != "" {
-		pem, err := os.ReadFile(caFile)
-		if err != nil {
-			return nil, err
-		}
-		tc.RootCAs = x509.NewCertPool()
-		if !tc.RootCAs.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("%s holds no PEM certificate", caFile)
-		}
-	}
-	if certFile != "" {
-		kp, err := tls.LoadX509KeyPair(certFile, keyFile)
-		if err != nil {
-			return nil, err
-		}
-		tc.Certificates = []tls.Certificate{kp}
-	}
-	return tc, nil
+	return tlsconfig.Client(caFile, insecure, certFile, keyFile)
 }

@@ -29,13 +29,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
-	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -841,8 +841,8 @@ func (r *ruTest) verify() {
 				t.Errorf("%s: the entry's ResponseComplete event has code %d, want %d", where, e.Code, w.code)
 			}
 		}
-		if !slices.Equal(sortedKeys(got), sorted(want)) {
-			t.Errorf("%s: peertrail.events holds records from %v, want %v", where, sortedKeys(got), sorted(want))
+		if !slices.Equal(slices.Sorted(maps.Keys(got)), sorted(want)) {
+			t.Errorf("%s: peertrail.events holds records from %v, want %v", where, slices.Sorted(maps.Keys(got)), sorted(want))
 		}
 	}
 	t.Logf("%d requests checked through the chain API and SQL", len(r.wants))
@@ -1261,15 +1261,6 @@ func sideCode(s *correlate.Side) int32 {
 	return s.Code
 }
 
-func sortedKeys(m map[string]bool) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
-}
-
 func firstLine(s string) string {
 	s, _, _ = strings.Cut(strings.TrimSpace(s), "\n")
 	return truncate(s, 120)
@@ -1469,7 +1460,7 @@ func TestUpgradeRenamedBinaries(t *testing.T) {
 	}
 	for _, want := range []string{"kas-a kube-apiserver-1.35.4/v1.35.4", "kas-b kube-apiserver-1.35.4/v1.35.4", "kas-b kube-apiserver-1.36/v1.36.3"} {
 		if !seen[want] {
-			t.Errorf("no loopback user agent %q in the chains: %v", want, sortedKeys(seen))
+			t.Errorf("no loopback user agent %q in the chains: %v", want, slices.Sorted(maps.Keys(seen)))
 		}
 	}
 	text, err := pt.metrics(ctx)
