@@ -83,7 +83,7 @@ func AgentVersion(agent string) (string, error) {
 	}
 	_, rest, ok := strings.Cut(agent, "/")
 	if !ok {
-		return "", fmt.Errorf("user agent %q is not <binary>/<version> ...", agent)
+		return "", fmt.Errorf("user agent %q is not of the form <binary>/<version>", agent)
 	}
 	token, _, _ := strings.Cut(rest, " ")
 	if token == "" {

@@ -1,3 +1,5 @@
+//lint:file-ignore SA1019 Grafana's file provisioning takes the v1 dashboard JSON (dashboard.Dashboard); dashboardv2 is the schema of Grafana 12's new dashboards, which peertrail does not target yet.
+
 // Package dashboards generates peertrail's Grafana dashboards with the Grafana Foundation SDK:
 // "MVP rollout" (Prometheus: the Mixed Version Proxy as peertrail's chains and the apiservers'
 // own metrics show it, the upgrade gate, and peertrail's pipeline health) and "Chain

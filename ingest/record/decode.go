@@ -129,7 +129,7 @@ func (d *Decoder) decode(scan bool, body []byte, apiserver string, receivedAt ti
 	deepBody := scanned && deepest > maxItemDepth
 	if !scanned && looseDepth(body) > maxItemDepth+2 {
 		var ok bool
-		if items, deepest, ok = d.scanEnvelope(body); !ok {
+		if items, _, ok = d.scanEnvelope(body); !ok {
 			return nil, nil, fmt.Errorf("%w: nested deeper than %d and not an EventList the items can be split from",
 				ErrNotEventList, maxItemDepth+2)
 		}
