@@ -1,22 +1,18 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
-	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/spf13/cobra"
 
-	"github.com/peertrail/peertrail/internal/bufpool"
-	"github.com/peertrail/peertrail/simulate"
+	"github.com/peertrail/peertrail/loadgen"
 )
 
 type loadgenFlags struct {
@@ -73,19 +69,7 @@ and the acknowledge latency distribution. Use it to size a deployment or to chec
 }
 
 // LoadResult is what loadgen measured.
-type LoadResult struct {
-	Batches      int            `json:"batches"`
-	EventsSent   int            `json:"events_sent"`
-	EventsAcked  int            `json:"events_acked"`
-	Codes        map[string]int `json:"codes"`
-	Seconds      float64        `json:"seconds"`
-	AckedPerSec  float64        `json:"acked_events_per_second"`
-	LatencyP50ms float64        `json:"ack_latency_p50_ms"`
-	LatencyP90ms float64        `json:"ack_latency_p90_ms"`
-	LatencyP99ms float64        `json:"ack_latency_p99_ms"`
-	LatencyMaxms float64        `json:"ack_latency_max_ms"`
-	Late         int            `json:"batches_sent_late"`
-}
+type LoadResult = loadgen.Result
 
 func runLoadgen(ctx context.Context, f *loadgenFlags, out io.Writer) error {
 	names := strings.Split(f.apiservers, ",")
@@ -102,88 +86,18 @@ func runLoadgen(ctx context.Context, f *loadgenFlags, out io.Writer) error {
 			return err
 		}
 	}
-	tokenOf := func(name string) string {
-		if t, ok := tokens[name]; ok {
-			return t
-		}
-		return token
-	}
-	interval := time.Duration(float64(time.Second) * float64(f.batch*len(names)) / float64(f.rate))
-	var (
-		mu        sync.Mutex
-		latencies []time.Duration
-		res       = LoadResult{Codes: map[string]int{}}
-	)
-	start := time.Now()
-	measureFrom := start.Add(f.warmup)
-	deadline := measureFrom.Add(f.duration)
-	warmupRefused := 0
-	// Bodies are rendered into reused buffers: a fresh third of a megabyte per batch made this
-	// process's garbage collector part of the latency it measures.
-	bodies := bufpool.New(64, 8<<20)
-	var wg sync.WaitGroup
-	for si, name := range names {
-		tmpl, err := simulate.NewTemplate(simulate.NewEvents(uint64(si+1), nil), f.batch)
-		if err != nil {
-			return err
-		}
-		wg.Go(func() {
-			var inflight sync.WaitGroup
-			defer inflight.Wait()
-			// Stagger senders so their batches do not all arrive at once.
-			next := start.Add(interval * time.Duration(si) / time.Duration(len(names)))
-			for seq := 0; next.Before(deadline); seq++ {
-				if d := time.Until(next); d > 0 {
-					select {
-					case <-time.After(d):
-					case <-ctx.Done():
-						return
-					}
-				}
-				late := time.Since(next) > interval
-				measured := !next.Before(measureFrom)
-				body := tmpl.AppendRender(bodies.Get(), si, seq)
-				inflight.Go(func() {
-					t0 := time.Now()
-					code := post(ctx, client, f.url+"/audit/"+name, tokenOf(name), body)
-					lat := time.Since(t0)
-					if code == "200" { // read to the end by the server, so the transport is done with it
-						bodies.Put(body)
-					}
-					mu.Lock()
-					defer mu.Unlock()
-					if !measured {
-						if code != "200" {
-							warmupRefused += f.batch
-						}
-						return
-					}
-					res.Batches++
-					res.EventsSent += f.batch
-					res.Codes[code]++
-					if code == "200" {
-						res.EventsAcked += f.batch
-						latencies = append(latencies, lat)
-					}
-					if late {
-						res.Late++
-					}
-				})
-				next = next.Add(interval)
+	res, err := loadgen.Run(ctx, loadgen.Options{
+		URL: f.url, APIServers: names, Rate: f.rate, Batch: f.batch, Warmup: f.warmup, Duration: f.duration, Client: client,
+		Token: func(name string) string {
+			if t, ok := tokens[name]; ok {
+				return t
 			}
-		})
+			return token
+		},
+	})
+	if err != nil {
+		return err
 	}
-	wg.Wait()
-	res.Seconds = time.Since(measureFrom).Seconds()
-	res.AckedPerSec = float64(res.EventsAcked) / res.Seconds
-	slices.Sort(latencies)
-	q := func(p float64) float64 {
-		if len(latencies) == 0 {
-			return 0
-		}
-		return float64(latencies[min(len(latencies)-1, int(p*float64(len(latencies))))].Microseconds()) / 1000
-	}
-	res.LatencyP50ms, res.LatencyP90ms, res.LatencyP99ms, res.LatencyMaxms = q(.5), q(.9), q(.99), q(1)
 	if f.jsonOut {
 		enc := json.NewEncoder(out)
 		enc.SetIndent("", "  ")
@@ -194,31 +108,7 @@ func runLoadgen(ctx context.Context, f *loadgenFlags, out io.Writer) error {
 	fmt.Fprintf(out, "answers: %v; batches sent late: %d\n", res.Codes, res.Late)
 	fmt.Fprintf(out, "ack latency ms: p50 %.2f  p90 %.2f  p99 %.2f  max %.2f\n",
 		res.LatencyP50ms, res.LatencyP90ms, res.LatencyP99ms, res.LatencyMaxms)
-	if warmupRefused > 0 {
-		return fmt.Errorf("%d events sent during the warm-up were not acknowledged", warmupRefused)
-	}
-	if res.EventsAcked < res.EventsSent {
-		return fmt.Errorf("%d of %d events were not acknowledged", res.EventsSent-res.EventsAcked, res.EventsSent)
-	}
-	return nil
-}
-
-func post(ctx context.Context, c *http.Client, url, token string, body []byte) string {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
-	if err != nil {
-		return "error"
-	}
-	req.Header.Set("Content-Type", "application/json")
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	resp, err := c.Do(req)
-	if err != nil {
-		return "error"
-	}
-	io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	return fmt.Sprint(resp.StatusCode)
+	return res.Err()
 }
 
 func loadgenClient(f *loadgenFlags) (*http.Client, string, error) {

@@ -1,0 +1,194 @@
+// Package loadgen posts synthetic audit EventLists to a receiver on a fixed schedule and
+// measures what it acknowledged and how fast: `peertrail loadgen` is its command line.
+//
+// The schedule is open loop: one sender per apiserver posts a batch every interval
+// (Batch*len(APIServers)/Rate), staggered so the senders' batches do not arrive together, and
+// a slow receiver does not slow it (a batch due while others wait is sent anyway, and counted
+// late when it left more than an interval behind). Only batches due after Warmup are measured.
+package loadgen
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/peertrail/peertrail/internal/bufpool"
+	"github.com/peertrail/peertrail/simulate"
+)
+
+// Options describe one run.
+type Options struct {
+	// URL is the receiver's base URL; batches go to URL/audit/<apiserver>.
+	URL string
+	// APIServers are the names to send as, one sender each.
+	APIServers []string
+	// Rate is events per second over all apiservers; Batch events per EventList.
+	Rate, Batch int
+	// Warmup is sent at the same rate first, unmeasured; Duration is measured.
+	Warmup, Duration time.Duration
+	// Client posts the batches (its TLS and timeout are the caller's).
+	Client *http.Client
+	// Token returns the bearer token to send as apiserver ("" for none); may be nil.
+	Token func(apiserver string) string
+}
+
+// Result is what a run measured (the batches due after the warm-up).
+type Result struct {
+	Batches      int            `json:"batches"`
+	EventsSent   int            `json:"events_sent"`
+	EventsAcked  int            `json:"events_acked"`
+	Codes        map[string]int `json:"codes"`
+	Seconds      float64        `json:"seconds"`
+	AckedPerSec  float64        `json:"acked_events_per_second"`
+	LatencyP50ms float64        `json:"ack_latency_p50_ms"`
+	LatencyP90ms float64        `json:"ack_latency_p90_ms"`
+	LatencyP99ms float64        `json:"ack_latency_p99_ms"`
+	LatencyMaxms float64        `json:"ack_latency_max_ms"`
+	Late         int            `json:"batches_sent_late"`
+	// WarmupRefused counts the events of warm-up batches that were not acknowledged.
+	WarmupRefused int `json:"warmup_refused,omitempty"`
+}
+
+// Err is the run's failure, if any: events of the warm-up or of the measurement that were not
+// acknowledged.
+func (r Result) Err() error {
+	if r.WarmupRefused > 0 {
+		return fmt.Errorf("%d events sent during the warm-up were not acknowledged", r.WarmupRefused)
+	}
+	if r.EventsAcked < r.EventsSent {
+		return fmt.Errorf("%d of %d events were not acknowledged", r.EventsSent-r.EventsAcked, r.EventsSent)
+	}
+	return nil
+}
+
+// Run sends on the schedule until Warmup+Duration has passed (or ctx ends) and returns what it
+// measured; an error means it could not start.
+func Run(ctx context.Context, o Options) (Result, error) {
+	if o.Rate <= 0 || o.Batch <= 0 || len(o.APIServers) == 0 {
+		return Result{}, fmt.Errorf("loadgen: rate, batch and apiservers must be positive")
+	}
+	if o.Client == nil {
+		o.Client = http.DefaultClient
+	}
+	token := o.Token
+	if token == nil {
+		token = func(string) string { return "" }
+	}
+	n := len(o.APIServers)
+	interval := time.Duration(float64(time.Second) * float64(o.Batch*n) / float64(o.Rate))
+	var (
+		mu        sync.Mutex
+		latencies []time.Duration
+		res       = Result{Codes: map[string]int{}}
+	)
+	start := time.Now()
+	measureFrom := start.Add(o.Warmup)
+	deadline := measureFrom.Add(o.Duration)
+	// Bodies are rendered into reused buffers: a fresh third of a megabyte per batch made this
+	// process's garbage collector part of the latency it measures.
+	bodies := bufpool.New(64, 8<<20)
+	templates := make([]simulate.Template, n)
+	for si := range o.APIServers {
+		tmpl, err := simulate.NewTemplate(simulate.NewEvents(uint64(si+1), nil), o.Batch)
+		if err != nil {
+			return Result{}, err
+		}
+		templates[si] = tmpl
+	}
+	var wg sync.WaitGroup
+	for si, name := range o.APIServers {
+		tmpl := templates[si]
+		wg.Go(func() {
+			var inflight sync.WaitGroup
+			defer inflight.Wait()
+			// Stagger senders so their batches do not all arrive at once.
+			next := start.Add(interval * time.Duration(si) / time.Duration(n))
+			for seq := 0; next.Before(deadline); seq++ {
+				if d := time.Until(next); d > 0 {
+					select {
+					case <-time.After(d):
+					case <-ctx.Done():
+						return
+					}
+				}
+				late := time.Since(next) > interval
+				measured := !next.Before(measureFrom)
+				body := tmpl.AppendRender(bodies.Get(), si, seq)
+				inflight.Go(func() {
+					t0 := time.Now()
+					code := post(ctx, o.Client, o.URL+"/audit/"+name, token(name), body)
+					lat := time.Since(t0)
+					if code == "200" { // read to the end by the server, so the transport is done with it
+						bodies.Put(body)
+					}
+					mu.Lock()
+					defer mu.Unlock()
+					if !measured {
+						if code != "200" {
+							res.WarmupRefused += o.Batch
+						}
+						return
+					}
+					res.Batches++
+					res.EventsSent += o.Batch
+					res.Codes[code]++
+					if code == "200" {
+						res.EventsAcked += o.Batch
+						latencies = append(latencies, lat)
+					}
+					if late {
+						res.Late++
+					}
+				})
+				next = next.Add(interval)
+			}
+		})
+	}
+	wg.Wait()
+	res.Seconds = time.Since(measureFrom).Seconds()
+	if res.Seconds > 0 {
+		res.AckedPerSec = float64(res.EventsAcked) / res.Seconds
+	}
+	q := Quantiles(latencies, 0.5, 0.9, 0.99, 1)
+	res.LatencyP50ms, res.LatencyP90ms, res.LatencyP99ms, res.LatencyMaxms = q[0], q[1], q[2], q[3]
+	return res, nil
+}
+
+// Quantiles returns, in milliseconds, the qs (0..1; 1 is the maximum) of latencies by the
+// nearest-rank method: the smallest latency at or above the share q of them. It sorts
+// latencies; none gives zeros.
+func Quantiles(latencies []time.Duration, qs ...float64) []float64 {
+	out := make([]float64, len(qs))
+	if len(latencies) == 0 {
+		return out
+	}
+	slices.Sort(latencies)
+	for i, q := range qs {
+		d := latencies[min(len(latencies)-1, int(q*float64(len(latencies))))]
+		out[i] = float64(d.Microseconds()) / 1000
+	}
+	return out
+}
+
+func post(ctx context.Context, c *http.Client, url, token string, body []byte) string {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return "error"
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return "error"
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return fmt.Sprint(resp.StatusCode)
+}

@@ -1,0 +1,95 @@
+package loadgen
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+func TestQuantiles(t *testing.T) {
+	var ls []time.Duration
+	for i := 100; i >= 1; i-- {
+		ls = append(ls, time.Duration(i)*time.Millisecond)
+	}
+	got := Quantiles(ls, 0.5, 0.9, 0.99, 1)
+	want := []float64{51, 91, 100, 100}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("quantiles %v, want %v", got, want)
+			break
+		}
+	}
+	if z := Quantiles(nil, 0.5); len(z) != 1 || z[0] != 0 {
+		t.Errorf("no latencies: %v", z)
+	}
+}
+
+// A run posts valid EventLists of Batch events to each apiserver's path, with its token, and
+// counts what was acknowledged; a receiver that refuses makes the run's Err name the loss.
+func TestRunPostsAndCounts(t *testing.T) {
+	var (
+		mu     sync.Mutex
+		posts  = map[string]int{}
+		events = map[string]int{}
+		tokens = map[string]string{}
+		refuse bool
+	)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		var list struct {
+			Kind  string            `json:"kind"`
+			Items []json.RawMessage `json:"items"`
+		}
+		if err := json.Unmarshal(body, &list); err != nil || list.Kind != "EventList" {
+			http.Error(w, "not an EventList", http.StatusBadRequest)
+			return
+		}
+		name := strings.TrimPrefix(r.URL.Path, "/audit/")
+		mu.Lock()
+		posts[name]++
+		events[name] += len(list.Items)
+		tokens[name] = r.Header.Get("Authorization")
+		no := refuse
+		mu.Unlock()
+		if no {
+			http.Error(w, "full", http.StatusServiceUnavailable)
+		}
+	}))
+	defer srv.Close()
+	o := Options{URL: srv.URL, APIServers: []string{"kas-a", "kas-b"}, Rate: 2000, Batch: 50, Duration: 200 * time.Millisecond,
+		Client: srv.Client(), Token: func(a string) string { return "t-" + a }}
+	res, err := Run(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Batches == 0 || res.EventsSent != res.Batches*50 || res.EventsAcked != res.EventsSent || res.Codes["200"] != res.Batches || res.Err() != nil {
+		t.Fatalf("result %+v", res)
+	}
+	if !(res.LatencyP50ms <= res.LatencyP90ms && res.LatencyP90ms <= res.LatencyP99ms && res.LatencyP99ms <= res.LatencyMaxms) {
+		t.Errorf("quantiles out of order: %+v", res)
+	}
+	mu.Lock()
+	for _, a := range o.APIServers {
+		if posts[a] == 0 || events[a] != posts[a]*50 || tokens[a] != "Bearer t-"+a {
+			t.Errorf("%s: %d posts, %d events, token %q", a, posts[a], events[a], tokens[a])
+		}
+	}
+	if posts["kas-a"]+posts["kas-b"] != res.Batches {
+		t.Errorf("the receiver saw %d batches, the result counts %d", posts["kas-a"]+posts["kas-b"], res.Batches)
+	}
+	refuse = true
+	mu.Unlock()
+	res, err = Run(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.EventsAcked != 0 || res.Codes["503"] != res.Batches || res.Err() == nil || !strings.Contains(res.Err().Error(), "not acknowledged") {
+		t.Errorf("refused run: %+v, err %v", res, res.Err())
+	}
+}
