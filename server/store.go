@@ -16,6 +16,7 @@ import (
 	"github.com/peertrail/peertrail/config"
 	"github.com/peertrail/peertrail/ingest"
 	"github.com/peertrail/peertrail/store"
+	"github.com/peertrail/peertrail/store/sqlhttp"
 )
 
 // storeConsumer is the spool consumer name of the store writer.
@@ -62,7 +63,7 @@ func (s *Server) sqlServer(ctx context.Context, cfg config.File, emb *store.Embe
 	if emb == nil || cfg.Store.SQLListen == "" {
 		return nil, nil, nil
 	}
-	opts := store.HTTPOptions{User: cfg.Store.SQLUser, Logger: s.log, Limits: store.ReadLimits{
+	opts := sqlhttp.Options{User: cfg.Store.SQLUser, Logger: s.log, Limits: sqlhttp.ReadLimits{
 		MaxConcurrent:    cfg.Store.SQLMaxConcurrentQueries,
 		MaxMemory:        int64(cfg.Store.SQLMaxQueryMemory),
 		MaxExecutionTime: time.Duration(cfg.Store.SQLMaxExecutionTime),
@@ -80,7 +81,7 @@ func (s *Server) sqlServer(ctx context.Context, cfg config.File, emb *store.Embe
 		ln.Close()
 		return nil, nil, fmt.Errorf("the SQL interface on %s is not loopback, and off loopback it is served over TLS only: give --tls-cert-file and --tls-key-file (or listen on 127.0.0.1)", cfg.Store.SQLListen)
 	}
-	h, err := store.NewHTTPHandler(ctx, emb, opts)
+	h, err := sqlhttp.NewHandler(ctx, emb, opts)
 	if err != nil {
 		ln.Close()
 		return nil, nil, err

@@ -32,7 +32,7 @@ type Embedded struct {
 
 	mu       sync.Mutex
 	encoders map[string]*rowEncoder // by table and column list; compiled once
-	pools    []*ReadPool            // closed before the engine
+	closers  []io.Closer            // closed before the engine (the SQL front's read connections)
 }
 
 // OpenEmbedded starts the embedded engine on opts.DataDir. A missing library is an error
@@ -167,16 +167,24 @@ func (s *Embedded) encoder(table string, columns []Column) (*rowEncoder, error) 
 	return enc, nil
 }
 
-// Close implements Store. It closes the read pools first.
+// Close implements Store. It first closes what CloseFirst registered.
 func (s *Embedded) Close() error {
 	s.mu.Lock()
-	pools := s.pools
-	s.pools = nil
+	closers := s.closers
+	s.closers = nil
 	s.mu.Unlock()
-	for _, p := range pools {
-		p.Close()
+	for _, c := range closers {
+		c.Close()
 	}
 	return s.engine.Close()
+}
+
+// CloseFirst registers c to be closed when s closes, before the engine: connections of the
+// engine opened beside the store (package sqlhttp's read pool).
+func (s *Embedded) CloseFirst(c io.Closer) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closers = append(s.closers, c)
 }
 
 func insertStatement(table string, columns []Column) string {
@@ -193,6 +201,16 @@ func insertStatement(table string, columns []Column) string {
 	b.WriteString(")")
 	return b.String()
 }
+
+// QuoteIdent quotes a ClickHouse identifier with backquotes.
+func QuoteIdent(s string) string { return quoteIdent(s) }
+
+// EngineError turns an error of the embedded engine (package chdb) into this package's: one
+// wrapping ErrClosed, or an *Error with ClickHouse's code. op says what was being done.
+func EngineError(op string, err error) error { return embeddedError(op, err) }
+
+// NewError is the *Error of ClickHouse's error text ("Code: N. DB::Exception: ... (NAME)").
+func NewError(op, msg string) *Error { return newError(op, msg) }
 
 // quoteIdent quotes a ClickHouse identifier with backquotes.
 func quoteIdent(s string) string {

@@ -16,6 +16,8 @@ import (
 	"strings"
 	"text/template"
 	"time"
+
+	"github.com/peertrail/peertrail/store/sqltext"
 )
 
 // The schema is a sequence of migrations, store/migrations/NNNN_name.sql, applied in order and
@@ -353,3 +355,7 @@ func setRetention(ctx context.Context, s Store, opts SchemaOptions, log *slog.Lo
 	}
 	return nil
 }
+
+// SplitStatements splits SQL text into statements at top-level semicolons, dropping empty
+// ones (and ones that are only comments); see package sqltext.
+func SplitStatements(s string) ([]string, error) { return sqltext.SplitStatements(s) }

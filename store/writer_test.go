@@ -18,6 +18,7 @@ import (
 	"github.com/peertrail/peertrail/metrics"
 	"github.com/peertrail/peertrail/simulate"
 	"github.com/peertrail/peertrail/store"
+	"github.com/peertrail/peertrail/store/sqlhttp"
 )
 
 // flaky wraps a Store and fails on demand, the ways a ClickHouse outage fails.
@@ -602,7 +603,7 @@ func TestChainVersionOrder(t *testing.T) {
 func TestWriteChainsOddAuditIDs(t *testing.T) {
 	ctx := context.Background()
 	codec := newCodec(t)
-	srv := httpServer(t, store.HTTPOptions{UnsafeAllowWrites: true})
+	srv := httpServer(t, sqlhttp.Options{UnsafeAllowWrites: true})
 	server, err := store.OpenServer(ctx, store.ServerOptions{DSN: "http://" + hostPort(t, srv)})
 	if err != nil {
 		t.Fatal(err)
@@ -647,7 +648,7 @@ func TestWriteChainsOddAuditIDs(t *testing.T) {
 func TestWriteChainsLargeBatch(t *testing.T) {
 	ctx := context.Background()
 	codec := newCodec(t)
-	srv := httpServer(t, store.HTTPOptions{UnsafeAllowWrites: true})
+	srv := httpServer(t, sqlhttp.Options{UnsafeAllowWrites: true})
 	server, err := store.OpenServer(ctx, store.ServerOptions{DSN: "http://" + hostPort(t, srv)})
 	if err != nil {
 		t.Fatal(err)

@@ -35,6 +35,7 @@ import (
 	"github.com/peertrail/peertrail/ingest/record"
 	"github.com/peertrail/peertrail/ingest/spool"
 	"github.com/peertrail/peertrail/store"
+	"github.com/peertrail/peertrail/store/sqlhttp"
 	"github.com/peertrail/peertrail/store/storetest"
 )
 
@@ -99,7 +100,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	h, err := store.NewHTTPHandler(ctx, s, store.HTTPOptions{Logger: log})
+	h, err := sqlhttp.NewHandler(ctx, s, sqlhttp.Options{Logger: log})
 	if err != nil {
 		ln.Close()
 		return err

@@ -11,6 +11,7 @@ import (
 
 	"github.com/peertrail/peertrail/store"
 	"github.com/peertrail/peertrail/store/chdb"
+	"github.com/peertrail/peertrail/store/sqlhttp"
 	"github.com/peertrail/peertrail/store/storetest"
 )
 
@@ -48,7 +49,7 @@ func TestSQLReportSchemaCommands(t *testing.T) {
 	if err := storetest.Write(ctx, s, sc.Records, sc.Chains); err != nil {
 		t.Fatal(err)
 	}
-	h, err := store.NewHTTPHandler(ctx, s, store.HTTPOptions{})
+	h, err := sqlhttp.NewHandler(ctx, s, sqlhttp.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package store_test
+package sqlhttp_test
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/peertrail/peertrail/store"
+	"github.com/peertrail/peertrail/store/sqlhttp"
 )
 
 // FuzzSQLInterfaceOnlyReads feeds the SQL interface arbitrary query text and one arbitrary
@@ -51,7 +52,7 @@ func FuzzSQLInterfaceOnlyReads(f *testing.F) {
 	if err := store.Migrate(ctx, s, store.SchemaOptions{}, nil); err != nil {
 		f.Fatal(err)
 	}
-	h, err := store.NewHTTPHandler(ctx, s, store.HTTPOptions{Limits: store.ReadLimits{MaxMemory: 256 << 20}})
+	h, err := sqlhttp.NewHandler(ctx, s, sqlhttp.Options{Limits: sqlhttp.ReadLimits{MaxMemory: 256 << 20}})
 	if err != nil {
 		f.Fatal(err)
 	}

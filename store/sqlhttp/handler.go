@@ -1,35 +1,5 @@
-package store
-
-import (
-	"bytes"
-	"compress/gzip"
-	"compress/zlib"
-	"context"
-	"crypto/rand"
-	"crypto/subtle"
-	"encoding/binary"
-	"encoding/hex"
-	"encoding/json"
-	"errors"
-	"fmt"
-	"io"
-	"log/slog"
-	"mime"
-	"net/http"
-	"regexp"
-	"sort"
-	"strconv"
-	"strings"
-	"time"
-
-	chcompress "github.com/ClickHouse/ch-go/compress"
-	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/peertrail/peertrail/metrics"
-	"github.com/peertrail/peertrail/store/chdb"
-)
-
-// The ClickHouse HTTP interface, served over the embedded engine, so that Grafana's ClickHouse
+// Package sqlhttp is the SQL front of the embedded store: the ClickHouse HTTP interface, served
+// over the embedded engine (store.Embedded), so that Grafana's ClickHouse
 // data source (grafana-clickhouse-datasource v4, protocol http), clickhouse-go (Protocol:
 // clickhouse.HTTP), `peertrail sql` and curl can query the live store while `peertrail serve`
 // holds it (the engine allows one process per data directory).
@@ -62,10 +32,42 @@ import (
 // with the revision its connection hello reports (SELECT displayName(), version(), revision(),
 // timezone()); the handler answers that one query itself, reporting revision 0, which makes
 // clickhouse-go read exactly what the engine writes.
+package sqlhttp
 
-// HTTPOptions configure the ClickHouse HTTP interface.
-type HTTPOptions struct {
-	// Database is the current database of statements when the request names none
+import (
+	"bytes"
+	"compress/gzip"
+	"compress/zlib"
+	"context"
+	"crypto/rand"
+	"crypto/subtle"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"mime"
+	"net/http"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	chcompress "github.com/ClickHouse/ch-go/compress"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/peertrail/peertrail/metrics"
+	"github.com/peertrail/peertrail/store"
+	"github.com/peertrail/peertrail/store/chdb"
+	"github.com/peertrail/peertrail/store/sqltext"
+)
+
+// Options configure the ClickHouse HTTP interface.
+type Options struct {
+	// store.Database is the current database of statements when the request names none
 	// (default "peertrail", so Grafana users can write FROM events).
 	Database string
 	// User and Password, when Password is set, must be presented by clients. Without a
@@ -83,9 +85,9 @@ type HTTPOptions struct {
 	Logger            *slog.Logger
 }
 
-func (o *HTTPOptions) defaults() {
+func (o *Options) defaults() {
 	if o.Database == "" {
-		o.Database = Database
+		o.Database = store.Database
 	}
 	if o.MaxQueryBytes <= 0 {
 		o.MaxQueryBytes = 1 << 20
@@ -95,27 +97,27 @@ func (o *HTTPOptions) defaults() {
 	}
 }
 
-// HTTPHandler is the ClickHouse HTTP interface over an embedded engine. It is an
+// Handler is the ClickHouse HTTP interface over an embedded engine. It is an
 // http.Handler, safe for concurrent requests; mount it at the root of its own listener. Reads
 // run in its ReadPool, which Close (or the Embedded's Close) closes.
-type HTTPHandler struct {
+type Handler struct {
 	engine   *chdb.Engine
 	reads    *ReadPool
-	opts     HTTPOptions
+	opts     Options
 	queries  *prometheus.CounterVec
 	duration prometheus.Histogram
 }
 
-// NewHTTPHandler returns the ClickHouse HTTP interface over s's engine, with a ReadPool of
+// NewHandler returns the ClickHouse HTTP interface over s's engine, with a ReadPool of
 // opts.Limits.
-func NewHTTPHandler(ctx context.Context, s *Embedded, opts HTTPOptions) (*HTTPHandler, error) {
+func NewHandler(ctx context.Context, s *store.Embedded, opts Options) (*Handler, error) {
 	opts.defaults()
-	reads, err := s.NewReadPool(ctx, opts.Limits)
+	reads, err := NewReadPool(ctx, s, opts.Limits)
 	if err != nil {
 		return nil, err
 	}
 	opts.Limits = reads.Limits()
-	return &HTTPHandler{
+	return &Handler{
 		engine: s.Engine(),
 		reads:  reads,
 		opts:   opts,
@@ -132,10 +134,10 @@ func NewHTTPHandler(ctx context.Context, s *Embedded, opts HTTPOptions) (*HTTPHa
 }
 
 // Close closes the handler's read connections.
-func (h *HTTPHandler) Close() error { return h.reads.Close() }
+func (h *Handler) Close() error { return h.reads.Close() }
 
 // Collectors returns the handler's metrics.
-func (h *HTTPHandler) Collectors() []prometheus.Collector {
+func (h *Handler) Collectors() []prometheus.Collector {
 	return []prometheus.Collector{h.queries, h.duration}
 }
 
@@ -205,7 +207,7 @@ var settingName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 // Native revision).
 const helloQuery = "SELECT displayName(), version(), revision(), timezone()"
 
-func (h *HTTPHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch r.URL.Path {
 	case "/ping", "/replicas_status":
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
@@ -236,10 +238,10 @@ func (h *HTTPHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // fail writes err the way ClickHouse does.
-func (h *HTTPHandler) fail(w http.ResponseWriter, result string, err error) {
+func (h *Handler) fail(w http.ResponseWriter, result string, err error) {
 	code, name, msg := 0, "", err.Error()
 	var he *httpError
-	var se *Error
+	var se *store.Error
 	switch {
 	case errors.As(err, &he):
 		code, name, msg = he.code, he.name, "Code: "+strconv.Itoa(he.code)+". DB::Exception: "+he.msg+". ("+he.name+")"
@@ -264,7 +266,7 @@ func (h *HTTPHandler) fail(w http.ResponseWriter, result string, err error) {
 }
 
 // serve runs one query; on error it returns the metrics result label and the error.
-func (h *HTTPHandler) serve(w http.ResponseWriter, r *http.Request) (string, error) {
+func (h *Handler) serve(w http.ResponseWriter, r *http.Request) (string, error) {
 	params := r.URL.Query()
 	if err := h.authenticate(r, params); err != nil {
 		return metrics.ResultRefused, err
@@ -352,7 +354,7 @@ func (h *HTTPHandler) serve(w http.ResponseWriter, r *http.Request) (string, err
 		queryID = newQueryID()
 	}
 	ctx := r.Context()
-	if f := formatClause(text); f != "" {
+	if f := sqltext.FormatClause(text); f != "" {
 		format = f
 	}
 	if stmt := strings.TrimSuffix(strings.TrimSpace(text), ";"); strings.Join(strings.Fields(stmt), " ") == helloQuery && strings.EqualFold(format, "Native") {
@@ -368,13 +370,13 @@ func (h *HTTPHandler) serve(w http.ResponseWriter, r *http.Request) (string, err
 	case h.opts.UnsafeAllowWrites:
 		var set strings.Builder
 		for _, kv := range settings {
-			set.WriteString(", " + kv[0] + " = " + QuoteString(kv[1]))
+			set.WriteString(", " + kv[0] + " = " + store.QuoteString(kv[1]))
 		}
 		stmt := text
 		if set.Len() > 0 {
 			stmt += "\nSETTINGS " + set.String()[2:]
 		}
-		res, err = h.engine.Exec(ctx, "USE "+quoteIdent(database)+";\n"+stmt, format, nilIfEmpty(queryParams))
+		res, err = h.engine.Exec(ctx, "USE "+store.QuoteIdent(database)+";\n"+stmt, format, nilIfEmpty(queryParams))
 	default:
 		res, err = h.reads.Run(ctx, ReadQuery{Text: text, Format: format, Params: queryParams,
 			Database: database, Settings: settings, Timeout: timeout})
@@ -391,7 +393,7 @@ func (h *HTTPHandler) serve(w http.ResponseWriter, r *http.Request) (string, err
 		}
 	}
 	if err != nil {
-		return metrics.ResultError, embeddedError("query", err)
+		return metrics.ResultError, store.EngineError("query", err)
 	}
 	h.opts.Logger.Debug("store: HTTP query", "query_id", queryID, "rows", res.RowsRead, "bytes", len(res.Data), "elapsed", res.Elapsed)
 	return metrics.ResultError, h.write(w, r, params, format, queryID, res)
@@ -401,10 +403,10 @@ func (h *HTTPHandler) serve(w http.ResponseWriter, r *http.Request) (string, err
 // its own protocol revision (block info and per-column serialization flags), and every later
 // one with the revision it reports; the engine writes the revision-0 layout, so the answer is
 // built here, in the layout the client expects, reporting revision 0.
-func (h *HTTPHandler) hello(ctx context.Context) (*chdb.Result, error) {
+func (h *Handler) hello(ctx context.Context) (*chdb.Result, error) {
 	out, err := h.engine.Query(ctx, "SELECT displayName(), version(), timezone()", "TabSeparated")
 	if err != nil {
-		return nil, embeddedError("query", err)
+		return nil, store.EngineError("query", err)
 	}
 	f := strings.Split(strings.TrimSuffix(string(out), "\n"), "\t")
 	if len(f) != 3 {
@@ -429,7 +431,7 @@ func (h *HTTPHandler) hello(ctx context.Context) (*chdb.Result, error) {
 }
 
 // authenticate checks the credentials when a password is configured.
-func (h *HTTPHandler) authenticate(r *http.Request, params map[string][]string) error {
+func (h *Handler) authenticate(r *http.Request, params map[string][]string) error {
 	if h.opts.Password == "" {
 		return nil
 	}
@@ -461,7 +463,7 @@ func (h *HTTPHandler) authenticate(r *http.Request, params map[string][]string) 
 	return nil
 }
 
-func (h *HTTPHandler) readBody(r *http.Request) ([]byte, error) {
+func (h *Handler) readBody(r *http.Request) ([]byte, error) {
 	var src io.Reader = r.Body
 	switch enc := strings.ToLower(r.Header.Get("Content-Encoding")); enc {
 	case "":
@@ -500,7 +502,7 @@ var insertFormat = regexp.MustCompile(`(?is)^\s*(INSERT\s+INTO\s+.*?)\s+FORMAT\s
 
 func isInsert(q string) bool { return insertFormat.MatchString(q) }
 
-func (h *HTTPHandler) insert(ctx context.Context, text string, data []byte) (*chdb.Result, error) {
+func (h *Handler) insert(ctx context.Context, text string, data []byte) (*chdb.Result, error) {
 	m := insertFormat.FindStringSubmatch(text)
 	return h.engine.Insert(ctx, m[1], m[2], bytes.NewReader(data))
 }
@@ -537,7 +539,7 @@ func contentType(format string) string {
 }
 
 // write sends a result, compressed as asked.
-func (h *HTTPHandler) write(w http.ResponseWriter, r *http.Request, params map[string][]string, format, queryID string, res *chdb.Result) error {
+func (h *Handler) write(w http.ResponseWriter, r *http.Request, params map[string][]string, format, queryID string, res *chdb.Result) error {
 	get := func(k string) string {
 		if v := params[k]; len(v) > 0 {
 			return v[0]

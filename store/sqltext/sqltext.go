@@ -1,14 +1,14 @@
-package store
+// Package sqltext is a small lexer for ClickHouse SQL: enough to split peertrail's own schema
+// into statements (the store's migrations) and to find the trailing FORMAT clause of a query,
+// for the label of its answer (the SQL front). It guards nothing: what an untrusted query may
+// do is decided by the engine (see package sqlhttp).
+package sqltext
 
 import (
 	"errors"
 	"strings"
 	"unicode"
 )
-
-// A small lexer for ClickHouse SQL: enough to split peertrail's own schema into statements
-// and to find the trailing FORMAT clause of a query, for the label of its answer. It guards
-// nothing: what an untrusted query may do is decided by the engine (see ReadPool).
 
 type tokenKind int
 
@@ -155,10 +155,10 @@ func SplitStatements(s string) ([]string, error) {
 	return out, nil
 }
 
-// formatClause returns the format of s's top-level trailing FORMAT clause ("" when there is
+// FormatClause returns the format of s's top-level trailing FORMAT clause ("" when there is
 // none), so that the HTTP interface can label its answer. It decides nothing about what runs:
 // the engine's parser and a read-only connection do that.
-func formatClause(s string) string {
+func FormatClause(s string) string {
 	toks, err := lexSQL(s)
 	if err != nil {
 		return ""

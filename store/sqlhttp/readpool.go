@@ -1,4 +1,4 @@
-package store
+package sqlhttp
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/peertrail/peertrail/store"
 	"github.com/peertrail/peertrail/store/chdb"
 )
 
@@ -94,7 +95,7 @@ type ReadQuery struct {
 // at once. Lifecycle: Embedded.NewReadPool, Run, and Close before the Embedded is closed
 // (Embedded.Close closes a pool still open).
 type ReadPool struct {
-	emb     *Embedded
+	engine  *chdb.Engine
 	limits  ReadLimits
 	slots   chan struct{}
 	idle    chan *chdb.Session // default sessions, reused
@@ -102,23 +103,22 @@ type ReadPool struct {
 }
 
 // readDatabase is the current database of reads unless a query names another.
-var readDatabase = Database
+var readDatabase = store.Database
 
-// NewReadPool opens the pool's control connection; read connections are opened as needed.
-func (s *Embedded) NewReadPool(ctx context.Context, limits ReadLimits) (*ReadPool, error) {
+// NewReadPool opens the pool's control connection on s's engine; read connections are opened
+// as needed. s closes the pool before its engine.
+func NewReadPool(ctx context.Context, s *store.Embedded, limits ReadLimits) (*ReadPool, error) {
 	limits.defaults()
-	control, err := s.engine.OpenSession(ctx, chdb.SessionOptions{})
+	control, err := s.Engine().OpenSession(ctx, chdb.SessionOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("store: open the read pool's control connection: %w", err)
 	}
 	p := &ReadPool{
-		emb: s, limits: limits, control: control,
+		engine: s.Engine(), limits: limits, control: control,
 		slots: make(chan struct{}, limits.MaxConcurrent),
 		idle:  make(chan *chdb.Session, limits.MaxConcurrent),
 	}
-	s.mu.Lock()
-	s.pools = append(s.pools, p)
-	s.mu.Unlock()
+	s.CloseFirst(p)
 	return p, nil
 }
 
@@ -177,12 +177,12 @@ func (p *ReadPool) Run(ctx context.Context, q ReadQuery) (*chdb.Result, error) {
 	}
 	if sess == nil {
 		var err error
-		sess, err = p.emb.engine.OpenSession(ctx, chdb.SessionOptions{
+		sess, err = p.engine.OpenSession(ctx, chdb.SessionOptions{
 			Settings: p.sessionSettings(q.Settings),
-			Init:     []string{"USE " + quoteIdent(db)},
+			Init:     []string{"USE " + store.QuoteIdent(db)},
 		})
 		if err != nil {
-			return nil, embeddedError("open a read connection", err)
+			return nil, store.EngineError("open a read connection", err)
 		}
 	}
 	keep := false
@@ -199,7 +199,7 @@ func (p *ReadPool) Run(ctx context.Context, q ReadQuery) (*chdb.Result, error) {
 
 	a, err := sess.Classify(ctx, q.Text)
 	if err != nil {
-		return nil, embeddedError("classify", err)
+		return nil, store.EngineError("classify", err)
 	}
 	if a.Statements == 0 {
 		return nil, fmt.Errorf("%w (class %s)", ErrUnparsable, a.Class)
@@ -220,17 +220,17 @@ func (p *ReadPool) Run(ctx context.Context, q ReadQuery) (*chdb.Result, error) {
 		kctx, kcancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer kcancel()
 		// ASYNC: the SYNC form waits for the query, which may never come back.
-		p.control.Exec(kctx, "KILL QUERY WHERE startsWith(query, "+QuoteString(marker)+") ASYNC", "", nil, nil, 5*time.Second)
+		p.control.Exec(kctx, "KILL QUERY WHERE startsWith(query, "+store.QuoteString(marker)+") ASYNC", "", nil, nil, 5*time.Second)
 	}
 	res, err := sess.Exec(qctx, marker+"\n"+q.Text, q.Format, nilIfEmpty(q.Params), kill, 10*time.Second)
 	if err != nil {
 		if ctx.Err() == nil && qctx.Err() != nil {
-			return nil, newError("query", fmt.Sprintf("Code: 159. DB::Exception: Timeout exceeded: the query ran longer than %s and was killed. (TIMEOUT_EXCEEDED)", timeout))
+			return nil, store.NewError("query", fmt.Sprintf("Code: 159. DB::Exception: Timeout exceeded: the query ran longer than %s and was killed. (TIMEOUT_EXCEEDED)", timeout))
 		}
 		if c := ctx.Err(); c != nil {
 			return nil, c
 		}
-		return nil, embeddedError("query", err)
+		return nil, store.EngineError("query", err)
 	}
 	keep = pooled
 	return res, nil

@@ -1,10 +1,10 @@
-package store_test
+package sqlhttp_test
 
 import (
 	"context"
 	"testing"
 
-	"github.com/peertrail/peertrail/store"
+	"github.com/peertrail/peertrail/store/sqlhttp"
 )
 
 // BenchmarkReadPool measures what enforcing read-only costs a small query: the engine's own
@@ -14,7 +14,7 @@ import (
 func BenchmarkReadPool(b *testing.B) {
 	s := engine(b)
 	ctx := context.Background()
-	p, err := s.NewReadPool(ctx, store.ReadLimits{})
+	p, err := sqlhttp.NewReadPool(ctx, s, sqlhttp.ReadLimits{})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -29,14 +29,14 @@ func BenchmarkReadPool(b *testing.B) {
 	})
 	b.Run("pooled", func(b *testing.B) {
 		for b.Loop() {
-			if _, err := p.Run(ctx, store.ReadQuery{Text: q, Format: "TSV"}); err != nil {
+			if _, err := p.Run(ctx, sqlhttp.ReadQuery{Text: q, Format: "TSV"}); err != nil {
 				b.Fatal(err)
 			}
 		}
 	})
 	b.Run("own-connection", func(b *testing.B) {
 		for b.Loop() {
-			if _, err := p.Run(ctx, store.ReadQuery{Text: q, Format: "TSV", Settings: [][2]string{{"output_format_json_quote_64bit_integers", "0"}}}); err != nil {
+			if _, err := p.Run(ctx, sqlhttp.ReadQuery{Text: q, Format: "TSV", Settings: [][2]string{{"output_format_json_quote_64bit_integers", "0"}}}); err != nil {
 				b.Fatal(err)
 			}
 		}
