@@ -371,6 +371,21 @@ func (c *Capabilities) StartedAt(apiserver string, t time.Time) (time.Time, bool
 	return from, !from.IsZero()
 }
 
+// EpochCause returns why the process of apiserver that began at since began (CauseRestart,
+// CauseVersionChange, CauseFirstSeen), or "" when the history does not hold it.
+func (c *Capabilities) EpochCause(apiserver string, since time.Time) string {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if info := c.seen[apiserver]; info != nil {
+		for _, e := range info.History {
+			if e.Since.Equal(since) {
+				return e.Cause
+			}
+		}
+	}
+	return ""
+}
+
 // NoteActivity records that apiserver's audit stream holds records from from to to (their
 // own times): a webhook batch's span.
 func (c *Capabilities) NoteActivity(apiserver string, from, to time.Time) {

@@ -542,6 +542,11 @@ func (k *DefaultClassifier) noise(c *Chain) {
 			if served, known := k.Caps.Serves(srv.Name, c.gvr(), since.Add(-time.Nanosecond)); !known || !served {
 				continue
 			}
+			// It serves the resource again only if it restarted into the same version (or
+			// its new process was seen to serve it); a new version may not.
+			if served, known := k.Caps.Serves(srv.Name, c.gvr(), t); known && !served || !known && k.Caps.EpochCause(srv.Name, since) != CauseRestart {
+				continue
+			}
 			c.Findings = append(c.Findings, FindingPeerDown)
 			c.Explanation += fmt.Sprintf("; %s, which served %s before it restarted, was starting (its new process's first request %s before): restart noise (%s)",
 				srv.Name, c.gvr(), t.Sub(since).Round(time.Millisecond), FindingPeerDown)

@@ -89,7 +89,18 @@ type Correlator struct {
 	pendFirst []spool.Position
 	win       window
 	noise     noiseEpisodes
-	lastEnd   spool.Position
+	// undecided are final chains decided without the evidence they waited for; reevaluatedAt
+	// is the capability view's change count when they were last judged again.
+	undecided     []*chainState
+	reevaluatedAt uint64
+	// lateActivity says that a frame brought an apiserver's records of a time the chain
+	// window has passed: its stream is late.
+	lateActivity bool
+	// recheckUntil is the stream time until which recent one-sided final chains are judged
+	// again whenever the view changed (recheckedAt: its change count when last done).
+	recheckUntil int64
+	recheckedAt  uint64
+	lastEnd      spool.Position
 }
 
 // Config assembles a Correlator.
@@ -236,6 +247,20 @@ func (co *Correlator) Consume(ctx context.Context, entries []spool.Entry) (spool
 	for _, c := range due {
 		co.finishLocked(ctx, c)
 	}
+	if len(co.undecided) > 0 && co.caps.Changes() != co.reevaluatedAt {
+		co.reevaluatedAt = co.caps.Changes()
+		co.undecided = co.reevaluateLocked(ctx, co.undecided)
+	}
+	if co.lateActivity {
+		// An apiserver's stream is late: for the next windows, what its records teach may
+		// change verdicts already given without them.
+		co.recheckUntil = co.j.now + 3*co.opts.Window.Nanoseconds()
+		co.lateActivity = false
+	}
+	if co.j.now <= co.recheckUntil && co.caps.Changes() != co.recheckedAt {
+		co.recheckedAt = co.caps.Changes()
+		co.recheckRecentLocked(ctx)
+	}
 	co.m.open.Set(float64(co.j.Open()))
 	if err := co.flushLocked(ctx); err != nil {
 		co.m.sinkErrors.Inc()
@@ -285,6 +310,9 @@ func (co *Correlator) noteActivity(recs []record.Record) {
 	flush := func() {
 		if name == "" {
 			return
+		}
+		if !from.IsZero() && from.UnixNano() < co.j.now-co.opts.Window.Nanoseconds() {
+			co.lateActivity = true
 		}
 		co.caps.NoteActivity(name, from, to)
 		co.caps.NoteServing(name, served)
@@ -372,6 +400,86 @@ func (co *Correlator) finishLocked(ctx context.Context, cs *chainState) {
 		return
 	}
 	co.classifier.Learn(ch)
+	co.apply(ctx, cs, ch, prev)
+	if ch.undecided != "" && !cs.evicted && !cs.waiting {
+		// Decided without the evidence it waited for: judged again when the view learns more.
+		cs.waiting = true
+		co.undecided = appendBounded(co.undecided, cs)
+	}
+}
+
+func appendBounded(list []*chainState, cs *chainState) []*chainState {
+	list = append(list, cs)
+	if len(list) > maxUndecided {
+		list[0].waiting = false
+		list = list[1:]
+	}
+	return list
+}
+
+// maxUndecided bounds the final chains kept to be judged again on new evidence.
+const maxUndecided = 100_000
+
+// reevaluateLocked judges again the final chains that were decided without the evidence
+// they waited for (Chain.undecided), now that the capability view has learned more: a
+// whole apiserver's stream can arrive later than the wait (its webhook backing off), and
+// what it teaches (who serves a resource, whose address an IP is) may change their verdict.
+// A chain whose verdict changes is emitted again with a higher revision, and the window and
+// metrics follow, as for a chain a late record reopened. A chain leaves the list once its
+// evidence is complete, once it is open again (a late record reopened it), or once it is
+// older than the late window.
+func (co *Correlator) reevaluateLocked(ctx context.Context, list []*chainState) []*chainState {
+	late := co.opts.LateWindow.Nanoseconds()
+	keep := list[:0]
+	for _, cs := range list {
+		if !cs.final || cs.res == nil || cs.last < co.j.now-late {
+			cs.waiting = false
+			continue
+		}
+		ch := co.build(cs)
+		co.classifier.Classify(ch)
+		if ch.Class != cs.res.class || !slices.Equal(ch.Findings, cs.res.findings) {
+			cs.emitted++
+			ch.Revision = int(cs.emitted)
+			co.m.reevaluated.Inc()
+			co.classifier.Learn(ch)
+			co.apply(ctx, cs, ch, cs.res)
+		}
+		if ch.undecided == "" {
+			cs.waiting = false
+			continue
+		}
+		keep = append(keep, cs)
+	}
+	clear(list[len(keep):])
+	return keep
+}
+
+// recheckRecentLocked judges again every recent final chain recorded by one apiserver
+// alone (within the late window): their verdicts rest on what the view knows of the others,
+// which a late stream changes. Only while a stream is late (recheckUntil), so the common case
+// costs nothing.
+func (co *Correlator) recheckRecentLocked(ctx context.Context) {
+	late := co.opts.LateWindow.Nanoseconds()
+	for cs := co.j.done.head; cs != nil; cs = cs.next {
+		if len(cs.sides) != 1 || cs.res == nil || cs.last < co.j.now-late {
+			continue
+		}
+		ch := co.build(cs)
+		co.classifier.Classify(ch)
+		if ch.Class != cs.res.class || !slices.Equal(ch.Findings, cs.res.findings) {
+			cs.emitted++
+			ch.Revision = int(cs.emitted)
+			co.m.reevaluated.Inc()
+			co.classifier.Learn(ch)
+			co.apply(ctx, cs, ch, cs.res)
+		}
+	}
+}
+
+// apply makes ch, the classification of cs, its result: counted in the metrics and the
+// window (taking back prev, its earlier result, if any), traced and handed to the sink.
+func (co *Correlator) apply(ctx context.Context, cs *chainState, ch *Chain, prev *result) {
 	res := &result{class: ch.Class, findings: ch.Findings, explanation: ch.Explanation, entry: -1, peer: -1,
 		counted: tallyOf(ch)}
 	for i, s := range ch.sides {

@@ -137,6 +137,7 @@ type chainState struct {
 	evicted bool
 	reused  bool    // a record of its auditID was dropped against it (MaxChainRecords)
 	held    bool    // it was kept open once to wait for evidence (Joiner.hold)
+	waiting bool    // final without the evidence it waited for (Correlator.undecided)
 	res     *result // the classification it was last finalised with
 
 	prev, next   *chainState // LRU of open chains, or FIFO of recent final chains

@@ -19,6 +19,7 @@ type correlateMetrics struct {
 	evictions    *prometheus.CounterVec
 	reclassified *prometheus.CounterVec
 	held         prometheus.Counter
+	reevaluated  prometheus.Counter
 	pending      prometheus.Gauge
 	sinkErrors   prometheus.Counter
 	badFrames    prometheus.Counter
@@ -71,6 +72,9 @@ func newCorrelateMetrics() *correlateMetrics {
 		held: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: metrics.CorrelateHeldTotal, Help: "Chains kept open one more chain window because their verdict needed evidence not known yet (who serves a resource, whose address an IP is).",
 		}),
+		reevaluated: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: metrics.CorrelateReevaluatedTotal, Help: "Final chains decided without the evidence they waited for whose verdict changed when that evidence came later (re-emitted with a higher revision).",
+		}),
 		pending: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: metrics.CorrelatePendingChains, Help: "Final chains waiting to be written to the store.",
 		}),
@@ -110,7 +114,7 @@ func (co *Correlator) Collectors() []prometheus.Collector {
 			}
 		}
 	}
-	return []prometheus.Collector{m.records, m.chains, m.forwarded, m.findings, m.overhead, m.proxiedDur, m.open, m.evictions, reopened, dropped, m.reclassified, m.held, m.pending, m.sinkErrors, m.badFrames, co.versionErrors}
+	return []prometheus.Collector{m.records, m.chains, m.forwarded, m.findings, m.overhead, m.proxiedDur, m.open, m.evictions, reopened, dropped, m.reclassified, m.held, m.reevaluated, m.pending, m.sinkErrors, m.badFrames, co.versionErrors}
 }
 
 func (m *correlateMetrics) count(c *Chain) {

@@ -132,6 +132,9 @@ const (
 	CorrelateReclassifiedTotal = "peertrail_correlate_reclassified_total"
 	// CorrelateHeldTotal counts chains kept open one more chain window to wait for evidence.
 	CorrelateHeldTotal = "peertrail_correlate_held_total"
+	// CorrelateReevaluatedTotal counts final chains whose verdict changed when the evidence
+	// they had waited for came later.
+	CorrelateReevaluatedTotal = "peertrail_correlate_reevaluated_total"
 	// CorrelatePendingChains is the number of final chains not yet written to the store.
 	CorrelatePendingChains = "peertrail_correlate_pending_chains"
 	// CorrelateSinkErrorsTotal counts failed attempts to write chains to the store.
