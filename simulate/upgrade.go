@@ -304,6 +304,12 @@ func (u *Upgrade) silenced(s *server, lostStart map[string]bool) {
 	last := u.lastSent[s.name]
 	for i := range u.truths {
 		t := &u.truths[i]
+		if t.Class == "broken" && slices.Contains(t.Faults, "entry_killed") && t.At.After(last) && !slices.Contains(t.Findings, "entry_down") {
+			// The forward's entry record died with the killed entry: the request lies in its
+			// silence (entry_down).
+			t.Findings = append(t.Findings, "entry_down")
+			continue
+		}
 		if t.Class != "broken" || t.Peer != s.name || slices.Contains(t.Findings, "peer_down") {
 			continue
 		}

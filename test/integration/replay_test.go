@@ -93,10 +93,12 @@ func expectation(l label) (correlate.Class, []correlate.Finding, bool) {
 	case "peer_discovery":
 		return correlate.ClassInternal, nil, true
 	case "peer_unreachable":
-		return correlate.ClassProxyFailed, nil, true
+		// The peer was killed: its stream is silent while the forwards fail (restart noise).
+		return correlate.ClassProxyFailed, []correlate.Finding{correlate.FindingPeerDown}, true
 	case "proxied_peer_killed":
 		if len(l.ObservedOn) == 1 {
-			return correlate.ClassBroken, []correlate.Finding{correlate.FindingPeerAuditMissing}, true
+			// Its record died with it, in its stream's silence (restart noise).
+			return correlate.ClassBroken, []correlate.Finding{correlate.FindingPeerAuditMissing, correlate.FindingPeerDown}, true
 		}
 		return correlate.ClassProxied, nil, true
 	}
