@@ -11,9 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ClickHouse/clickhouse-go/v2"
-	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
-
 	"github.com/peertrail/peertrail/correlate"
 	"github.com/peertrail/peertrail/store"
 	"github.com/peertrail/peertrail/store/sqlhttp"
@@ -41,32 +38,6 @@ func hostPort(t *testing.T, srv *httptest.Server) string {
 		t.Fatal(err)
 	}
 	return u.Host
-}
-
-// chOpen connects clickhouse-go over HTTP.
-func chOpen(t *testing.T, srv *httptest.Server, mod func(*clickhouse.Options)) driver.Conn {
-	t.Helper()
-	opts := &clickhouse.Options{Addr: []string{hostPort(t, srv)}, Protocol: clickhouse.HTTP, DialTimeout: 5 * time.Second}
-	if mod != nil {
-		mod(opts)
-	}
-	conn, err := clickhouse.Open(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	if err := conn.Ping(context.Background()); err != nil {
-		t.Fatalf("ping over HTTP: %v", err)
-	}
-	return conn
-}
-
-func exceptionCode(err error) int32 {
-	var ex *clickhouse.Exception
-	if errors.As(err, &ex) {
-		return ex.Code
-	}
-	return -1
 }
 
 // The server store (clickhouse-go) runs the same schema, writer and queries as the embedded
