@@ -38,6 +38,7 @@ type Stores struct {
 	Chain   Lookup
 	List    ListLookup
 	Records RecordsLookup
+	History HistoryLookup
 }
 
 // API serves the chains over HTTP:
@@ -49,12 +50,17 @@ type Stores struct {
 //	GET /api/v1/chains?class=&finding=&apiserver=&since=&limit=  newest first: the chains in
 //	    memory (open, and final ones for the late window), and with since= the stored ones too
 //	GET /api/v1/apiservers        what each apiserver was seen to serve and whether it proxied
+//	GET /api/v1/apiservers?at=TIME  the capability history (the store's) of the version epoch
+//	    of each apiserver that holds TIME: which group/version/resources it served or
+//	    forwarded, from when to when
+//	GET /api/v1/apiservers?since=&until=  the capability history over a time range
 type API struct {
 	co *Correlator
 	// older and olderList are consulted for chains no longer in memory; may be nil.
 	older     Lookup
 	olderList ListLookup
 	records   RecordsLookup
+	history   HistoryLookup
 }
 
 // NewAPI returns the API over co, falling back to older and olderList (the store) for chains
@@ -65,7 +71,7 @@ func NewAPI(co *Correlator, older Lookup, olderList ListLookup) *API {
 
 // NewStoredAPI returns the API over co with the store's lookups st.
 func NewStoredAPI(co *Correlator, st Stores) *API {
-	return &API{co: co, older: st.Chain, olderList: st.List, records: st.Records}
+	return &API{co: co, older: st.Chain, olderList: st.List, records: st.Records, history: st.History}
 }
 
 // Normalize puts a chain in the form the API serves, whichever way it was read: times at the
@@ -234,7 +240,20 @@ func mergeChains(memory, stored []*Chain, limit int) []*Chain {
 	return out[:min(len(out), limit)]
 }
 
-func (a *API) apiservers(w http.ResponseWriter, _ *http.Request) {
+// parseTime reads an API time: RFC 3339, or a duration before now (15m).
+func parseTime(v string, now time.Time) (time.Time, error) {
+	if d, err := time.ParseDuration(v); err == nil {
+		return now.Add(-d), nil
+	}
+	return time.Parse(time.RFC3339Nano, v)
+}
+
+func (a *API) apiservers(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	if q.Has("at") || q.Has("since") {
+		a.capabilityHistory(w, r)
+		return
+	}
 	views := a.co.caps.Snapshot()
 	if views == nil {
 		views = []APIServerView{}
@@ -242,4 +261,55 @@ func (a *API) apiservers(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, struct {
 		APIServers []APIServerView `json:"apiservers"`
 	}{views})
+}
+
+func (a *API) capabilityHistory(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	if a.history == nil {
+		writeJSON(w, http.StatusNotFound, apiError{"no store: the capability history is kept only in the store (serve runs with --store none)"})
+		return
+	}
+	now := time.Now().UTC()
+	var at, since, until time.Time
+	var err error
+	if v := q.Get("at"); v != "" {
+		if at, err = parseTime(v, now); err != nil {
+			writeJSON(w, http.StatusBadRequest, apiError{"at must be an RFC 3339 time or a duration ago (15m)"})
+			return
+		}
+		since, until = at.Add(-AtWindow), at.Add(AtWindow)
+	} else {
+		if since, err = parseTime(q.Get("since"), now); err != nil {
+			writeJSON(w, http.StatusBadRequest, apiError{"since must be an RFC 3339 time or a duration ago (24h)"})
+			return
+		}
+		until = now
+		if v := q.Get("until"); v != "" {
+			if until, err = parseTime(v, now); err != nil {
+				writeJSON(w, http.StatusBadRequest, apiError{"until must be an RFC 3339 time or a duration ago"})
+				return
+			}
+		}
+	}
+	records, err := a.history(r.Context(), since, until)
+	if err != nil {
+		writeJSON(w, http.StatusServiceUnavailable, apiError{"the store could not be asked for the capability history: " + err.Error()})
+		return
+	}
+	if !at.IsZero() {
+		records = EpochsAt(records, at)
+	}
+	if records == nil {
+		records = []CapabilityRecord{}
+	}
+	out := struct {
+		At      *time.Time         `json:"at,omitempty"`
+		Since   time.Time          `json:"since"`
+		Until   time.Time          `json:"until"`
+		History []CapabilityRecord `json:"history"`
+	}{Since: since, Until: until, History: records}
+	if !at.IsZero() {
+		out.At = &at
+	}
+	writeJSON(w, http.StatusOK, out)
 }

@@ -496,3 +496,39 @@ func ReadRecords(st Store) correlate.RecordsLookup {
 		return out, nil
 	}
 }
+
+// CapabilityHistory returns the capability history between since and until (the named query
+// apiserver_capabilities). It has the correlate.HistoryLookup signature.
+func CapabilityHistory(st Store) correlate.HistoryLookup {
+	return func(ctx context.Context, since, until time.Time) ([]correlate.CapabilityRecord, error) {
+		q, err := QueryNamed("apiserver_capabilities")
+		if err != nil {
+			return nil, err
+		}
+		res, err := q.Run(ctx, st, map[string]string{"since": FormatTime(since), "until": FormatTime(until)})
+		if err != nil {
+			return nil, err
+		}
+		out := make([]correlate.CapabilityRecord, 0, len(res.Rows))
+		for i := range res.Rows {
+			d := rowDecoder{res: res, i: i}
+			r := correlate.CapabilityRecord{
+				APIServer: d.str("apiserver"), Version: d.str("version"), Role: d.str("role"),
+				Group: d.str("api_group"), APIVersion: d.str("api_version"), Resource: d.str("resource"),
+				From: d.time("first_minute"), Until: d.time("until_minute"),
+			}
+			if v, ok := d.raw("requests"); ok {
+				n, err := strconv.ParseInt(v, 10, 64)
+				if err != nil {
+					d.fail("requests", err)
+				}
+				r.Requests = n
+			}
+			if d.err != nil {
+				return nil, fmt.Errorf("store: query apiserver_capabilities: row %d: %w", i, d.err)
+			}
+			out = append(out, r)
+		}
+		return out, nil
+	}
+}

@@ -217,6 +217,29 @@ func TestEveryShippedQuery(t *testing.T) {
 				t.Errorf("chain of %s: %v %v", proxiedID, r.Columns, r.Rows)
 			}
 		},
+		"apiserver_capabilities": func(t *testing.T, r *store.Result) {
+			got := map[string]bool{}
+			for i := range r.Rows {
+				got[r.Value(i, "apiserver")+" "+r.Value(i, "version")+" "+r.Value(i, "role")+" "+r.Value(i, "api_group")+"/"+r.Value(i, "resource")] = true
+				if r.Value(i, "first_minute") >= r.Value(i, "until_minute") {
+					t.Errorf("row %v: an empty span", r.Rows[i])
+				}
+			}
+			for _, want := range []string{
+				"kas-c v1.36.3 served scheduling.k8s.io/podgroups",
+				"kas-a v1.35.4 forwarded scheduling.k8s.io/podgroups",
+				"kas-b v1.35.4 forwarded scheduling.k8s.io/podgroups",
+			} {
+				if !got[want] {
+					t.Errorf("no %q in the capability history: %v", want, got)
+				}
+			}
+			for k := range got {
+				if strings.HasPrefix(k, "kas-a ") && strings.HasSuffix(k, " served scheduling.k8s.io/podgroups") {
+					t.Errorf("%q: kas-a (1.35) does not serve podgroups", k)
+				}
+			}
+		},
 		"chains_since": func(t *testing.T, r *store.Result) {
 			// Run with classes ['misleading_404'] and apiservers ['kas-b'] (below).
 			n := 0

@@ -31,6 +31,7 @@ import (
 	"io"
 	"maps"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -1477,6 +1478,66 @@ func TestUpgradeRenamedBinaries(t *testing.T) {
 	}
 	if strings.Contains(text, metrics.APIServerVersionUnparseableTotal+"{") {
 		t.Errorf("a real apiserver's version reported unparseable:\n%s", grepLines(text, metrics.APIServerVersionUnparseableTotal))
+	}
+
+	// The capability history (the store's) shows kas-b's two versions one after the other, each
+	// with what it served: GET /api/v1/apiservers?since=, and ?at= a moment of each epoch.
+	var capHistory []correlate.CapabilityRecord
+	var oldEnd, newStart time.Time
+	err = pollUntil(ctx, 90*time.Second, func() (bool, error) {
+		var doc struct {
+			History []correlate.CapabilityRecord `json:"history"`
+		}
+		if code, err := pt.getJSON(ctx, "/api/v1/apiservers?since=1h", &doc); err != nil || code != http.StatusOK {
+			return false, nil
+		}
+		capHistory = doc.History
+		oldEnd, newStart = time.Time{}, time.Time{}
+		for _, r := range doc.History {
+			if r.APIServer != ruB || r.Role != correlate.RoleServed {
+				continue
+			}
+			switch r.Version {
+			case harness.OldVersion:
+				if r.Until.After(oldEnd) {
+					oldEnd = r.Until
+				}
+			case harness.NewVersion:
+				if newStart.IsZero() || r.From.Before(newStart) {
+					newStart = r.From
+				}
+			}
+		}
+		return !oldEnd.IsZero() && !newStart.IsZero(), nil
+	})
+	if err != nil {
+		t.Fatalf("the capability history never showed kas-b serving on both %s and %s: %v\n%+v", harness.OldVersion, harness.NewVersion, err, capHistory)
+	}
+	if oldEnd.After(newStart) {
+		t.Errorf("kas-b's epochs overlap: %s until %s, %s from %s", harness.OldVersion, oldEnd, harness.NewVersion, newStart)
+	}
+	for _, at := range []struct {
+		t       time.Time
+		version string
+	}{{oldEnd.Add(-time.Second), harness.OldVersion}, {newStart.Add(time.Second), harness.NewVersion}} {
+		var doc struct {
+			History []correlate.CapabilityRecord `json:"history"`
+		}
+		if code, err := pt.getJSON(ctx, "/api/v1/apiservers?at="+url.QueryEscape(at.t.Format(time.RFC3339Nano)), &doc); err != nil || code != http.StatusOK {
+			t.Fatalf("GET /api/v1/apiservers?at=: %d %v", code, err)
+		}
+		n := 0
+		for _, r := range doc.History {
+			if r.APIServer == ruB {
+				n++
+				if r.Version != at.version {
+					t.Errorf("?at=%s: kas-b's record of %s, want %s: %+v", at.t, r.Version, at.version, r)
+				}
+			}
+		}
+		if n == 0 {
+			t.Errorf("?at=%s: nothing of kas-b", at.t)
+		}
 	}
 	t.Logf("TestUpgradeRenamedBinaries took %s", time.Since(start).Round(time.Millisecond))
 }
