@@ -463,12 +463,12 @@ func runChains(ctx context.Context, st Store, query string, params map[string]st
 	return out, nil
 }
 
-// ReadRecords returns the stored audit events of chain c (the named query audit_id_records: the
+// ReadRecords returns the stored audit events of chain c (the named query chain_events: the
 // events of its auditID, those peertrail received between the chain's first and last record),
 // in time order. It has the correlate.RecordsLookup signature.
 func ReadRecords(st Store) correlate.RecordsLookup {
 	return func(ctx context.Context, c *correlate.Chain) ([]correlate.StoredRecord, error) {
-		q, err := QueryNamed("audit_id_records")
+		q, err := QueryNamed("chain_events")
 		if err != nil {
 			return nil, err
 		}
@@ -483,7 +483,7 @@ func ReadRecords(st Store) correlate.RecordsLookup {
 			r := correlate.StoredRecord{APIServer: d.str("apiserver"), Stage: d.str("stage"), StageTimestamp: d.time("stage_timestamp"),
 				ReceivedAt: d.time("received_at"), Event: json.RawMessage(d.str("raw"))}
 			if d.err != nil {
-				return nil, fmt.Errorf("store: query audit_id_records: row %d: %w", i, d.err)
+				return nil, fmt.Errorf("store: query chain_events: row %d: %w", i, d.err)
 			}
 			if r.ReceivedAt.Before(first) || r.ReceivedAt.After(last) {
 				continue // another request that reused the auditID

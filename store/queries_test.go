@@ -240,6 +240,20 @@ func TestEveryShippedQuery(t *testing.T) {
 				}
 			}
 		},
+		"chain_events": func(t *testing.T, r *store.Result) {
+			var got []string
+			for i := range r.Rows {
+				got = append(got, r.Value(i, "apiserver")+"/"+r.Value(i, "stage"))
+				if !strings.Contains(r.Value(i, "raw"), proxiedID) {
+					t.Errorf("raw event %.80q is not of %s", r.Value(i, "raw"), proxiedID)
+				}
+			}
+			sort.Strings(got)
+			want := []string{"kas-a/RequestReceived", "kas-a/ResponseComplete", "kas-c/RequestReceived", "kas-c/ResponseComplete"}
+			if !slices.Equal(got, want) {
+				t.Errorf("events of %s: %v, want %v", proxiedID, got, want)
+			}
+		},
 		"chains_since": func(t *testing.T, r *store.Result) {
 			// Run with classes ['misleading_404'] and apiservers ['kas-b'] (below).
 			n := 0

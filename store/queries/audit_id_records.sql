@@ -2,9 +2,9 @@
 -- report: no
 -- description: Every audit record any apiserver sent for the auditID, in time order, without
 --   knowing its day: the audit_ids lookup names the partitions and sorting-key ranges of events
---   to read. A client may reuse an Audit-ID, so more than one request can show up. raw is the
---   event as the apiserver sent it (GET /api/v1/chains/{auditID}/records, peertrail chain
---   --records); the chain investigation dashboard shows the other columns.
+--   to read. A client may reuse an Audit-ID, so more than one request can show up. The chain
+--   investigation dashboard shows these; chain_events has the events as the apiservers sent
+--   them.
 SELECT
     stage_timestamp,
     apiserver,
@@ -20,8 +20,7 @@ SELECT
     reason,
     message,
     has_request_object OR has_response_object AS has_objects,
-    received_at,
-    raw
+    received_at
 FROM peertrail.events
 WHERE audit_id = {audit_id:String}
   AND toDate(received_at) GLOBAL IN (SELECT received_day FROM peertrail.audit_ids WHERE audit_id = {audit_id:String})
