@@ -250,7 +250,7 @@ type Analysis struct {
 type queryAnalysisV1 struct {
 	structSize     uint32
 	statementCount uint32
-	flags          uint32
+	_              uint32 // flags: secrets, writes-only-target, database lifecycle (unused here)
 	queryClass     uint32
 }
 
