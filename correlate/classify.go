@@ -610,13 +610,6 @@ func (k *DefaultClassifier) peerDown(c *Chain, peer string, from, to time.Time) 
 	k.silent(c, FindingPeerDown, peer, from, to, "which serves "+c.gvr().String()+", was down")
 }
 
-func orDash(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
-}
-
 func (k *DefaultClassifier) loop(c *Chain) {
 	// The entry is the side with the fewest hops; the others follow in hop order.
 	sides := slices.Clone(c.sides)

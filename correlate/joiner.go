@@ -95,13 +95,6 @@ type rareFields struct {
 	reason  string
 }
 
-func (s *side) message() string {
-	if s.rare == nil {
-		return ""
-	}
-	return s.rare.message
-}
-
 func (s *side) ips() []string {
 	if s.sourceIPs == nil {
 		return nil
@@ -558,14 +551,8 @@ func (j *Joiner) addToSide(c *chainState, r *record.Record, rr int64) {
 	}
 }
 
-// sameRequest compares request URIs the way a forwarded request changes them: the peer
-// re-encodes the query string with its keys sorted.
-func sameRequest(a, b string) bool {
-	var u uriMatcher
-	return u.same(a, b, nil)
-}
-
-// uriMatcher compares one record's request URI with the URIs of several chains (sameRequest),
+// uriMatcher compares one record's request URI with the URIs of several chains the way a
+// forwarded request changes them (the peer re-encodes the query string with its keys sorted),
 // re-encoding the record's query at most once and each chain's at most once in its life: a
 // client reusing its Audit-ID sends many URIs with one path, and parsing both queries on every
 // comparison was most of the cost of such a flood.
