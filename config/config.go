@@ -108,6 +108,11 @@ type Gate struct {
 	MaxIdentityMismatch int      `json:"maxIdentityMismatch,omitempty"`
 	MaxIngestGap        Duration `json:"maxIngestGap,omitempty"`
 	MaxMinorSkew        int      `json:"maxMinorSkew,omitempty"`
+	// MaxEntryStarting and MaxPeerDown are the restart-noise budgets: how long one episode of
+	// a starting entry's errors, or of a peer's absence, may last before it pauses the gate
+	// (0: 10s and 30s).
+	MaxEntryStarting Duration `json:"maxEntryStarting,omitempty"`
+	MaxPeerDown      Duration `json:"maxPeerDown,omitempty"`
 	ForgetAfter         Duration `json:"forgetAfter,omitempty"`
 }
 

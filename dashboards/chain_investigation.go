@@ -128,7 +128,7 @@ FROM
 )
 ORDER BY time, pair`)).
 		WithPanel(chGraph(graph{title: "Findings per minute", bars: true,
-			description: "Chains per minute with each finding: identity_mismatch, impersonation_flattened, peer_audit_missing, entry_audit_missing, status_mismatch, audit_id_reused."}, `
+			description: "Chains per minute with each finding: identity_mismatch, impersonation_flattened, peer_audit_missing, entry_audit_missing, status_mismatch, audit_id_reused, and the restart noise entry_starting, entry_stopping, entry_down, peer_down."}, `
 SELECT minute AS time, finding, chains
 FROM
 (

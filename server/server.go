@@ -215,6 +215,7 @@ func (s *Server) newGate(cfg config.File, started time.Time) {
 		Window: time.Duration(g.Window), MaxProxied5xxRatio: g.MaxProxied5xxRatio, MinForwarded: g.MinForwarded,
 		MaxMisleading404: g.MaxMisleading404, MaxBroken: g.MaxBroken, MaxIdentityMismatch: g.MaxIdentityMismatch,
 		MaxIngestGap: time.Duration(g.MaxIngestGap), MaxMinorSkew: g.MaxMinorSkew, ForgetAfter: time.Duration(g.ForgetAfter),
+		MaxEntryStarting: time.Duration(g.MaxEntryStarting), MaxPeerDown: time.Duration(g.MaxPeerDown),
 	}, gate.Sources{
 		Recent:      s.correlator.Recent,
 		APIServers:  s.correlator.Capabilities().Servers,

@@ -165,6 +165,8 @@ func bindServeFlags(f *pflag.FlagSet, cfg *config.File) {
 	f.IntVar(&cfg.Gate.MaxMisleading404, "gate-max-misleading-404", cfg.Gate.MaxMisleading404, "gate: misleading 404s allowed in the window")
 	f.IntVar(&cfg.Gate.MaxBroken, "gate-max-broken", cfg.Gate.MaxBroken, "gate: broken chains allowed in the window")
 	f.IntVar(&cfg.Gate.MaxIdentityMismatch, "gate-max-identity-mismatch", cfg.Gate.MaxIdentityMismatch, "gate: identity mismatches allowed in the window")
+	f.Var(&cfg.Gate.MaxEntryStarting, "gate-max-entry-starting", "gate: how long a restarted apiserver's first errors (entry_starting) may last before they pause it (default 10s)")
+	f.Var(&cfg.Gate.MaxPeerDown, "gate-max-peer-down", "gate: how long a peer's absence (peer_down) may fail forwarded requests before it pauses it (default 30s)")
 	f.Var(&cfg.Gate.MaxIngestGap, "gate-max-ingest-gap", "gate: longest silence allowed from any apiserver's audit webhook")
 	f.IntVar(&cfg.Gate.MaxMinorSkew, "gate-max-minor-skew", cfg.Gate.MaxMinorSkew, "gate: the version-skew policy, minors apiservers may be apart")
 	f.IntVar(&cfg.Gate.MinForwarded, "gate-min-forwarded", cfg.Gate.MinForwarded, "gate: forwarded requests needed before the 5xx ratio counts as a ratio (fewer still pause on failures)")
