@@ -182,7 +182,7 @@ ORDER BY request_time DESC
 LIMIT 200`, what, failedOrBroken, missing))).
 		// GLOBAL LEFT JOIN: on a cluster (`peertrail schema --cluster`, Distributed tables) the
 		// served_by subquery runs once over every shard; a plain JOIN is refused there.
-		WithPanel(chTable("Misleading 404s by resource", "Requests answered 404 by an apiserver that does not serve the resource while another does; served_by lists the apiservers that served it with a 2xx in the same time range.",
+		WithPanel(chTable("Misleading 404s by resource", "Requests answered 404 by an apiserver that does not serve the resource while another does; served_by lists the other apiservers that served it with a 2xx in the same time range: where the request should have gone.",
 			full, 8, fmt.Sprintf(`
 SELECT
     c.api_group AS group,
@@ -193,7 +193,7 @@ SELECT
     uniqExact(c.user_name) AS users,
     min(c.request_time) AS first,
     max(c.request_time) AS last,
-    arrayStringConcat(any(s.served_by), ', ') AS served_by,
+    arrayStringConcat(arrayFilter(x -> x != answered_404, any(s.served_by)), ', ') AS served_by,
     any(c.audit_id) AS example_audit_id
 FROM peertrail.chains AS c FINAL
 GLOBAL LEFT JOIN
