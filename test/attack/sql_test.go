@@ -256,6 +256,7 @@ func TestSQLAttacksChangeNothing(t *testing.T) {
 	st := startSQLTarget(t)
 	st.loadEvents(t, 7, 300)
 	st.waitCount(t, "SELECT count() FROM peertrail.chains FINAL WHERE state = 'final'", 300)
+	st.waitCount(t, "SELECT count() FROM peertrail.audit_ids FINAL", 300) // its view commits just after the events
 
 	watch := t.TempDir()
 	secret := filepath.Join(watch, "tls.key")
