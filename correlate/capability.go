@@ -455,11 +455,13 @@ func (c *Capabilities) NoteServer(apiserver, version, address string, t time.Tim
 // Note records what one of apiserver's own loopback requests showed. A new process (another
 // loopback UID than the current one) or another version than the current one, at a time not
 // before the last sighting, begins a capability epoch and an entry of the version history:
-// what the apiserver served before it is history. Older news (a late record of a previous
-// process, or records replayed from the spool after peertrail restarted) changes nothing but
-// the addresses, and neither does a record of a process already in the history, so two
-// processes that send under one name cannot make the view flap. A configured version (zero
-// At) starts no epoch.
+// what the apiserver served before it is history. A process not yet known, seen from before
+// the current one started (a stream late and out of order), begins a past epoch in its place
+// (notePastLocked). Other older news (a late record of a previous process, or records
+// replayed from the spool after peertrail restarted) changes nothing but the addresses and
+// where a known process's epoch starts, and a record of a process already in the history
+// starts nothing, so two processes that send under one name cannot make the view flap. A
+// configured version (zero At) starts no epoch.
 func (c *Capabilities) Note(apiserver string, s Sighting) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -473,6 +475,9 @@ func (c *Capabilities) Note(apiserver string, s Sighting) {
 		return
 	}
 	if s.Process != "" && s.Process == info.Process && c.moveStartLocked(apiserver, info, s.At) {
+		return
+	}
+	if s.Process != "" && info.Process != "" && s.Process != info.Process && c.notePastLocked(apiserver, info, s) {
 		return
 	}
 	if s.At.Before(info.LastSeen) || s.Process != "" && s.Process != info.Process && pastProcess(info.History, s.Process) {
@@ -546,10 +551,147 @@ func (c *Capabilities) moveStartLocked(apiserver string, info *ServerInfo, at ti
 	if !at.After(floor) {
 		return false
 	}
-	epochs[len(epochs)-1] = at
+	c.moveEpochLocked(apiserver, len(epochs)-1, at)
 	e.Since = at.UTC()
 	c.changes++
 	return true
+}
+
+// notePastLocked takes a sighting of another process than the current one, from before the
+// current one started: a stream that arrives late and out of order (a webhook backing off,
+// batches sent concurrently) shows an apiserver's older processes after its newer ones. Such
+// a process, not yet known, begins an epoch of its own in the past, between the processes
+// known to run before and after it; a known one seen earlier than its epoch's start moves the
+// start back (moveStartLocked's rule, for a past epoch). So evidence is attributed to the
+// process that ran at its time whatever order the records came in. A known process seen
+// where another one ran changes nothing (two processes sending under one name). It reports
+// whether the sighting was taken as such, false when it is not from before the current
+// process.
+func (c *Capabilities) notePastLocked(apiserver string, info *ServerInfo, s Sighting) bool {
+	h := info.History
+	n := len(h)
+	if n == 0 || h[n-1].Process != info.Process || !s.At.Before(h[n-1].Since) {
+		return false
+	}
+	// k is the first entry that began after the sighting.
+	k := sort.Search(n, func(i int) bool { return h[i].Since.After(s.At) })
+	if k > 0 && h[k-1].Process == s.Process {
+		// Within its own epoch: the last sighting of the process before the current one
+		// bounds how far back the current one's start may move.
+		if k == n-1 && s.At.After(c.prevLast[apiserver]) {
+			c.prevLast[apiserver] = s.At
+		}
+		return true
+	}
+	if i := slices.IndexFunc(h, func(e VersionEpoch) bool { return e.Process == s.Process }); i >= 0 {
+		if i == k {
+			c.movePastStartLocked(apiserver, info, i, s.At)
+		}
+		return true
+	}
+	if k == 0 && n >= maxHistory {
+		return true // older than the history kept
+	}
+	e := VersionEpoch{Since: s.At.UTC(), Version: s.Version, Process: s.Process, Cause: CauseFirstSeen}
+	if k > 0 {
+		e.Cause = causeAfter(h[k-1].Version, s.Version)
+		c.insertEpochLocked(apiserver, s.At)
+	}
+	next := &h[k]
+	if next.Cause != CauseRestart && next.Cause != CauseVersionChange {
+		c.insertEpochLocked(apiserver, next.Since)
+	}
+	next.Cause = causeAfter(s.Version, next.Version)
+	if k == n-1 && s.At.After(c.prevLast[apiserver]) {
+		c.prevLast[apiserver] = s.At
+	}
+	info.History = slices.Insert(h, k, e)
+	if n := len(info.History); n > maxHistory {
+		info.History = slices.Delete(info.History, 0, n-maxHistory)
+	}
+	if n := len(c.epochs[apiserver]); n > maxHistory {
+		c.epochs[apiserver] = slices.Delete(c.epochs[apiserver], 0, n-maxHistory)
+	}
+	c.changes++
+	return true
+}
+
+// causeAfter is why a process running version began after one running prev: a version change
+// when both are known and name other releases, else a restart.
+func causeAfter(prev, version string) string {
+	if prev != "" && version != "" && !sameRelease(prev, version) {
+		return CauseVersionChange
+	}
+	return CauseRestart
+}
+
+// movePastStartLocked takes at, earlier than its start, as the start of the past epoch of
+// history entry i; never before the start of the entry before it.
+func (c *Capabilities) movePastStartLocked(apiserver string, info *ServerInfo, i int, at time.Time) {
+	e := &info.History[i]
+	if i > 0 && !at.After(info.History[i-1].Since) {
+		return
+	}
+	if e.Cause == CauseRestart || e.Cause == CauseVersionChange {
+		j := slices.IndexFunc(c.epochs[apiserver], func(t time.Time) bool { return t.Equal(e.Since) })
+		if j < 0 {
+			return
+		}
+		c.moveEpochLocked(apiserver, j, at)
+	}
+	e.Since = at.UTC()
+	c.changes++
+}
+
+// insertEpochLocked begins an epoch of apiserver at t, in the past or not, unless one begins
+// there already. When the process of the epoch that held t was first seen serving at t or
+// after, that was the new epoch's process.
+func (c *Capabilities) insertEpochLocked(apiserver string, t time.Time) {
+	epochs := c.epochs[apiserver]
+	i, found := slices.BinarySearchFunc(epochs, t, func(e, t time.Time) int { return e.Compare(t) })
+	if found {
+		return
+	}
+	from := int64(0)
+	if i > 0 {
+		from = epochs[i-1].UnixNano()
+	}
+	c.epochs[apiserver] = slices.Insert(epochs, i, t)
+	if m := c.ready[apiserver]; m != nil {
+		if r, ok := m[from]; ok && !r.Before(t) {
+			delete(m, from)
+			m[t.UnixNano()] = r
+		}
+	}
+	c.changes++
+}
+
+// moveEpochLocked moves the start of apiserver's epoch j back to at (after the epoch before
+// it), with when its process was first seen serving: a first answer the epoch before it held
+// at or after at was the moved epoch's process's.
+func (c *Capabilities) moveEpochLocked(apiserver string, j int, at time.Time) {
+	epochs := c.epochs[apiserver]
+	old := epochs[j].UnixNano()
+	epochs[j] = at
+	m := c.ready[apiserver]
+	if m == nil {
+		return
+	}
+	r, ok := m[old]
+	delete(m, old)
+	prev := int64(0)
+	if j > 0 {
+		prev = epochs[j-1].UnixNano()
+	}
+	if p, pok := m[prev]; pok && !p.Before(at) {
+		delete(m, prev)
+		if !ok || p.Before(r) {
+			r, ok = p, true
+		}
+	}
+	if ok {
+		m[at.UnixNano()] = r
+	}
 }
 
 // setVersionLocked takes version as the apiserver's current one, unless it names the same

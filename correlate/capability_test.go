@@ -159,3 +159,92 @@ func TestConfiguredVersionAndTheAgent(t *testing.T) {
 		}
 	}
 }
+
+// TestPastProcessesInAnyArrivalOrder: an apiserver's stream late and reversed shows its newest
+// process first; each older process, seen later but from before the one known, begins a past
+// epoch of its own, so the history, the epochs and what each process served come out as when
+// the records came in order.
+func TestPastProcessesInAnyArrivalOrder(t *testing.T) {
+	sightings := []Sighting{
+		{Version: "v1.35.4", Process: "uid-1", At: t0},
+		{Version: "v1.35.4", Process: "uid-1", At: t0.Add(time.Minute)},
+		{Version: "v1.35.4", Process: "uid-2", At: t0.Add(3 * time.Minute)},
+		{Version: "v1.35.4", Process: "uid-2", At: t0.Add(4 * time.Minute)},
+		{Version: "v1.36.3", Process: "uid-3", At: t0.Add(6 * time.Minute)},
+		{Version: "v1.36.3", Process: "uid-3", At: t0.Add(7 * time.Minute)},
+	}
+	want := []VersionEpoch{
+		{Since: t0, Version: "v1.35.4", Process: "uid-1", Cause: CauseFirstSeen},
+		{Since: t0.Add(3 * time.Minute), Version: "v1.35.4", Process: "uid-2", Cause: CauseRestart},
+		{Since: t0.Add(6 * time.Minute), Version: "v1.36.3", Process: "uid-3", Cause: CauseVersionChange},
+	}
+	orders := map[string][]int{
+		"in order":          {0, 1, 2, 3, 4, 5},
+		"reversed":          {5, 4, 3, 2, 1, 0},
+		"newest first":      {4, 5, 0, 1, 2, 3},
+		"middle last":       {0, 1, 4, 5, 3, 2},
+		"latest of each":    {5, 3, 1, 4, 2, 0},
+		"oldest inserted 2": {4, 2, 1, 0, 3, 5},
+	}
+	for name, order := range orders {
+		t.Run(name, func(t *testing.T) {
+			c := NewCapabilities(15 * time.Minute)
+			// Evidence learned before any process was known, and between the sightings.
+			c.Learn("kas-c", podgroupsGVR, t0.Add(30*time.Second), true)
+			for i, k := range order {
+				c.Note("kas-c", sightings[k])
+				if i == 2 {
+					c.Learn("kas-c", podgroupsGVR, t0.Add(5*time.Minute), true)
+				}
+			}
+			s := c.Servers()[0]
+			if !slices.Equal(s.History, want) || s.Process != "uid-3" || s.Version != "v1.36.3" {
+				t.Fatalf("server %+v\nwant history %+v", s, want)
+			}
+			if got := c.epochs["kas-c"]; !slices.Equal(got, []time.Time{t0.Add(3 * time.Minute), t0.Add(6 * time.Minute)}) {
+				t.Fatalf("epochs %v", got)
+			}
+			for _, q := range []struct {
+				at           time.Duration
+				served, know bool
+			}{{40 * time.Second, true, true}, {150 * time.Second, true, true}, {4 * time.Minute, true, true}, {6 * time.Minute, false, false}} {
+				served, known := c.Serves("kas-c", podgroupsGVR, t0.Add(q.at))
+				if served != q.served || known != q.know {
+					t.Errorf("at +%s: served=%v known=%v, want %v %v", q.at, served, known, q.served, q.know)
+				}
+			}
+			if from, ok := c.StartedAt("kas-c", t0.Add(7*time.Minute)); !ok || !from.Equal(t0.Add(6*time.Minute)) {
+				t.Errorf("uid-3 started at %v %v", from, ok)
+			}
+		})
+	}
+}
+
+// TestPastProcessKeepsWhenTheLaterOneServed: the first answer a process gave to others marks
+// the end of its start (Starting); an older process inserted before it keeps that answer with
+// the later process, not with itself.
+func TestPastProcessKeepsWhenTheLaterOneServed(t *testing.T) {
+	c := NewCapabilities(15 * time.Minute)
+	c.Note("kas-c", Sighting{Version: "v1.36.3", Process: "uid-2", At: t0.Add(3 * time.Minute)})
+	c.NoteServing("kas-c", t0.Add(3*time.Minute+time.Second))
+	c.Note("kas-c", Sighting{Version: "v1.36.3", Process: "uid-1", At: t0})
+	c.NoteServing("kas-c", t0.Add(time.Second))
+	if _, starting := c.Starting("kas-c", t0.Add(3*time.Minute+30*time.Second), StartingWindow); starting {
+		t.Fatal("uid-2 still starting 29 s after it first served")
+	}
+	if _, starting := c.Starting("kas-c", t0.Add(3*time.Minute+500*time.Millisecond), StartingWindow); !starting {
+		t.Fatal("uid-2 not starting before it first served")
+	}
+	// The current process seen before the one inserted before it moves nothing, nor does
+	// the past process seen after the current one started (two processes sending under one
+	// name).
+	c.Note("kas-c", Sighting{Version: "v1.36.3", Process: "uid-2", At: t0.Add(-time.Minute)})
+	c.Note("kas-c", Sighting{Version: "v1.36.3", Process: "uid-1", At: t0.Add(3*time.Minute + time.Second)})
+	want := []VersionEpoch{
+		{Since: t0, Version: "v1.36.3", Process: "uid-1", Cause: CauseFirstSeen},
+		{Since: t0.Add(3 * time.Minute), Version: "v1.36.3", Process: "uid-2", Cause: CauseRestart},
+	}
+	if h := c.Servers()[0].History; !slices.Equal(h, want) {
+		t.Fatalf("history %+v", h)
+	}
+}

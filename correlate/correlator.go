@@ -221,10 +221,14 @@ func (co *Correlator) Consume(ctx context.Context, entries []spool.Entry) (spool
 			co.lastEnd = e.End
 			continue
 		}
+		// The processes first: a late batch may hold an older process's first calls, whose
+		// epoch its answers then count in (Capabilities.notePastLocked).
+		for i := range b.Records {
+			co.noteServer(&b.Records[i])
+		}
 		co.noteActivity(b.Records)
 		for i := range b.Records {
 			r := &b.Records[i]
-			co.noteServer(r)
 			if ev := co.j.Add(r, e.Pos); ev != nil {
 				co.finishLocked(ctx, ev)
 			}
