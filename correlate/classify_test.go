@@ -641,3 +641,52 @@ func TestSinkOutageLosesNoChain(t *testing.T) {
 		t.Fatalf("safe position %d, want the end %d", h.co.safeLocked(), h.pos)
 	}
 }
+
+// TestLoneSuccessWithoutObjectsTeachesNothing: the entry's record of a forward whose peer
+// record is late is a lone success without objects, judged local for now; it must not teach
+// that the entry serves the resource, or, once the peer's records came and showed the
+// forwards, the entry's next forward whose peer record is lost (the peer killed) would still
+// be judged local by that belief (issue 13: kas-c's stream late).
+func TestLoneSuccessWithoutObjectsTeachesNothing(t *testing.T) {
+	h := newHarness(t, DefaultOptions())
+	var fwd []req
+	for i := range 3 {
+		r := podgroups(fmt.Sprintf("fwd-%d", i), t0.Add(time.Duration(i)*time.Second))
+		fwd = append(fwd, r)
+		h.feed(r.entry("kas-a", 200))
+	}
+	// The chain window passes on the stream without kas-c's records.
+	other := pods("other", t0.Add(40*time.Second))
+	h.feed(other.records(sideOpts{apiserver: "kas-b", sourceIPs: []string{client}, code: 200, objects: true, received: t0.Add(41 * time.Second)}))
+	if c := h.chain("fwd-0"); c.Class != ClassLocal {
+		t.Fatalf("lone forward before its peer record came: %s", c.Class)
+	}
+	if _, known := h.co.caps.Serves("kas-a", podgroupsGVR, t0); known {
+		t.Fatal("a lone success without objects taught what kas-a serves")
+	}
+	// kas-c's records come, late: the forwards show.
+	for _, r := range fwd {
+		rec := r.peer("kas-c", addrA, 200)
+		for i := range rec {
+			rec[i].ReceivedAt = t0.Add(50 * time.Second)
+		}
+		h.feed(rec)
+	}
+	// kas-a forwards once more; kas-c is killed and its record lost.
+	lost := podgroups("lost", t0.Add(45*time.Second))
+	lost.verb, lost.uri = "create", "/apis/scheduling.k8s.io/v1alpha2/namespaces/ml/podgroups"
+	h.feed(lost.records(sideOpts{apiserver: "kas-a", sourceIPs: []string{client}, code: 201, end: 20 * time.Millisecond, received: t0.Add(51 * time.Second)}))
+	h.settle()
+	for _, r := range fwd {
+		expect(t, h.chain(r.id), ClassProxied)
+	}
+	expect(t, h.chain("lost"), ClassBroken, FindingPeerAuditMissing)
+
+	// A lone success with objects is the apiserver's own answer, and teaches.
+	own := pods("own", t0.Add(time.Minute))
+	h.feed(own.local("kas-b", 200, ""))
+	h.settle()
+	if served, known := h.co.caps.Serves("kas-b", GVR{Version: "v1", Resource: "pods"}, t0.Add(time.Minute)); !known || !served {
+		t.Fatalf("kas-b's own answer: served=%v known=%v", served, known)
+	}
+}
