@@ -80,7 +80,7 @@ func TestCLIErrors(t *testing.T) {
 		{"sql with an empty query", []string{"sql", " "}, "", exitUsage, []string{"no query"}},
 		{"sql with a bad -o", []string{"sql", "-o", "xml", "SELECT 1"}, "", exitUsage, []string{`-o "xml"`}},
 		{"report backwards", []string{"report", "--since", "1m", "--until", "2m"}, "", exitUsage, []string{"--since must reach further back"}},
-		{"report of an unknown query", []string{"report", "--query", "nope", "--server", down}, "", exitUsage, []string{"nope"}},
+		{"report of an unknown query", []string{"report", "--query", "nope", "--sql-server", down}, "", exitUsage, []string{"nope"}},
 		{"an unknown command", []string{"chian"}, "", exitUsage, []string{`unknown command "chian"`, "peertrail --help"}},
 		{"an unknown flag", []string{"chain", "--sever", "x", "id"}, "", exitUsage, []string{"unknown flag: --sever", "usage:"}},
 		{"version with an argument", []string{"version", "x"}, "", exitUsage, []string{"takes no arguments"}},
@@ -92,13 +92,13 @@ func TestCLIErrors(t *testing.T) {
 		// Nothing there: 5.
 		{"chain, server down", []string{"chain", "x", "--server", down}, tok, exitUnreachable, []string{"nothing answers at " + down, "--server"}},
 		{"gate, server down", []string{"gate", "--server", down}, tok, exitUnreachable, []string{"connection refused", "--server"}},
-		{"sql, server down", []string{"sql", "--server", down, "SELECT 1"}, "", exitUnreachable, []string{"nothing answers at " + down, "--server"}},
-		{"report, server down", []string{"report", "--server", down}, "", exitUnreachable, []string{"connection refused"}},
+		{"sql, server down", []string{"sql", "--sql-server", down, "SELECT 1"}, "", exitUnreachable, []string{"nothing answers at " + down, "--sql-server"}},
+		{"report, server down", []string{"report", "--sql-server", down}, "", exitUnreachable, []string{"connection refused"}},
 		{"chain, https to plain HTTP", []string{"chain", "x", "--server", strings.Replace(apiPort.URL, "http:", "https:", 1)}, tok, exitUnreachable, []string{"plain HTTP", "http://"}},
 		// The wrong port: 5, and which address is right.
 		{"chain at the SQL port", []string{"chain", "x", "--server", sqlPort.URL}, tok, exitUnreachable, []string{"SQL interface", "--listen"}},
 		{"gate at the SQL port", []string{"gate", "--server", sqlPort.URL}, tok, exitUnreachable, []string{"SQL interface", "--listen"}},
-		{"sql at the API port", []string{"sql", "--server", apiPort.URL, "SELECT 1"}, "", exitUnreachable, []string{"API", "--sql-listen"}},
+		{"sql at the API port", []string{"sql", "--sql-server", apiPort.URL, "SELECT 1"}, "", exitUnreachable, []string{"API", "--sql-listen"}},
 		{"report at the API port", []string{"report", "--server", apiPort.URL}, "", exitUnreachable, []string{"API", "--sql-listen"}},
 		// Refused and not found.
 		{"chain without a token", []string{"chain", "x", "--server", apiPort.URL}, "PEERTRAIL_TOKEN=", exitRefused, []string{"401", "--token-file"}},

@@ -162,10 +162,14 @@ func runDemo(ctx context.Context, f *demoFlags, out, errOut io.Writer) error {
 		return err
 	}
 
-	// An example to look at: a misleading 404 peertrail recognised as one.
+	// An example to look at: a misleading 404 peertrail recognised as one, else a forwarded
+	// request, else any (a short run may have none of the first).
 	example := "<auditID>"
-	if c, err := listChains(ctx, reader, srv.URL(), "misleading_404"); err == nil && len(c) > 0 {
-		example = c[0].AuditID
+	for _, class := range []correlate.Class{correlate.ClassMisleading404, correlate.ClassProxied, ""} {
+		if c, err := listChains(ctx, reader, srv.URL(), class); err == nil && len(c) > 0 {
+			example = c[0].AuditID
+			break
+		}
 	}
 	printExplore(out, exploreCommands(selfCommand(), srv.URL(), srv.SQLURL(), tokenFile,
 		filepath.Join(dataDir, server.SQLPasswordFileName), example), f.keepRunning, f.dataDir == "")
@@ -186,8 +190,8 @@ func exploreCommands(self, api, sql, tokenFile, passwordFile, auditID string) []
 	return []exploreCommand{
 		{"one request", fmt.Sprintf("%s chain %s --server %s --token-file %s", self, q(auditID), api, q(tokenFile))},
 		{"the gate", fmt.Sprintf("%s gate --server %s --token-file %s", self, api, q(tokenFile))},
-		{"SQL", fmt.Sprintf("%s sql --server %s --clickhouse-password-file %s 'SELECT class, count() FROM peertrail.chains FINAL GROUP BY class'", self, sql, q(passwordFile))},
-		{"report", fmt.Sprintf("%s report --server %s --clickhouse-password-file %s --since 1h", self, sql, q(passwordFile))},
+		{"SQL", fmt.Sprintf("%s sql --sql-server %s --clickhouse-password-file %s 'SELECT class, count() FROM peertrail.chains FINAL GROUP BY class'", self, sql, q(passwordFile))},
+		{"report", fmt.Sprintf("%s report --sql-server %s --clickhouse-password-file %s --since 1h", self, sql, q(passwordFile))},
 		{"metrics", fmt.Sprintf("curl -sS -H \"Authorization: Bearer $(cat %s)\" %s/metrics", q(tokenFile), api)},
 	}
 }

@@ -25,7 +25,7 @@ apiserver versions seen.
 
 --query runs named queries instead (any of --list, including those that take other
 parameters, given with --param), e.g. all records of one auditID. Like sql, it asks a running
-` + "`peertrail serve`" + ` (--server) or a ClickHouse server (--clickhouse-dsn).`,
+` + "`peertrail serve`" + ` (--sql-server) or a ClickHouse server (--clickhouse-dsn).`,
 		Example: `  peertrail report --since 15m
   peertrail report --since 2h --query misleading_404s -o csv
   peertrail report --query audit_id_records --query audit_id_chain --param audit_id=4a1b2c3d-...

@@ -37,7 +37,10 @@ type queryFlags struct {
 }
 
 func (f *queryFlags) add(fs *pflag.FlagSet) {
-	fs.StringVar(&f.server, "server", DefaultSQLServer, "`URL` of a running peertrail serve's SQL interface, its --sql-listen (not its API's --listen), or of any ClickHouse HTTP interface")
+	fs.StringVar(&f.server, "sql-server", DefaultSQLServer, "`URL` of a running peertrail serve's SQL interface, its --sql-listen (not its API's --listen, which chain and gate take as --server), or of any ClickHouse HTTP interface")
+	// The name this flag had before it got its own: kept working, not shown.
+	fs.StringVar(&f.server, "server", DefaultSQLServer, "same as --sql-server")
+	fs.MarkHidden("server")
 	f.ch.AddFlags(fs)
 	// Read-only commands create no tables.
 	fs.MarkHidden("clickhouse-cluster")
@@ -51,7 +54,7 @@ func (f *queryFlags) add(fs *pflag.FlagSet) {
 // its default --data-dir.
 var defaultSQLPasswordFile = filepath.Join(config.Defaults().DataDir, server.SQLPasswordFileName)
 
-// open connects to --clickhouse-dsn, else to --server, with the password of
+// open connects to --clickhouse-dsn, else to --sql-server, with the password of
 // --clickhouse-password-file, $CLICKHOUSE_PASSWORD, or the one serve made up in ./data.
 func (f *queryFlags) open(ctx context.Context) (store.Store, error) {
 	o := f.ch
@@ -72,7 +75,7 @@ func (f *queryFlags) open(ctx context.Context) (store.Store, error) {
 	if err != nil {
 		flag := "--clickhouse-dsn"
 		if f.ch.DSN == "" {
-			flag = "--server"
+			flag = "--sql-server"
 		}
 		if msg := err.Error(); strings.Contains(msg, "AUTHENTICATION_FAILED") || strings.Contains(msg, "REQUIRED_PASSWORD") ||
 			strings.Contains(msg, "code: 194") || strings.Contains(msg, "code: 516") {
@@ -92,7 +95,7 @@ func (f *queryFlags) open(ctx context.Context) (store.Store, error) {
 func probeSQL(ctx context.Context, base string, o store.ServerOptions) error {
 	u, err := url.Parse(base)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return errorf(exitUsage, "e.g. --server http://127.0.0.1:8123", "--server %q: want an http:// or https:// URL", base)
+		return errorf(exitUsage, "e.g. --sql-server http://127.0.0.1:8123", "--sql-server %q: want an http:// or https:// URL", base)
 	}
 	tc, err := clientTLS(o.CAFile, false, "", "")
 	if err != nil {
@@ -114,10 +117,10 @@ func probeSQL(ctx context.Context, base string, o store.ServerOptions) error {
 	}
 	resp, body, err := get("/ping")
 	if err != nil {
-		if ue := unreachable(err, base, "peertrail serve's SQL interface", "--server"); ue != nil {
+		if ue := unreachable(err, base, "peertrail serve's SQL interface", "--sql-server"); ue != nil {
 			return ue
 		}
-		return errorf(exitUnreachable, "--server sets the address", "ask %s: %v", base, err)
+		return errorf(exitUnreachable, "--sql-server sets the address", "ask %s: %v", base, err)
 	}
 	if resp.StatusCode == http.StatusOK && strings.TrimSpace(body) == "Ok." {
 		return nil
@@ -126,7 +129,7 @@ func probeSQL(ctx context.Context, base string, o store.ServerOptions) error {
 		return errorf(exitUnreachable, "sql and report read serve's SQL interface, its --sql-listen address (default "+DefaultSQLServer+")",
 			"%s is peertrail serve's API (its --listen), not its SQL interface", base)
 	}
-	return errorf(exitUnreachable, "--server takes serve's --sql-listen address (default "+DefaultSQLServer+")",
+	return errorf(exitUnreachable, "--sql-server takes serve's --sql-listen address (default "+DefaultSQLServer+")",
 		"%s answered %s to /ping: it is not a ClickHouse HTTP interface", base, resp.Status)
 }
 
@@ -156,7 +159,7 @@ func newSQLCommand(_ *globalFlags) *cobra.Command {
 		Long: `sql runs one read query on peertrail's store and prints the result.
 
 By default it asks a running ` + "`peertrail serve`" + ` through its ClickHouse HTTP interface
-(--server, http://127.0.0.1:8123): the embedded engine allows one process per data directory, so
+(--sql-server, http://127.0.0.1:8123): the embedded engine allows one process per data directory, so
 the serving process answers. With --clickhouse-dsn it queries a ClickHouse server directly.
 
 The interface asks for a password: --clickhouse-password-file, $CLICKHOUSE_PASSWORD, or by
@@ -171,7 +174,7 @@ apiserver_versions_per_minute, chains_per_minute and chain_latency_per_minute (s
 store/COLUMNS.md). Read chains with FINAL. Placeholders {name:Type} take their values from
 --param name=value. Without an argument the query is read from standard input.`,
 		Example: `  peertrail sql 'SELECT class, count() FROM chains FINAL GROUP BY class'
-  peertrail sql --server http://127.0.0.1:8123 --clickhouse-password-file data/sql-password 'SELECT count() FROM events'
+  peertrail sql --sql-server http://127.0.0.1:8123 --clickhouse-password-file data/sql-password 'SELECT count() FROM events'
   echo 'SELECT version()' | peertrail sql
   peertrail sql -o json --param id=4a1b2c3d-... \
     'SELECT apiserver, stage, code FROM events WHERE audit_id = {id:String}'

@@ -64,7 +64,7 @@ func TestSQLReportSchemaCommands(t *testing.T) {
 		"csv":   "class,n\nbroken,5\nmisleading_404,16\n",
 		"json":  "{\"class\":\"broken\",\"n\":5}\n{\"class\":\"misleading_404\",\"n\":16}\n",
 	} {
-		out, err := runCLI(t, "sql", "--server", srv.URL, "--format", format, q)
+		out, err := runCLI(t, "sql", "--sql-server", srv.URL, "--format", format, q)
 		if err != nil {
 			t.Fatalf("sql --format %s: %v", format, err)
 		}
@@ -75,7 +75,7 @@ func TestSQLReportSchemaCommands(t *testing.T) {
 
 	// A parameter, and JSON values keeping their types.
 	id := sc.Expect["proxied"][0]
-	out, err := runCLI(t, "sql", "--server", srv.URL, "--format", "json", "--param", "id="+id,
+	out, err := runCLI(t, "sql", "--sql-server", srv.URL, "--format", "json", "--param", "id="+id,
 		"SELECT apiserver, stage, code, source_ips FROM events WHERE audit_id = {id:String} ORDER BY apiserver, stage")
 	if err != nil {
 		t.Fatal(err)
@@ -96,15 +96,15 @@ func TestSQLReportSchemaCommands(t *testing.T) {
 	}
 
 	// Errors come back as errors.
-	if _, err := runCLI(t, "sql", "--server", srv.URL, "DROP TABLE peertrail.events"); err == nil || !strings.Contains(err.Error(), "read-only") {
+	if _, err := runCLI(t, "sql", "--sql-server", srv.URL, "DROP TABLE peertrail.events"); err == nil || !strings.Contains(err.Error(), "read-only") {
 		t.Errorf("DROP through sql: %v", err)
 	}
-	if _, err := runCLI(t, "sql", "--server", "http://127.0.0.1:1", "SELECT 1"); err == nil || !strings.Contains(err.Error(), "peertrail serve") {
+	if _, err := runCLI(t, "sql", "--sql-server", "http://127.0.0.1:1", "SELECT 1"); err == nil || !strings.Contains(err.Error(), "peertrail serve") {
 		t.Errorf("no server: %v", err)
 	}
 
 	// The report: every section, with the scenario's numbers.
-	out, err = runCLI(t, "report", "--server", srv.URL, "--since", "1h")
+	out, err = runCLI(t, "report", "--server", srv.URL, "--since", "1h") // the flag's old name still works
 	if err != nil {
 		t.Fatalf("report: %v\n%s", err, out)
 	}
@@ -126,11 +126,11 @@ func TestSQLReportSchemaCommands(t *testing.T) {
 	if strings.Contains(out, "dashboard_") {
 		t.Error("the report runs dashboard queries")
 	}
-	out, err = runCLI(t, "report", "--server", srv.URL, "--query", "audit_id_chain", "--param", "audit_id="+id, "--format", "tsv")
+	out, err = runCLI(t, "report", "--sql-server", srv.URL, "--query", "audit_id_chain", "--param", "audit_id="+id, "--format", "tsv")
 	if err != nil || !strings.Contains(out, "\tproxied\t") {
 		t.Fatalf("report --query audit_id_chain: %v\n%s", err, out)
 	}
-	if _, err := runCLI(t, "report", "--server", srv.URL, "--query", "audit_id_chain"); err == nil || !strings.Contains(err.Error(), "audit_id") {
+	if _, err := runCLI(t, "report", "--sql-server", srv.URL, "--query", "audit_id_chain"); err == nil || !strings.Contains(err.Error(), "audit_id") {
 		t.Errorf("a named query without its parameter: %v", err)
 	}
 
