@@ -686,11 +686,6 @@ func (k *DefaultClassifier) Learn(c *Chain) {
 		switch {
 		case s.Code == 404 && (s.Message == msgResourceNotFound || s.Message == ""):
 			k.Caps.Learn(s.APIServer, g, t, false)
-		case len(c.sides) == 1 && !s.HasObjects && s.Code >= 200 && s.Code < 300:
-			// A lone success without objects may be the entry's record of a forward whose
-			// peer record is missing or late (rule 8): it does not show that the apiserver
-			// serves the resource. Taken as evidence, it would be read back when the chain
-			// is judged again and keep its own verdict local.
 		case s.Code >= 200 && s.Code < 300, s.Code == 404, s.Code == 409, s.Code == 410, s.Code == 422:
 			// A resource-level outcome: the apiserver reached the resource's storage.
 			k.Caps.Learn(s.APIServer, g, t, true)
