@@ -113,7 +113,7 @@ type Gate struct {
 	// (0: 10s and 30s).
 	MaxEntryStarting Duration `json:"maxEntryStarting,omitempty"`
 	MaxPeerDown      Duration `json:"maxPeerDown,omitempty"`
-	ForgetAfter         Duration `json:"forgetAfter,omitempty"`
+	ForgetAfter      Duration `json:"forgetAfter,omitempty"`
 }
 
 // Correlate tunes how records are joined into chains.

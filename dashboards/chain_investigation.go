@@ -56,7 +56,6 @@ func sqlList[T ~string](values ...T) string {
 // what names a chain's target: core/v1/pods, or the URI of a non-resource request.
 const what = "if(resource = '', request_uri, concat(if(api_group = '', 'core', api_group), '/', api_version, '/', resource))"
 
-
 // auditIDLink opens this dashboard on the chain of the auditID in the cell.
 func auditIDLink() dashboard.DynamicConfigValue {
 	return dashboard.DynamicConfigValue{Id: "links", Value: []map[string]any{{
