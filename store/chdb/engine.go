@@ -329,21 +329,27 @@ func (e *Engine) Nice() int { return e.thread.nice }
 
 // acquire takes the engine's lock, giving up when ctx is done first.
 func (e *Engine) acquire(ctx context.Context) error {
+	return take(ctx, e.sem, func() bool { return e.conn != nil })
+}
+
+// take takes the one-token lock sem, giving up when ctx is done first. When open says the
+// connection is gone once it holds the lock, it lets go and returns ErrClosed.
+func take(ctx context.Context, sem chan struct{}, open func() bool) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	select {
-	case e.sem <- struct{}{}:
+	case sem <- struct{}{}:
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	if e.conn == nil {
-		<-e.sem
+	if !open() {
+		<-sem
 		return ErrClosed
 	}
 	// Both may be ready at once and select picks at random: check ctx again.
 	if err := ctx.Err(); err != nil {
-		<-e.sem
+		<-sem
 		return err
 	}
 	return nil

@@ -129,23 +129,7 @@ func (s *Session) reset() error {
 }
 
 func (s *Session) acquire(ctx context.Context) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	select {
-	case s.sem <- struct{}{}:
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	if s.conn == nil {
-		<-s.sem
-		return ErrClosed
-	}
-	if err := ctx.Err(); err != nil {
-		<-s.sem
-		return err
-	}
-	return nil
+	return take(ctx, s.sem, func() bool { return s.conn != nil })
 }
 
 // Exec runs one statement (Engine.Exec's meaning of sql, format and params). When ctx is done
