@@ -243,12 +243,10 @@ func (p *ReadPool) Close() error {
 		select {
 		case s := <-p.idle:
 			s.Close()
-			continue
 		default:
+			return p.control.Close()
 		}
-		break
 	}
-	return p.control.Close()
 }
 
 // ClientSetting says whether a client may set a setting to value on a read of its own: output
