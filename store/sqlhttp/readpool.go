@@ -103,7 +103,7 @@ type ReadPool struct {
 }
 
 // readDatabase is the current database of reads unless a query names another.
-var readDatabase = store.Database
+const readDatabase = store.Database
 
 // NewReadPool opens the pool's control connection on s's engine; read connections are opened
 // as needed. s closes the pool before its engine.
