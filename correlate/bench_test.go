@@ -2,11 +2,14 @@ package correlate
 
 import (
 	"fmt"
+	"os"
 	"runtime"
+	"runtime/pprof"
 	"testing"
 	"time"
 
 	"github.com/peertrail/peertrail/ingest/record"
+	"github.com/peertrail/peertrail/ingest/spool"
 )
 
 // benchRecords makes the records of n requests as the receiver hands them on: a third proxied
@@ -178,5 +181,113 @@ func TestBytesPerOpenChain(t *testing.T) {
 	t.Logf("%d open chains, %.0f bytes each", j.Open(), per)
 	if per > 1024 {
 		t.Errorf("%.0f bytes per open chain, over the 1 KiB target", per)
+	}
+}
+
+// decoded returns a copy of r whose strings, slices and maps are its own, as the frame decoder
+// makes them: whatever the correlator keeps of a record is then counted against it, not
+// against the test's templates.
+func decoded(r *record.Record) record.Record {
+	c := *r
+	clone := func(s string) string {
+		if s == "" {
+			return ""
+		}
+		return string([]byte(s))
+	}
+	cloneAll := func(ss []string) []string {
+		if ss == nil {
+			return nil
+		}
+		out := make([]string, len(ss))
+		for i, s := range ss {
+			out[i] = clone(s)
+		}
+		return out
+	}
+	c.APIServer, c.AuditID, c.Stage, c.Level, c.Verb = clone(r.APIServer), clone(r.AuditID), clone(r.Stage), clone(r.Level), clone(r.Verb)
+	c.RequestURI, c.Group, c.Version, c.Resource = clone(r.RequestURI), clone(r.Group), clone(r.Version), clone(r.Resource)
+	c.Subresource, c.Namespace, c.Name = clone(r.Subresource), clone(r.Namespace), clone(r.Name)
+	c.UserName, c.UserUID, c.UserGroups, c.UserAgent = clone(r.UserName), clone(r.UserUID), cloneAll(r.UserGroups), clone(r.UserAgent)
+	c.SourceIPs, c.Message, c.Reason = cloneAll(r.SourceIPs), clone(r.Message), clone(r.Reason)
+	if r.UserExtra != nil {
+		c.UserExtra = make(map[string][]string, len(r.UserExtra))
+		for k, v := range r.UserExtra {
+			c.UserExtra[clone(k)] = cloneAll(v)
+		}
+	}
+	return c
+}
+
+func liveHeap() uint64 {
+	runtime.GC()
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapAlloc
+}
+
+// TestBytesPerChain measures what the correlator holds per chain, in the states a chain spends
+// its life in: open (records may still come), and recently final (classified, kept for the late
+// window so that a late record can reopen it, and served by the chain API). Every record is a
+// fresh copy, as the frame decoder makes it, so what a chain keeps of its records is counted.
+// It bounds memory, not time; BENCHMARKS.md reports the figures. With
+// PEERTRAIL_CORRELATE_HEAPPROFILE=file it writes a heap profile of the correlator holding
+// the final chains.
+func TestBytesPerChain(t *testing.T) {
+	profile := os.Getenv("PEERTRAIL_CORRELATE_HEAPPROFILE")
+	if profile != "" {
+		runtime.MemProfileRate = 512
+	}
+	// 100,000 requests within one chain window: all of them stay open until Due is asked past it.
+	recs := benchRecords(t, 100_000)
+	caps := NewCapabilities(15 * time.Minute)
+	for name, addr := range map[string]string{"kas-a": addrA, "kas-b": addrB, "kas-c": addrC} {
+		caps.NoteServer(name, "", addr, t0)
+	}
+	co := New(Config{Options: DefaultOptions(), Caps: caps})
+	ctx := t.Context()
+	before := liveHeap()
+	for i := range recs {
+		r := decoded(&recs[i])
+		if ev := co.j.Add(&r, spool.Position(i)); ev != nil {
+			co.finishLocked(ctx, ev)
+		}
+	}
+	open := co.j.Open()
+	afterOpen := liveHeap()
+	perOpen := float64(afterOpen-before) / float64(open)
+
+	// The stream moves one chain window on: every chain becomes final, is classified, and is
+	// kept for the late window.
+	last := recs[len(recs)-1].ReceivedAt
+	for _, c := range co.j.Due(last.Add(DefaultOptions().Window + time.Second).UnixNano()) {
+		co.finishLocked(ctx, c)
+	}
+	final := co.j.nDone
+	afterFinal := liveHeap()
+	perFinal := float64(afterFinal-before) / float64(final)
+	t.Logf("%d open chains: %.0f bytes each; %d recently final chains: %.0f bytes each (heap growth divided by the chains)",
+		open, perOpen, final, perFinal)
+	if profile != "" {
+		f, err := os.Create(profile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := pprof.WriteHeapProfile(f); err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+	}
+	runtime.KeepAlive(recs)
+	runtime.KeepAlive(co)
+	if open != 100_000 || final != 100_000 {
+		t.Fatalf("%d open, then %d final chains, want 100,000 each", open, final)
+	}
+	if perOpen > 1024 {
+		t.Errorf("%.0f bytes per open chain, over the 1 KiB bound", perOpen)
+	}
+	if perFinal > 2048 {
+		t.Errorf("%.0f bytes per recently final chain, over the 2 KiB bound", perFinal)
 	}
 }

@@ -34,16 +34,22 @@ import (
 // ConsumerName is the correlator's spool consumer name.
 const ConsumerName = "correlate"
 
-// Sink receives final chains, in batches, from the correlator's goroutine. WriteChains must be
-// idempotent by Chain.ID: the same chain can come again after a restart (the spool is replayed
-// from the oldest open chain) or with a higher Revision after a late record reopened it, and
-// then the later one wins. The slice belongs to the sink once passed. An error means nothing of
-// the batch may be assumed written: it is offered again.
+// Sink receives final chains, in batches. WriteChains is called from the goroutine that calls
+// Consume (or Close), one batch at a time, and without the correlator's lock held: the chain
+// API, the gate's window and /metrics keep answering while the store is slow. WriteChains must
+// be idempotent by Chain.ID: the same chain can come again after a restart (the spool is
+// replayed from the oldest open chain) or with a higher Revision after a late record reopened
+// it, and then the later one wins. The slice belongs to the sink once passed. An error means
+// nothing of the batch may be assumed written: it is offered again, and until the sink has
+// taken a chain the spool position the correlator commits stays before the chain's first
+// record, so a crash meanwhile replays it.
 type Sink interface {
 	WriteChains(ctx context.Context, chains []Chain) error
 }
 
-// ErrBacklog is returned (wrapped) by Consume when too many final chains wait for the sink.
+// ErrBacklog is returned (wrapped) by Consume when too many final chains wait for the sink
+// (Config.MaxPending) and the sink still fails: Consume takes no entries until it succeeds,
+// so the backlog waits in the spool, not in memory.
 var ErrBacklog = errors.New("too many chains waiting for the store")
 
 // result is a final chain's classification, kept with its state for the API.
@@ -83,12 +89,22 @@ type Correlator struct {
 	savedChanges uint64
 	savedSafe    spool.Position
 
-	mu        sync.Mutex
-	j         *Joiner
+	// flushMu serialises the hand-over of final chains to the sink, which runs without mu
+	// (see flush); it is taken before mu, never while holding it.
+	flushMu sync.Mutex
+
+	mu sync.Mutex
+	j  *Joiner
+	// pending are final chains not yet handed to the sink; pendFirst is the lowest spool
+	// position of their first records (meaningful while pending is not empty).
 	pending   []Chain
-	pendFirst []spool.Position
-	win       window
-	noise     noiseEpisodes
+	pendFirst spool.Position
+	// inflight chains are with the sink now (flush): until it answers, the committed position
+	// stays before inflightFirst.
+	inflight      int
+	inflightFirst spool.Position
+	win           window
+	noise         noiseEpisodes
 	// undecided are final chains decided without the evidence they waited for; reevaluatedAt
 	// is the capability view's change count when they were last judged again.
 	undecided     []*chainState
@@ -188,11 +204,14 @@ func (co *Correlator) checkpointLocked(safe spool.Position, force bool) spool.Po
 // tracer. Call it after the spool consumer has stopped.
 func (co *Correlator) Close(ctx context.Context) error {
 	co.mu.Lock()
-	defer co.mu.Unlock()
 	co.checkpointLocked(co.safeLocked(), true)
-	err := co.flushLocked(ctx)
+	co.mu.Unlock()
+	err := co.flush(ctx)
 	if err != nil {
-		err = fmt.Errorf("correlate: %d chains not written to the store (they are rebuilt from the spool on the next start): %w", len(co.pending), err)
+		co.mu.Lock()
+		n := len(co.pending)
+		co.mu.Unlock()
+		err = fmt.Errorf("correlate: %d chains not written to the store (they are rebuilt from the spool on the next start): %w", n, err)
 	}
 	if co.tracer != nil {
 		if terr := co.tracer.Shutdown(ctx); terr != nil && err == nil {
@@ -202,16 +221,40 @@ func (co *Correlator) Close(ctx context.Context) error {
 	return err
 }
 
-// Consume implements spool.Consumer.
+// Consume implements spool.Consumer. It joins and classifies under co.mu, then hands the
+// chains that became final to the sink without it (flush), and returns the position the
+// spool may commit: before the first record of every open chain and of every chain the sink
+// has not taken.
 func (co *Correlator) Consume(ctx context.Context, entries []spool.Entry) (spool.Position, error) {
 	co.mu.Lock()
-	defer co.mu.Unlock()
-	if len(co.pending) >= co.maxPending {
+	backlog := len(co.pending) >= co.maxPending
+	co.mu.Unlock()
+	if backlog {
 		// The store is behind: take no more entries until it catches up (the spool holds them).
-		if err := co.flushLocked(ctx); err != nil {
+		if err := co.flush(ctx); err != nil {
+			co.mu.Lock()
+			defer co.mu.Unlock()
 			return co.safeLocked(), errors.Join(ErrBacklog, err)
 		}
 	}
+	co.mu.Lock()
+	co.consumeLocked(ctx, entries)
+	co.mu.Unlock()
+	if err := co.flush(ctx); err != nil {
+		co.mu.Lock()
+		n := len(co.pending)
+		co.mu.Unlock()
+		co.log.Warn("correlate: writing chains to the store failed; they stay pending", "pending", n, "err", err)
+	}
+	co.mu.Lock()
+	defer co.mu.Unlock()
+	co.m.pending.Set(float64(len(co.pending)))
+	return co.checkpointLocked(co.safeLocked(), false), nil
+}
+
+// consumeLocked joins the entries' records, finalises and classifies the chains that are due,
+// and queues the final ones for the sink.
+func (co *Correlator) consumeLocked(ctx context.Context, entries []spool.Entry) {
 	for _, e := range entries {
 		// The joiner copies what it keeps of a record, so the records' memory serves every frame.
 		b, err := co.codec.DecodeFrameWithoutRaw(co.recs, e.Payload)
@@ -266,12 +309,7 @@ func (co *Correlator) Consume(ctx context.Context, entries []spool.Entry) (spool
 		co.recheckRecentLocked(ctx)
 	}
 	co.m.open.Set(float64(co.j.Open()))
-	if err := co.flushLocked(ctx); err != nil {
-		co.m.sinkErrors.Inc()
-		co.log.Warn("correlate: writing chains to the store failed; they stay pending", "pending", len(co.pending), "err", err)
-	}
 	co.m.pending.Set(float64(len(co.pending)))
-	return co.checkpointLocked(co.safeLocked(), false), nil
 }
 
 // noteServer learns an apiserver's version, process and address from its own loopback
@@ -386,10 +424,11 @@ func (co *Correlator) safeLocked() spool.Position {
 	if p, ok := co.j.SafePosition(); ok && p < safe {
 		safe = p
 	}
-	for _, p := range co.pendFirst {
-		if p < safe {
-			safe = p
-		}
+	if len(co.pending) > 0 && co.pendFirst < safe {
+		safe = co.pendFirst
+	}
+	if co.inflight > 0 && co.inflightFirst < safe {
+		safe = co.inflightFirst
 	}
 	return safe
 }
@@ -518,20 +557,49 @@ func (co *Correlator) apply(ctx context.Context, cs *chainState, ch *Chain, prev
 		co.tracer.Emit(ctx, ch)
 	}
 	if co.sink != nil {
+		if len(co.pending) == 0 || cs.firstPos < co.pendFirst {
+			co.pendFirst = cs.firstPos
+		}
 		co.pending = append(co.pending, *ch)
-		co.pendFirst = append(co.pendFirst, cs.firstPos)
 	}
 }
 
-func (co *Correlator) flushLocked(ctx context.Context) error {
-	if co.sink == nil || len(co.pending) == 0 {
+// flush hands the pending chains to the sink. co.mu is not held while the sink writes, so a
+// slow store holds up only the goroutine that calls Consume (and so the spool, whose lag shows
+// it), never the chain API or /metrics; the chains stay counted in safeLocked (inflight) until
+// the sink has taken them. A failed batch goes back in front of what became pending meanwhile
+// and is offered again by the next flush.
+func (co *Correlator) flush(ctx context.Context) error {
+	if co.sink == nil {
 		return nil
 	}
-	if err := co.sink.WriteChains(ctx, co.pending); err != nil {
-		return err
+	co.flushMu.Lock()
+	defer co.flushMu.Unlock()
+	co.mu.Lock()
+	batch, first := co.pending, co.pendFirst
+	if len(batch) == 0 {
+		co.mu.Unlock()
+		return nil
 	}
-	co.pending, co.pendFirst = nil, nil
-	return nil
+	co.pending = nil
+	co.inflight, co.inflightFirst = len(batch), first
+	co.m.pending.Set(float64(len(batch)))
+	co.mu.Unlock()
+
+	err := co.sink.WriteChains(ctx, batch)
+
+	co.mu.Lock()
+	defer co.mu.Unlock()
+	co.inflight = 0
+	if err != nil {
+		co.m.sinkErrors.Inc()
+		if len(co.pending) > 0 {
+			first = min(first, co.pendFirst)
+		}
+		co.pending, co.pendFirst = append(batch, co.pending...), first
+	}
+	co.m.pending.Set(float64(len(co.pending)))
+	return err
 }
 
 // build turns a chain's state into a Chain with its sides in arrival order and no roles.

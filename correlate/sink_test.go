@@ -1,0 +1,225 @@
+package correlate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/peertrail/peertrail/ingest/record"
+	"github.com/peertrail/peertrail/ingest/spool"
+)
+
+// gateSink is a store that takes as long as the test wants: each WriteChains says it has the
+// batch (entered) and waits for the test's answer (answer: nil takes the batch, an error
+// refuses it).
+type gateSink struct {
+	entered chan int
+	answer  chan error
+	mu      sync.Mutex
+	chains  []Chain
+}
+
+func newGateSink() *gateSink {
+	return &gateSink{entered: make(chan int), answer: make(chan error)}
+}
+
+func (s *gateSink) WriteChains(ctx context.Context, cs []Chain) error {
+	s.entered <- len(cs)
+	select {
+	case err := <-s.answer:
+		if err == nil {
+			s.mu.Lock()
+			s.chains = append(s.chains, cs...)
+			s.mu.Unlock()
+		}
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// gateHarness is a harness whose correlator writes to a gateSink.
+func gateHarness(t *testing.T, maxPending int) (*harness, *gateSink) {
+	t.Helper()
+	codec, err := record.NewCodec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(codec.Close)
+	caps := NewCapabilities(15 * time.Minute)
+	for name, addr := range map[string]string{"kas-a": addrA, "kas-b": addrB, "kas-c": addrC} {
+		caps.NoteServer(name, "", addr, t0)
+	}
+	sink := newGateSink()
+	co := New(Config{Options: DefaultOptions(), Codec: codec, Caps: caps, Sink: sink, MaxPending: maxPending})
+	// Past the chain window of the test's records, within the late window: final chains stay
+	// in memory.
+	co.now = func() time.Time { return t0.Add(time.Minute) }
+	return &harness{t: t, co: co}, sink
+}
+
+type consumed struct {
+	pos spool.Position
+	err error
+}
+
+// consumeAsync runs an idle Consume (the wall clock moves the stream past every chain window)
+// on its own goroutine, as the spool's runner would.
+func consumeAsync(co *Correlator) <-chan consumed {
+	out := make(chan consumed, 1)
+	go func() {
+		pos, err := co.Consume(context.Background(), nil)
+		out <- consumed{pos, err}
+	}()
+	return out
+}
+
+// stillAnswers runs f and fails the test if it has not returned while the sink holds a batch.
+// The timeout only turns a deadlock (a reader waiting for the sink) into a failure instead of
+// a hang; it bounds nothing about speed.
+func stillAnswers(t *testing.T, what string, f func()) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f()
+	}()
+	select {
+	case <-done:
+	case <-time.After(time.Minute):
+		t.Fatalf("%s waited for the store", what)
+	}
+}
+
+// TestReadersDoNotWaitForTheSink: while the store takes its time over a batch, the chain API,
+// the gate's window and /metrics answer, and the position the spool may commit stays before
+// the chains the store has not taken; a refused batch is offered again, and only its success
+// moves the position past them.
+func TestReadersDoNotWaitForTheSink(t *testing.T) {
+	h, sink := gateHarness(t, 0)
+	co := h.co
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(co.Collectors()...)
+	for i := range 5 {
+		r := pods(fmt.Sprintf("slow-%d", i), t0)
+		h.feed(r.local("kas-a", 200, ""))
+	}
+	if got := len(sink.entered); got != 0 {
+		t.Fatalf("open chains reached the sink")
+	}
+
+	res := consumeAsync(co)
+	if n := <-sink.entered; n != 5 {
+		t.Fatalf("the sink got %d chains, want 5", n)
+	}
+	// The store is busy with the batch: every reader answers meanwhile.
+	stillAnswers(t, "Chain", func() {
+		if c, ok := co.Chain("slow-0"); !ok || c.State != StateFinal || c.Class != ClassLocal {
+			t.Errorf("chain API during a slow write: %+v %v", c, ok)
+		}
+	})
+	stillAnswers(t, "List", func() {
+		if got := co.List(Filter{Limit: 10}); len(got) != 5 {
+			t.Errorf("List during a slow write: %d chains", len(got))
+		}
+	})
+	stillAnswers(t, "Recent", func() {
+		if tot := co.Recent(time.Hour); tot.Chains[ClassLocal] != 5 {
+			t.Errorf("gate window during a slow write: %+v", tot.Chains)
+		}
+	})
+	stillAnswers(t, "/metrics", func() {
+		if _, err := reg.Gather(); err != nil {
+			t.Error(err)
+		}
+	})
+	stillAnswers(t, "the safe position", func() {
+		co.mu.Lock()
+		defer co.mu.Unlock()
+		if safe := co.safeLocked(); safe != 0 {
+			t.Errorf("safe position %d while the store has not taken chains from position 0", safe)
+		}
+	})
+
+	// The store refuses the batch: nothing is committed past it, and it waits to be offered again.
+	sink.answer <- errors.New("store down")
+	if got := <-res; got.err != nil || got.pos != 0 {
+		t.Fatalf("after a refused batch: position %d, %v; want 0, nil", got.pos, got.err)
+	}
+	co.mu.Lock()
+	pending := len(co.pending)
+	co.mu.Unlock()
+	if pending != 5 {
+		t.Fatalf("%d chains pending after a refused batch, want 5", pending)
+	}
+
+	res = consumeAsync(co)
+	if n := <-sink.entered; n != 5 {
+		t.Fatalf("offered again: %d chains, want 5", n)
+	}
+	sink.answer <- nil
+	if got := <-res; got.err != nil || got.pos != h.pos {
+		t.Fatalf("after the store took the batch: position %d, %v; want %d", got.pos, got.err, h.pos)
+	}
+	if len(sink.chains) != 5 {
+		t.Fatalf("the store holds %d chains, want 5", len(sink.chains))
+	}
+}
+
+// TestBacklogPushesBack: with MaxPending chains waiting and the store still refusing them,
+// Consume takes no entries (ErrBacklog), so the backlog waits in the spool; Close offers the
+// pending chains once more.
+func TestBacklogPushesBack(t *testing.T) {
+	h, sink := gateHarness(t, 3)
+	co := h.co
+	for i := range 4 {
+		r := pods(fmt.Sprintf("b-%d", i), t0)
+		h.feed(r.local("kas-a", 200, ""))
+	}
+	res := consumeAsync(co)
+	<-sink.entered
+	sink.answer <- errors.New("store down")
+	if got := <-res; got.err != nil {
+		t.Fatal(got.err)
+	}
+	// 4 pending >= 3: the next Consume first tries the store, which refuses again.
+	r := pods("b-next", t0.Add(time.Second))
+	keys := []record.Key{}
+	recs := r.local("kas-a", 200, "")
+	for i := range recs {
+		keys = append(keys, recs[i].Key())
+	}
+	frame, err := co.codec.AppendFrame(nil, "kas-a", recs[0].ReceivedAt, recs, keys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	entry := spool.Entry{Pos: h.pos, End: h.pos + spool.Position(len(frame)), Payload: frame}
+	done := make(chan consumed, 1)
+	go func() {
+		pos, err := co.Consume(context.Background(), []spool.Entry{entry})
+		done <- consumed{pos, err}
+	}()
+	<-sink.entered
+	sink.answer <- errors.New("still down")
+	got := <-done
+	if !errors.Is(got.err, ErrBacklog) || got.pos != 0 {
+		t.Fatalf("backlog: position %d, %v; want 0 and ErrBacklog", got.pos, got.err)
+	}
+	if _, ok := co.Chain("b-next"); ok {
+		t.Fatal("an entry was taken while the store was behind")
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- co.Close(context.Background()) }()
+	if n := <-sink.entered; n != 4 {
+		t.Fatalf("Close offered %d chains, want the 4 pending", n)
+	}
+	sink.answer <- nil
+	if err := <-closed; err != nil {
+		t.Fatal(err)
+	}
+}
