@@ -5,6 +5,9 @@
 // (Batch*len(APIServers)/Rate), staggered so the senders' batches do not arrive together, and
 // a slow receiver does not slow it (a batch due while others wait is sent anyway, and counted
 // late when it left more than an interval behind). Only batches due after Warmup are measured.
+//
+// With Rate 0 there is no schedule: each sender keeps Inflight batches in flight, as fast as
+// the receiver acknowledges them (closed loop), which measures the receiver's ceiling.
 package loadgen
 
 import (
@@ -15,6 +18,7 @@ import (
 	"net/http"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/peertrail/peertrail/internal/bufpool"
@@ -27,7 +31,8 @@ type Options struct {
 	URL string
 	// APIServers are the names to send as, one sender each.
 	APIServers []string
-	// Rate is events per second over all apiservers; Batch events per EventList.
+	// Rate is events per second over all apiservers (0: as fast as possible, Inflight
+	// batches per sender); Batch events per EventList.
 	Rate, Batch int
 	// Warmup is sent at the same rate first, unmeasured; Duration is measured.
 	Warmup, Duration time.Duration
@@ -35,6 +40,28 @@ type Options struct {
 	Client *http.Client
 	// Token returns the bearer token to send as apiserver ("" for none); may be nil.
 	Token func(apiserver string) string
+	// Bodies makes sender i's batches (nil: simulate's events, every auditID fresh). Every body
+	// it renders must hold exactly Batch events: the counts are Batch per batch.
+	Bodies func(sender int) (Body, error)
+	// Batches, when positive, is how many batches each sender sends, warm-up included, and ends
+	// the run instead of Duration: senders whose batches hold both sides of forwarded requests
+	// must all send the same number, or some requests lose a side.
+	Batches int
+	// Inflight is how many batches a sender keeps in flight when Rate is 0 (default 2).
+	Inflight int
+	// Live, when set, counts batches as they are sent and answered, for a progress line.
+	Live *Live
+}
+
+// Body renders the EventList of one batch into dst's memory (its content is dropped).
+// simulate.Template is one.
+type Body interface {
+	AppendRender(dst []byte, sender, seq int) []byte
+}
+
+// Live counts events while a run goes on (warm-up included).
+type Live struct {
+	Sent, Acked, Refused atomic.Int64
 }
 
 // Result is what a run measured (the batches due after the warm-up).
@@ -69,8 +96,11 @@ func (r Result) Err() error {
 // Run sends on the schedule until Warmup+Duration has passed (or ctx ends) and returns what it
 // measured; an error means it could not start.
 func Run(ctx context.Context, o Options) (Result, error) {
-	if o.Rate <= 0 || o.Batch <= 0 || len(o.APIServers) == 0 {
-		return Result{}, fmt.Errorf("loadgen: rate, batch and apiservers must be positive")
+	if o.Rate < 0 || o.Batch <= 0 || len(o.APIServers) == 0 {
+		return Result{}, fmt.Errorf("loadgen: batch and apiservers must be positive, rate not negative")
+	}
+	if o.Rate == 0 && o.Batches <= 0 && o.Duration <= 0 {
+		return Result{}, fmt.Errorf("loadgen: as fast as possible (rate 0) needs a number of batches or a duration")
 	}
 	if o.Client == nil {
 		o.Client = http.DefaultClient
@@ -80,7 +110,18 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		token = func(string) string { return "" }
 	}
 	n := len(o.APIServers)
-	interval := time.Duration(float64(time.Second) * float64(o.Batch*n) / float64(o.Rate))
+	var interval time.Duration // 0: as fast as possible
+	if o.Rate > 0 {
+		interval = time.Duration(float64(time.Second) * float64(o.Batch*n) / float64(o.Rate))
+	}
+	inflightMax := o.Inflight
+	if inflightMax <= 0 {
+		inflightMax = 2
+	}
+	live := o.Live
+	if live == nil {
+		live = &Live{}
+	}
 	var (
 		mu        sync.Mutex
 		latencies []time.Duration
@@ -92,9 +133,17 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	// Bodies are rendered into reused buffers: a fresh third of a megabyte per batch made this
 	// process's garbage collector part of the latency it measures.
 	bodies := bufpool.New(64, 8<<20)
-	templates := make([]simulate.Template, n)
+	templates := make([]Body, n)
 	for si := range o.APIServers {
-		tmpl, err := simulate.NewTemplate(simulate.NewEvents(uint64(si+1), nil), o.Batch)
+		var (
+			tmpl Body
+			err  error
+		)
+		if o.Bodies != nil {
+			tmpl, err = o.Bodies(si)
+		} else {
+			tmpl, err = simulate.NewTemplate(simulate.NewEvents(uint64(si+1), nil), o.Batch)
+		}
 		if err != nil {
 			return Result{}, err
 		}
@@ -106,25 +155,44 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		wg.Go(func() {
 			var inflight sync.WaitGroup
 			defer inflight.Wait()
+			// As fast as possible: a token per batch in flight.
+			turns := make(chan struct{}, inflightMax)
 			// Stagger senders so their batches do not all arrive at once.
 			next := start.Add(interval * time.Duration(si) / time.Duration(n))
-			for seq := 0; next.Before(deadline); seq++ {
-				if d := time.Until(next); d > 0 {
+			for seq := 0; ; seq++ {
+				if o.Batches > 0 && seq >= o.Batches || o.Batches <= 0 && !next.Before(deadline) {
+					break
+				}
+				if interval == 0 {
+					select {
+					case turns <- struct{}{}:
+					case <-ctx.Done():
+						return
+					}
+					next = time.Now()
+				} else if d := time.Until(next); d > 0 {
 					select {
 					case <-time.After(d):
 					case <-ctx.Done():
 						return
 					}
 				}
-				late := time.Since(next) > interval
+				late := interval > 0 && time.Since(next) > interval
 				measured := !next.Before(measureFrom)
 				body := tmpl.AppendRender(bodies.Get(), si, seq)
+				live.Sent.Add(int64(o.Batch))
 				inflight.Go(func() {
 					t0 := time.Now()
 					code := post(ctx, o.Client, o.URL+"/audit/"+name, token(name), body)
 					lat := time.Since(t0)
+					if interval == 0 {
+						<-turns
+					}
 					if code == "200" { // read to the end by the server, so the transport is done with it
 						bodies.Put(body)
+						live.Acked.Add(int64(o.Batch))
+					} else {
+						live.Refused.Add(int64(o.Batch))
 					}
 					mu.Lock()
 					defer mu.Unlock()

@@ -1,0 +1,620 @@
+// Package bench measures `peertrail serve` as it is deployed, end to end: `peertrail bench` is
+// its command line.
+//
+// A run starts the server as a child process (the same binary, its embedded store by default,
+// plain HTTP on loopback, each apiserver with a token of its own), sends it audit batches with
+// package loadgen (at a fixed rate or as fast as possible, several apiservers, both sides of
+// forwarded requests: Traffic), waits until every acknowledged event is in peertrail.events
+// and every request's chain is final in peertrail.chains, and reads what it cost from the
+// kernel (/proc: CPU seconds, peak RSS) and the engine (system.parts: bytes on disk). In the
+// same run, so that a busy machine moves both alike, it measures two ceilings on the same
+// batches: decoding alone (DecodeOnly) and the engine's own bulk insert of the same rows
+// (EngineBulk), each with the server stopped.
+package bench
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/peertrail/peertrail/config"
+	"github.com/peertrail/peertrail/loadgen"
+	"github.com/peertrail/peertrail/metrics"
+	"github.com/peertrail/peertrail/server"
+	"github.com/peertrail/peertrail/store"
+)
+
+// Options describe one run.
+type Options struct {
+	// Exe is the peertrail binary whose serve is measured (usually os.Executable()); Env is
+	// its environment (nil: this process's).
+	Exe string
+	Env []string
+	// ServeArgs are more flags for serve (they win over the run's).
+	ServeArgs []string
+	// APIServers are the senders' names.
+	APIServers []string
+	// Rate is events per second over all apiservers; 0 sends as fast as the server
+	// acknowledges, Inflight batches per apiserver at a time.
+	Rate, Inflight int
+	// Events is how many to send; 0: Rate times Duration.
+	Events   int
+	Duration time.Duration
+	// Batch is events per webhook batch; ProxiedFraction the share of requests forwarded.
+	Batch           int
+	ProxiedFraction float64
+	// Seed makes the events (0: a random one, so that a kept DataDir takes a second run).
+	Seed uint64
+	// DataDir is serve's --data-dir (empty: a temporary one, removed afterwards).
+	DataDir string
+	// ChainWindow is serve's --chain-window (0: serve's default, as deployed).
+	ChainWindow time.Duration
+	// CeilingEvents bounds the events the ceilings are measured on (0: as many as the run).
+	CeilingEvents int
+	// ProfileDir, when set, has serve profile itself (--enable-pprof): a CPU profile of
+	// ProfileSeconds from the start of the load, and heap profiles when the last batch was
+	// acknowledged and when everything was stored.
+	ProfileDir     string
+	ProfileSeconds int
+	// Stall is how long the stored counts may stand still before the run gives up (0: 5 min).
+	Stall time.Duration
+	// Progress gets a line a second while the server runs (nil: none).
+	Progress io.Writer
+	Log      *slog.Logger
+}
+
+// Result is what a run measured.
+type Result struct {
+	APIServers      int     `json:"apiservers"`
+	Rate            int     `json:"rate"` // 0: as fast as possible
+	Batch           int     `json:"batch"`
+	ProxiedFraction float64 `json:"proxied_fraction"`
+	ChainWindowSec  float64 `json:"chain_window_seconds"`
+
+	EventsSent     int `json:"events_sent"`
+	EventsAcked    int `json:"events_acked"`
+	EventsStored   int `json:"events_stored"`
+	ChainsExpected int `json:"chains_expected"` // one per request
+	ChainsFinal    int `json:"chains_final"`
+	Forwarded      int `json:"forwarded_requests"`
+	// Classes are the final chains by class (FINAL), a check that forwarded pairs joined.
+	Classes map[string]int `json:"classes"`
+
+	SendSeconds        float64 `json:"send_seconds"`          // first batch sent to last acknowledged
+	StoredSeconds      float64 `json:"stored_seconds"`        // first sent to every event in events
+	FinalSeconds       float64 `json:"final_seconds"`         // first sent to every chain final in chains
+	AcceptedPerSec     float64 `json:"accepted_per_second"`   // acknowledged events / SendSeconds
+	EventsStoredPerSec float64 `json:"stored_per_second"`     // events / StoredSeconds
+	EndToEndPerSec     float64 `json:"end_to_end_per_second"` // events / FinalSeconds
+
+	DecodeOnlyPerSec float64 `json:"decode_only_per_second"`
+	EngineBulkPerSec float64 `json:"engine_bulk_per_second"`
+	CeilingEvents    int     `json:"ceiling_events"`
+
+	AckP50ms float64        `json:"ack_p50_ms"`
+	AckP99ms float64        `json:"ack_p99_ms"`
+	AckMaxms float64        `json:"ack_max_ms"`
+	Codes    map[string]int `json:"codes"`
+
+	ServerCPUSeconds     float64 `json:"server_cpu_seconds"` // from ready to everything final
+	CPUSecondsPerMillion float64 `json:"server_cpu_seconds_per_million_events"`
+	PeakRSSBytes         int64   `json:"server_peak_rss_bytes"`
+	EventsBytesOnDisk    int64   `json:"events_bytes_on_disk"`
+	EventsRowsOnDisk     int64   `json:"events_rows_on_disk"`
+	BytesPerEvent        float64 `json:"events_bytes_per_event"`
+	StoreBytesPerEvent   float64 `json:"store_bytes_per_event"` // every peertrail table
+	PeakSpoolBytes       int64   `json:"peak_spool_bytes"`
+	ProfileDir           string  `json:"profile_dir,omitempty"`
+}
+
+// AcceptedRatio is the accepted rate over the decode-only ceiling.
+func (r Result) AcceptedRatio() float64 { return ratio(r.AcceptedPerSec, r.DecodeOnlyPerSec) }
+
+// EndToEndRatio is the end-to-end rate over the engine's bulk insert.
+func (r Result) EndToEndRatio() float64 { return ratio(r.EndToEndPerSec, r.EngineBulkPerSec) }
+
+func ratio(a, b float64) float64 {
+	if b == 0 {
+		return 0
+	}
+	return a / b
+}
+
+// Run runs one benchmark.
+func Run(ctx context.Context, o Options) (Result, error) {
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+	if o.Progress == nil {
+		o.Progress = io.Discard
+	}
+	if o.Stall <= 0 {
+		o.Stall = 5 * time.Minute
+	}
+	if o.Inflight <= 0 {
+		o.Inflight = 2
+	}
+	if o.Seed == 0 {
+		var b [8]byte
+		rand.Read(b[:])
+		o.Seed = uint64(b[0]) | uint64(b[1])<<8 | uint64(b[2])<<16 | uint64(b[3])<<24 | uint64(b[4])<<32 | uint64(b[5])<<40 | uint64(b[6])<<48 | uint64(b[7])<<56
+	}
+	n := len(o.APIServers)
+	events := o.Events
+	if events <= 0 {
+		events = int(float64(o.Rate) * o.Duration.Seconds())
+	}
+	if events <= 0 || o.Batch <= 0 || n == 0 {
+		return Result{}, errors.New("bench: a number of events (or a rate and a duration), a batch size and apiservers are needed")
+	}
+	batches := (events + n*o.Batch - 1) / (n * o.Batch) // per apiserver
+	t, err := NewTraffic(o.APIServers, o.Batch, o.ProxiedFraction, o.Seed)
+	if err != nil {
+		return Result{}, err
+	}
+	ceilBatches := batches
+	if o.CeilingEvents > 0 {
+		ceilBatches = max(1, min(batches, o.CeilingEvents/(n*o.Batch)))
+	}
+	res := Result{APIServers: n, Rate: o.Rate, Batch: o.Batch, ProxiedFraction: o.ProxiedFraction,
+		ChainsExpected: t.Requests() * batches * n, Forwarded: t.Forwarded() * batches * n,
+		CeilingEvents: ceilBatches * n * o.Batch, ProfileDir: o.ProfileDir}
+
+	work, err := os.MkdirTemp("", "peertrail-bench")
+	if err != nil {
+		return res, fmt.Errorf("bench: %w", err)
+	}
+	defer os.RemoveAll(work)
+
+	fmt.Fprintf(o.Progress, "decode-only ceiling: %d events as fast as possible...\n", res.CeilingEvents)
+	if res.DecodeOnlyPerSec, err = DecodeOnly(ctx, t, ceilBatches, o.Inflight); err != nil {
+		return res, err
+	}
+
+	if err := o.serveRun(ctx, t, batches, work, &res); err != nil {
+		return res, err
+	}
+
+	fmt.Fprintf(o.Progress, "engine bulk insert ceiling: the same %d rows...\n", res.CeilingEvents)
+	if res.EngineBulkPerSec, _, err = EngineBulk(ctx, t, ceilBatches, filepath.Join(work, "bulk")); err != nil {
+		return res, err
+	}
+	return res, nil
+}
+
+// child is the server being measured.
+type child struct {
+	cmd      *exec.Cmd
+	api, sql string // base URLs
+	dataDir  string
+	reader   string // a reader's token: /metrics and /debug/pprof
+	tokens   map[string]string
+	exited   chan struct{}
+	exitErr  error
+}
+
+// serveRun starts the server, loads it, waits for everything to be stored and final, takes its
+// measurements and stops it.
+func (o Options) serveRun(ctx context.Context, t *Traffic, batches int, work string, res *Result) error {
+	c, err := o.start(ctx, t, work)
+	if err != nil {
+		return err
+	}
+	defer c.stop(o.Log)
+	res.ChainWindowSec = time.Duration(config.Defaults().Correlate.ChainWindow).Seconds()
+	if o.ChainWindow > 0 {
+		res.ChainWindowSec = o.ChainWindow.Seconds()
+	}
+	db, err := store.OpenServer(ctx, store.ServerOptions{DSN: c.sql, PasswordFile: filepath.Join(c.dataDir, server.SQLPasswordFileName)})
+	if err != nil {
+		return fmt.Errorf("bench: the server's SQL interface: %w", err)
+	}
+	defer db.Close()
+	before, err := readProc(c.cmd.Process.Pid)
+	if err != nil {
+		return err
+	}
+
+	live := &loadgen.Live{}
+	var stored, final, peakSpool atomic.Int64
+	progressCtx, stopProgress := context.WithCancel(ctx)
+	var progressDone sync.WaitGroup
+	start := time.Now()
+	progressDone.Go(func() {
+		o.progress(progressCtx, c, live, &stored, &final, &peakSpool, start)
+	})
+	defer func() { stopProgress(); progressDone.Wait() }()
+	if o.ProfileDir != "" {
+		if err := os.MkdirAll(o.ProfileDir, 0o755); err != nil {
+			return fmt.Errorf("bench: profile directory: %w", err)
+		}
+		progressDone.Go(func() {
+			secs := max(o.ProfileSeconds, 1)
+			if err := c.profile(progressCtx, fmt.Sprintf("/debug/pprof/profile?seconds=%d", secs), filepath.Join(o.ProfileDir, "cpu.pprof"), time.Duration(secs+30)*time.Second); err != nil {
+				o.Log.Warn("bench: CPU profile", "err", err)
+			}
+		})
+	}
+
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256}, Timeout: time.Minute}
+	lr, err := loadgen.Run(ctx, loadgen.Options{URL: c.api, APIServers: t.APIServers, Rate: o.Rate, Batch: t.Batch,
+		Batches: batches, Inflight: o.Inflight, Client: client, Bodies: t.Body, Live: live,
+		Token: func(name string) string { return c.tokens[name] }})
+	if err != nil {
+		return fmt.Errorf("bench: %w", err)
+	}
+	res.SendSeconds = time.Since(start).Seconds()
+	res.EventsSent, res.EventsAcked, res.Codes = lr.EventsSent, lr.EventsAcked, lr.Codes
+	res.AckP50ms, res.AckP99ms, res.AckMaxms = lr.LatencyP50ms, lr.LatencyP99ms, lr.LatencyMaxms
+	res.AcceptedPerSec = float64(lr.EventsAcked) / res.SendSeconds
+	if err := lr.Err(); err != nil {
+		return fmt.Errorf("bench: %w (answers %v)", err, lr.Codes)
+	}
+	if o.ProfileDir != "" {
+		if err := c.profile(ctx, "/debug/pprof/heap", filepath.Join(o.ProfileDir, "heap-acked.pprof"), time.Minute); err != nil {
+			o.Log.Warn("bench: heap profile", "err", err)
+		}
+	}
+
+	// Wait: every acknowledged event in events, then every request's chain final in chains.
+	countEvents := func() (int, error) { return scalarInt(ctx, db, "SELECT count() FROM peertrail.events") }
+	if err := waitFor(ctx, c, o.Stall, countEvents, res.EventsAcked, &stored); err != nil {
+		return fmt.Errorf("bench: waiting for the events to be stored: %w", err)
+	}
+	res.StoredSeconds = time.Since(start).Seconds()
+	res.EventsStored = int(stored.Load())
+	countFinal := func() (int, error) {
+		return scalarInt(ctx, db, "SELECT uniqExact(id) FROM peertrail.chains WHERE state = 'final'")
+	}
+	if err := waitFor(ctx, c, o.Stall+time.Duration(res.ChainWindowSec*float64(time.Second)), countFinal, res.ChainsExpected, &final); err != nil {
+		return fmt.Errorf("bench: waiting for the chains to be final: %w", err)
+	}
+	res.FinalSeconds = time.Since(start).Seconds()
+	res.ChainsFinal = int(final.Load())
+	res.EventsStoredPerSec = float64(res.EventsStored) / res.StoredSeconds
+	res.EndToEndPerSec = float64(res.EventsStored) / res.FinalSeconds
+
+	after, err := readProc(c.cmd.Process.Pid)
+	if err != nil {
+		return err
+	}
+	res.ServerCPUSeconds = after.cpuSeconds - before.cpuSeconds
+	res.CPUSecondsPerMillion = res.ServerCPUSeconds / float64(res.EventsStored) * 1e6
+	res.PeakRSSBytes = after.hwm
+	res.PeakSpoolBytes = max(peakSpool.Load(), dirSize(filepath.Join(c.dataDir, "spool")))
+	if o.ProfileDir != "" {
+		if err := c.profile(ctx, "/debug/pprof/heap", filepath.Join(o.ProfileDir, "heap-final.pprof"), time.Minute); err != nil {
+			o.Log.Warn("bench: heap profile", "err", err)
+		}
+	}
+	if err := o.onDisk(ctx, db, res); err != nil {
+		return err
+	}
+	stopProgress()
+	progressDone.Wait()
+	fmt.Fprintf(o.Progress, "stored: %d events in %.1fs, %d chains final in %.1fs\n", res.EventsStored, res.StoredSeconds, res.ChainsFinal, res.FinalSeconds)
+	return nil
+}
+
+// onDisk reads what the store holds: bytes per event on disk, and the chains by class.
+func (o Options) onDisk(ctx context.Context, db store.Store, res *Result) error {
+	r, err := db.Query(ctx, "SELECT sumIf(bytes_on_disk, table = 'events'), sumIf(rows, table = 'events'), sum(bytes_on_disk) "+
+		"FROM system.parts WHERE active AND database = 'peertrail'", nil)
+	if err != nil {
+		return fmt.Errorf("bench: bytes on disk: %w", err)
+	}
+	if len(r.Rows) != 1 || len(r.Rows[0]) != 3 {
+		return fmt.Errorf("bench: bytes on disk: %v", r.Rows)
+	}
+	res.EventsBytesOnDisk, _ = strconv.ParseInt(r.Rows[0][0], 10, 64)
+	res.EventsRowsOnDisk, _ = strconv.ParseInt(r.Rows[0][1], 10, 64)
+	all, _ := strconv.ParseInt(r.Rows[0][2], 10, 64)
+	if res.EventsRowsOnDisk > 0 {
+		res.BytesPerEvent = float64(res.EventsBytesOnDisk) / float64(res.EventsRowsOnDisk)
+		res.StoreBytesPerEvent = float64(all) / float64(res.EventsRowsOnDisk)
+	}
+	r, err = db.Query(ctx, "SELECT class, count() FROM peertrail.chains FINAL WHERE state = 'final' GROUP BY class ORDER BY class", nil)
+	if err != nil {
+		return fmt.Errorf("bench: chains by class: %w", err)
+	}
+	res.Classes = map[string]int{}
+	for _, row := range r.Rows {
+		if len(row) == 2 {
+			res.Classes[row[0]], _ = strconv.Atoi(row[1])
+		}
+	}
+	return nil
+}
+
+// storeMax raises a to v if v is larger.
+func storeMax(a *atomic.Int64, v int64) {
+	for {
+		old := a.Load()
+		if v <= old || a.CompareAndSwap(old, v) {
+			return
+		}
+	}
+}
+
+// waitFor polls count until it reaches want, failing when it stands still for stall or the
+// server exits.
+func waitFor(ctx context.Context, c *child, stall time.Duration, count func() (int, error), want int, into *atomic.Int64) error {
+	last, lastChange := -1, time.Now()
+	for {
+		got, err := count()
+		if err != nil {
+			return err
+		}
+		into.Store(int64(got))
+		if got >= want {
+			return nil
+		}
+		if got != last {
+			last, lastChange = got, time.Now()
+		} else if time.Since(lastChange) > stall {
+			return fmt.Errorf("%d of %d after standing still for %s", got, want, stall)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-c.exited:
+			return fmt.Errorf("the server exited: %v (its log: %s)", c.exitErr, filepath.Join(filepath.Dir(c.dataDir), "serve.log"))
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+func scalarInt(ctx context.Context, db store.Store, q string) (int, error) {
+	r, err := db.Query(ctx, q, nil)
+	if err != nil {
+		return 0, err
+	}
+	if len(r.Rows) != 1 || len(r.Rows[0]) != 1 {
+		return 0, fmt.Errorf("%s: want one value, got %v", q, r.Rows)
+	}
+	return strconv.Atoi(r.Rows[0][0])
+}
+
+// progress writes a line a second: sent, acknowledged, stored, final chains (the correlator's
+// count), open chains, the server's RSS and spool.
+func (o Options) progress(ctx context.Context, c *child, live *loadgen.Live, stored, final, peakSpool *atomic.Int64, start time.Time) {
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		spool := dirSize(filepath.Join(c.dataDir, "spool"))
+		storeMax(peakSpool, spool)
+		m := c.metrics(ctx, metrics.CorrelateChainsTotal, metrics.CorrelateOpenChains, metrics.StoreRowsWrittenTotal+`{table="events"`)
+		p, _ := readProc(c.cmd.Process.Pid)
+		fmt.Fprintf(o.Progress, "%5.0fs sent %d acked %d refused %d | written %d stored %d | chains final %d (in chains %d) open %d | rss %d MB peak %d MB spool %d MB\n",
+			time.Since(start).Seconds(), live.Sent.Load(), live.Acked.Load(), live.Refused.Load(),
+			int64(m[2]), stored.Load(), int64(m[0]), final.Load(), int64(m[1]), p.rss>>20, p.hwm>>20, spool>>20)
+	}
+}
+
+// start starts serve with a config of the run's apiservers, each with a token of its own, and
+// waits until it is ready.
+func (o Options) start(ctx context.Context, t *Traffic, work string) (*child, error) {
+	c := &child{dataDir: o.DataDir, tokens: map[string]string{}, exited: make(chan struct{}), reader: rand.Text()}
+	if c.dataDir == "" {
+		c.dataDir = filepath.Join(work, "data")
+	}
+	if err := os.MkdirAll(c.dataDir, 0o750); err != nil {
+		return nil, fmt.Errorf("bench: data directory: %w", err)
+	}
+	var cfg strings.Builder
+	cfg.WriteString("apiservers:\n")
+	for i, name := range t.APIServers {
+		tok := rand.Text()
+		c.tokens[name] = tok
+		file := filepath.Join(work, name+".token")
+		if err := os.WriteFile(file, []byte(tok+"\n"), 0o600); err != nil {
+			return nil, fmt.Errorf("bench: token: %w", err)
+		}
+		fmt.Fprintf(&cfg, "- name: %q\n  address: %s\n  tokenFile: %q\n", name, apiserverAddress(i), file)
+	}
+	readerFile := filepath.Join(work, "reader.token")
+	if err := os.WriteFile(readerFile, []byte(c.reader+"\n"), 0o600); err != nil {
+		return nil, fmt.Errorf("bench: reader token: %w", err)
+	}
+	fmt.Fprintf(&cfg, "readers:\n  tokenFile: %q\n", readerFile)
+	cfgFile := filepath.Join(work, "config.yaml")
+	if err := os.WriteFile(cfgFile, []byte(cfg.String()), 0o600); err != nil {
+		return nil, fmt.Errorf("bench: config: %w", err)
+	}
+	api, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	sql, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	c.api, c.sql = "http://"+api, "http://"+sql
+	args := []string{"serve", "--config", cfgFile, "--insecure-http", "--listen", api, "--sql-listen", sql,
+		"--data-dir", c.dataDir, "--log-level", "warn"}
+	if o.ChainWindow > 0 {
+		args = append(args, "--chain-window", o.ChainWindow.String())
+	}
+	if o.ProfileDir != "" {
+		args = append(args, "--enable-pprof")
+	}
+	args = append(args, o.ServeArgs...)
+	logFile, err := os.Create(filepath.Join(work, "serve.log"))
+	if err != nil {
+		return nil, fmt.Errorf("bench: server log: %w", err)
+	}
+	c.cmd = exec.Command(o.Exe, args...)
+	c.cmd.Env = o.Env
+	c.cmd.Stdout, c.cmd.Stderr = logFile, logFile
+	o.Log.Info("bench: starting the server", "cmd", strings.Join(c.cmd.Args, " "))
+	if err := c.cmd.Start(); err != nil {
+		logFile.Close()
+		return nil, fmt.Errorf("bench: start %s serve: %w", o.Exe, err)
+	}
+	go func() {
+		c.exitErr = c.cmd.Wait()
+		logFile.Close()
+		close(c.exited)
+	}()
+	if err := c.ready(ctx, 3*time.Minute); err != nil {
+		c.stop(o.Log)
+		tail, _ := os.ReadFile(logFile.Name())
+		return nil, fmt.Errorf("bench: the server did not become ready: %w\n%s", err, lastLines(string(tail), 20))
+	}
+	return c, nil
+}
+
+func (c *child) ready(ctx context.Context, within time.Duration) error {
+	deadline := time.Now().Add(within)
+	for {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, c.api+"/readyz", nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not ready within %s (last: %v)", within, err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-c.exited:
+			return fmt.Errorf("it exited: %v", c.exitErr)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// stop ends the server as a deployment does, SIGTERM, and kills it after a minute.
+func (c *child) stop(log *slog.Logger) {
+	select {
+	case <-c.exited:
+		return
+	default:
+	}
+	c.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-c.exited:
+	case <-time.After(time.Minute):
+		log.Warn("bench: the server did not stop within a minute; killing it")
+		c.cmd.Process.Kill()
+		<-c.exited
+	}
+}
+
+// get asks the server's API as a reader.
+func (c *child) get(ctx context.Context, path string, timeout time.Duration) (*http.Response, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.api+path, nil)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+c.reader)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		resp.Body.Close()
+		cancel()
+		return nil, fmt.Errorf("GET %s: %s", path, resp.Status)
+	}
+	resp.Body = cancelOnClose{resp.Body, cancel}
+	return resp, nil
+}
+
+type cancelOnClose struct {
+	io.ReadCloser
+	cancel context.CancelFunc
+}
+
+func (c cancelOnClose) Close() error { err := c.ReadCloser.Close(); c.cancel(); return err }
+
+// metrics sums the samples of each name (a prefix with labels, such as name{table="events",
+// works too) in /metrics; a failure reads as zeros.
+func (c *child) metrics(ctx context.Context, names ...string) []float64 {
+	out := make([]float64, len(names))
+	resp, err := c.get(ctx, "/metrics", 10*time.Second)
+	if err != nil {
+		return out
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		l := sc.Text()
+		for i, name := range names {
+			if !strings.HasPrefix(l, name) {
+				continue
+			}
+			if len(l) == len(name) {
+				continue
+			}
+			if rest := l[len(name)]; !strings.Contains(name, "{") && rest != '{' && rest != ' ' {
+				continue // another metric whose name starts with this one
+			}
+			if v, err := strconv.ParseFloat(l[strings.LastIndexByte(l, ' ')+1:], 64); err == nil {
+				out[i] += v
+			}
+		}
+	}
+	return out
+}
+
+// profile saves one of the server's /debug/pprof profiles.
+func (c *child) profile(ctx context.Context, path, file string, timeout time.Duration) error {
+	resp, err := c.get(ctx, path, timeout)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	f, err := os.Create(file)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	return f.Close()
+}
+
+// freePort finds a free loopback port (released at once: serve takes it a moment later).
+func freePort() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", fmt.Errorf("bench: a free port: %w", err)
+	}
+	defer ln.Close()
+	return ln.Addr().String(), nil
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}

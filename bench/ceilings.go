@@ -1,0 +1,151 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/peertrail/peertrail/ingest/record"
+	"github.com/peertrail/peertrail/loadgen"
+	"github.com/peertrail/peertrail/store"
+)
+
+// DecodeOnly is the receiver's ceiling: loadgen, as fast as possible, with the same senders,
+// batches and batches in flight as the run, against an HTTP server in this process that only
+// reads each body, decodes it with ingest/record's Decoder (the receiver's own) and answers
+// 200: no authentication, duplicate check, spool or fsync. It returns events/s.
+func DecodeOnly(ctx context.Context, t *Traffic, batches, inflight int) (float64, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("decode-only ceiling: listen: %w", err)
+	}
+	type mem struct {
+		body []byte
+		dec  *record.Decoder
+	}
+	pool := sync.Pool{New: func() any { return &mem{dec: record.NewDecoder()} }}
+	var (
+		mu     sync.Mutex
+		failed error
+	)
+	srv := &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		m := pool.Get().(*mem)
+		defer pool.Put(m)
+		b, err := readAll(m.body[:0], r.Body)
+		m.body = b
+		if err == nil {
+			_, _, err = m.dec.Decode(b, strings.TrimPrefix(r.URL.Path, "/audit/"), time.Now())
+		}
+		if err != nil {
+			mu.Lock()
+			failed = err
+			mu.Unlock()
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+	})}
+	go srv.Serve(ln)
+	defer srv.Close()
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256}, Timeout: time.Minute}
+	res, err := loadgen.Run(ctx, loadgen.Options{URL: "http://" + ln.Addr().String(), APIServers: t.APIServers, Batch: t.Batch,
+		Batches: batches, Inflight: inflight, Client: client, Bodies: t.Body})
+	if err != nil {
+		return 0, fmt.Errorf("decode-only ceiling: %w", err)
+	}
+	if failed != nil {
+		return 0, fmt.Errorf("decode-only ceiling: a batch did not decode: %w", failed)
+	}
+	if err := res.Err(); err != nil {
+		return 0, fmt.Errorf("decode-only ceiling: %w", err)
+	}
+	return res.AckedPerSec, nil
+}
+
+// readAll reads r to the end into b's memory.
+func readAll(b []byte, r io.Reader) ([]byte, error) {
+	for {
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)]
+		}
+		n, err := r.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		if errors.Is(err, io.EOF) {
+			return b, nil
+		}
+		if err != nil {
+			return b, err
+		}
+	}
+}
+
+// bulkChunk is how many batches one bulk insert holds: 100,000 events of 400, the operation of
+// store's BenchmarkInsert engine_bulk_rowbinary.
+const bulkChunk = 250
+
+// EngineBulk is the store's ceiling: the embedded engine, opened in this process on dataDir
+// (the server must not run meanwhile: both would share the two cores), inserts the same
+// rows the run sent (the batches decoded by ingest/record, turned into rows by the store's own
+// EventRow and encoded as RowBinary beforehand) into peertrail.events, materialized views
+// included, in streaming inserts of 100,000 rows. Only the inserts are timed. It returns
+// events/s and the rows inserted.
+func EngineBulk(ctx context.Context, t *Traffic, batches int, dataDir string) (float64, int, error) {
+	s, err := store.OpenEmbedded(ctx, store.EmbeddedOptions{DataDir: dataDir})
+	if err != nil {
+		return 0, 0, fmt.Errorf("engine bulk ceiling: %w", err)
+	}
+	defer s.Close()
+	if err := store.Migrate(ctx, s, store.SchemaOptions{}, nil); err != nil {
+		return 0, 0, fmt.Errorf("engine bulk ceiling: migrate: %w", err)
+	}
+	bodies := make([]loadgen.Body, len(t.APIServers))
+	for si := range bodies {
+		if bodies[si], err = t.Body(si); err != nil {
+			return 0, 0, err
+		}
+	}
+	var (
+		elapsed time.Duration
+		rows    int
+		body    []byte
+	)
+	for from := 0; from < batches; from += bulkChunk / len(bodies) {
+		to := min(batches, from+max(1, bulkChunk/len(bodies)))
+		var all [][]any
+		for seq := from; seq < to; seq++ {
+			for si, b := range bodies {
+				body = b.AppendRender(body, si, seq)
+				// Decode copies what the records keep, so the body's memory is reused.
+				recs, _, err := record.Decode(body, t.APIServers[si], time.Now())
+				if err != nil {
+					return 0, 0, fmt.Errorf("engine bulk ceiling: decode: %w", err)
+				}
+				for j := range recs {
+					all = append(all, store.EventRow(&recs[j]))
+				}
+			}
+		}
+		data, err := store.EncodeRowBinary(store.EventColumns, all)
+		if err != nil {
+			return 0, 0, fmt.Errorf("engine bulk ceiling: encode: %w", err)
+		}
+		t0 := time.Now()
+		if err := s.InsertRowBinary(ctx, store.EventsTable, store.EventColumns, data); err != nil {
+			return 0, 0, fmt.Errorf("engine bulk ceiling: insert: %w", err)
+		}
+		elapsed += time.Since(t0)
+		rows += len(all)
+		if err := ctx.Err(); err != nil {
+			return 0, 0, err
+		}
+	}
+	if elapsed <= 0 {
+		return 0, rows, nil
+	}
+	return float64(rows) / elapsed.Seconds(), rows, nil
+}

@@ -1,0 +1,80 @@
+package bench
+
+import (
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// clockTicks is USER_HZ, the unit of /proc/<pid>/stat's times: 100 on every Linux
+// architecture Go supports (the kernel fixes it for user space; sysconf would need cgo).
+const clockTicks = 100
+
+// procUsage is what the kernel counts for one process.
+type procUsage struct {
+	cpuSeconds float64 // user + system, all threads, since the process started
+	rss, hwm   int64   // resident set now, and its peak (VmHWM), bytes
+}
+
+func readProc(pid int) (procUsage, error) {
+	var u procUsage
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return u, fmt.Errorf("read the server's CPU time: %w", err)
+	}
+	// The command name, in parentheses, may hold spaces: fields count from after it.
+	s := string(stat)
+	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	if len(fields) < 13 {
+		return u, fmt.Errorf("read the server's CPU time: /proc/%d/stat has %d fields", pid, len(fields))
+	}
+	// utime and stime are fields 14 and 15 of stat(5), 12 and 13 after the name and state.
+	ut, err1 := strconv.ParseInt(fields[11], 10, 64)
+	st, err2 := strconv.ParseInt(fields[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return u, fmt.Errorf("read the server's CPU time: /proc/%d/stat: %q %q", pid, fields[11], fields[12])
+	}
+	u.cpuSeconds = float64(ut+st) / clockTicks
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return u, fmt.Errorf("read the server's memory: %w", err)
+	}
+	for l := range strings.Lines(string(status)) {
+		k, v, ok := strings.Cut(l, ":")
+		if !ok {
+			continue
+		}
+		var dst *int64
+		switch k {
+		case "VmRSS":
+			dst = &u.rss
+		case "VmHWM":
+			dst = &u.hwm
+		default:
+			continue
+		}
+		kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+		if err != nil {
+			return u, fmt.Errorf("read the server's memory: %s: %q", k, v)
+		}
+		*dst = kb << 10
+	}
+	return u, nil
+}
+
+// dirSize is the bytes of the regular files under dir (0 when it does not exist).
+func dirSize(dir string) int64 {
+	var n int64
+	filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			if fi, err := d.Info(); err == nil {
+				n += fi.Size()
+			}
+		}
+		return nil
+	})
+	return n
+}

@@ -1,0 +1,248 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/peertrail/peertrail/bench"
+)
+
+type benchFlags struct {
+	apiservers    string
+	rate          int
+	events        int
+	duration      time.Duration
+	batch         int
+	inflight      int
+	proxied       float64
+	seed          uint64
+	dataDir       string
+	chainWindow   time.Duration
+	ceilingEvents int
+	profileDir    string
+	profileSecs   int
+	stall         time.Duration
+	serveArgs     []string
+	output        string
+}
+
+func newBenchCommand(g *globalFlags) *cobra.Command {
+	f := &benchFlags{}
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Measure peertrail serve end to end, as deployed: accepted and stored rates, ack latency, CPU, memory, disk",
+		Long: `bench starts peertrail serve (this binary, the embedded store, plain HTTP on loopback, a
+temporary data directory unless --data-dir) with a token per apiserver, sends it audit batches
+from several apiservers with package loadgen, at --rate or as fast as it acknowledges (--rate 0),
+real event shapes with both sides of forwarded requests (--proxied-fraction of the requests:
+the entry's record with its bare status, the peer's with the extra source IP), then waits until
+every acknowledged event is in peertrail.events and every request's chain is final in
+peertrail.chains. A progress line goes to stderr every second.
+
+It prints the accepted rate (acknowledged events per second of sending) and the end-to-end
+rate (events per second from the first batch sent to the last chain final; a chain is final a
+--chain-window after its last record, 30 s by default, as deployed), the acknowledge latency,
+the server's CPU seconds and peak RSS (from /proc), bytes per event on disk (system.parts),
+and two ceilings measured in the same run on the same batches, the server stopped: decoding
+alone (an HTTP server in this process that decodes each body with the receiver's decoder and
+answers 200) and the embedded engine's own bulk insert of the same rows. Read the ratios: a
+busy machine moves both sides alike.
+
+--apiservers is a count (kas-1..kas-N), several counts (2,5,20: one run each, a row each, the
+same events), or a list of names (kas-a,kas-b).`,
+		Example: `  peertrail bench --apiservers 4 --events 1370000              # a burst, as fast as possible
+  peertrail bench --apiservers 4 --rate 10000 --duration 6m      # steady
+  peertrail bench --apiservers 2,5,20 --events 500000 -o json    # cost against apiservers`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if f.output != "table" && f.output != "json" {
+				return usageError(cmd, "-o %q: want table or json", f.output)
+			}
+			if f.rate < 0 || f.batch <= 0 || f.events < 0 || f.proxied < 0 || f.proxied > 1 {
+				return usageError(cmd, "--rate and --events must not be negative, --batch positive, --proxied-fraction within 0..1")
+			}
+			if f.events == 0 && (f.rate == 0 || f.duration <= 0) {
+				return usageError(cmd, "say how much to send: --events, or --rate with --duration")
+			}
+			runs, err := benchAPIServers(f.apiservers)
+			if err != nil {
+				return usageError(cmd, "--apiservers: %v", err)
+			}
+			log, err := g.logger()
+			if err != nil {
+				return usageError(cmd, "%v", err)
+			}
+			return runBench(cmd.Context(), f, runs, log, cmd.OutOrStdout(), cmd.ErrOrStderr())
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.apiservers, "apiservers", "4", "apiservers: a count (kas-1..kas-N), counts for one run each (2,5,20), or names (kas-a,kas-b)")
+	fl.IntVar(&f.rate, "rate", 0, "events per second over all apiservers; 0: as fast as the server acknowledges")
+	fl.IntVar(&f.events, "events", 0, "events to send (rounded up to whole batches from every apiserver); 0: --rate times --duration")
+	fl.DurationVar(&f.duration, "duration", 0, "how long to send at --rate (with --events 0)")
+	fl.IntVar(&f.batch, "batch", 400, "events per webhook batch (the apiserver's default is 400)")
+	fl.IntVar(&f.inflight, "inflight", 2, "batches in flight per apiserver when sending as fast as possible")
+	fl.Float64Var(&f.proxied, "proxied-fraction", 0.3, "share of requests forwarded to a peer (both sides recorded)")
+	fl.Uint64Var(&f.seed, "seed", 0, "random seed of the events (0: a random one)")
+	fl.StringVar(&f.dataDir, "data-dir", "", "serve's data directory (default: a temporary one, removed at the end); several runs each get a subdirectory")
+	fl.DurationVar(&f.chainWindow, "chain-window", 0, "serve's --chain-window (default: serve's, 30s)")
+	fl.IntVar(&f.ceilingEvents, "ceiling-events", 0, "measure the ceilings on at most this many of the events (0: all)")
+	fl.StringVar(&f.profileDir, "profile-dir", "", "have serve profile itself (--enable-pprof) and save cpu.pprof (the first --profile-seconds of the load),\n"+
+		"heap-acked.pprof (when the last batch was acknowledged) and heap-final.pprof here (go tool pprof BINARY FILE)")
+	fl.IntVar(&f.profileSecs, "profile-seconds", 30, "length of the CPU profile")
+	fl.DurationVar(&f.stall, "stall", 5*time.Minute, "give up when nothing more was stored for this long")
+	fl.StringArrayVar(&f.serveArgs, "serve-flag", nil, "a flag for serve, such as --serve-flag=--store=none (repeatable; wins over bench's)")
+	fl.StringVarP(&f.output, "output", "o", "table", "output format: table or json")
+	return cmd
+}
+
+// benchAPIServers reads --apiservers: the names of each run.
+func benchAPIServers(s string) ([][]string, error) {
+	parts := strings.Split(s, ",")
+	var counts []int
+	for _, p := range parts {
+		n, err := strconv.Atoi(strings.TrimSpace(p))
+		if err != nil {
+			counts = nil
+			break
+		}
+		if n < 1 || n > 4096 {
+			return nil, fmt.Errorf("%d apiservers: want 1 to 4096", n)
+		}
+		counts = append(counts, n)
+	}
+	if counts == nil {
+		for _, p := range parts {
+			if strings.TrimSpace(p) == "" {
+				return nil, fmt.Errorf("%q: an empty name", s)
+			}
+		}
+		return [][]string{parts}, nil
+	}
+	var runs [][]string
+	for _, n := range counts {
+		names := make([]string, n)
+		for i := range names {
+			names[i] = fmt.Sprintf("kas-%d", i+1)
+		}
+		runs = append(runs, names)
+	}
+	return runs, nil
+}
+
+func runBench(ctx context.Context, f *benchFlags, runs [][]string, log *slog.Logger, out, errOut io.Writer) error {
+	exe, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("bench: this binary's path, to run its serve: %w", err)
+	}
+	if err := ensureEngine(ctx, errOut); err != nil {
+		return err
+	}
+	var results []bench.Result
+	for i, names := range runs {
+		o := bench.Options{Exe: exe, ServeArgs: f.serveArgs, APIServers: names, Rate: f.rate, Inflight: f.inflight,
+			Events: f.events, Duration: f.duration, Batch: f.batch, ProxiedFraction: f.proxied, Seed: f.seed,
+			DataDir: f.dataDir, ChainWindow: f.chainWindow, CeilingEvents: f.ceilingEvents,
+			ProfileDir: f.profileDir, ProfileSeconds: f.profileSecs, Stall: f.stall, Progress: errOut, Log: log}
+		if len(runs) > 1 {
+			if o.DataDir != "" {
+				o.DataDir = fmt.Sprintf("%s/run-%d", f.dataDir, i+1)
+			}
+			if o.ProfileDir != "" {
+				o.ProfileDir = fmt.Sprintf("%s/run-%d", f.profileDir, i+1)
+			}
+		}
+		fmt.Fprintf(errOut, "=== %d apiservers\n", len(names))
+		res, err := bench.Run(ctx, o)
+		if err != nil {
+			return err
+		}
+		results = append(results, res)
+	}
+	if f.output == "json" {
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		if len(results) == 1 {
+			return enc.Encode(results[0])
+		}
+		return enc.Encode(results)
+	}
+	printBench(out, results)
+	return nil
+}
+
+// printBench writes one column per run.
+func printBench(out io.Writer, rs []bench.Result) {
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+	row := func(name string, cell func(r bench.Result) string) {
+		fmt.Fprint(tw, name, "\t")
+		for _, r := range rs {
+			fmt.Fprint(tw, cell(r), "\t")
+		}
+		fmt.Fprintln(tw)
+	}
+	rate := func(v float64) string { return fmt.Sprintf("%.0f ev/s", v) }
+	row("apiservers", func(r bench.Result) string { return strconv.Itoa(r.APIServers) })
+	row("rate", func(r bench.Result) string {
+		if r.Rate == 0 {
+			return "as fast as possible"
+		}
+		return fmt.Sprintf("%d ev/s", r.Rate)
+	})
+	row("events acknowledged / stored", func(r bench.Result) string { return fmt.Sprintf("%d / %d", r.EventsAcked, r.EventsStored) })
+	row("chains final / expected (forwarded)", func(r bench.Result) string {
+		return fmt.Sprintf("%d / %d (%d)", r.ChainsFinal, r.ChainsExpected, r.Forwarded)
+	})
+	row("chains by class", func(r bench.Result) string { return classes(r.Classes) })
+	row("accepted", func(r bench.Result) string { return rate(r.AcceptedPerSec) })
+	row("  decode-only ceiling", func(r bench.Result) string { return rate(r.DecodeOnlyPerSec) })
+	row("  ratio", func(r bench.Result) string { return fmt.Sprintf("%.2f", r.AcceptedRatio()) })
+	row("events stored (all in events)", func(r bench.Result) string {
+		return fmt.Sprintf("%s in %.1fs", rate(r.EventsStoredPerSec), r.StoredSeconds)
+	})
+	row("end to end (all chains final)", func(r bench.Result) string {
+		return fmt.Sprintf("%s in %.1fs", rate(r.EndToEndPerSec), r.FinalSeconds)
+	})
+	row("  chain window", func(r bench.Result) string { return fmt.Sprintf("%.0fs", r.ChainWindowSec) })
+	row("  engine bulk insert ceiling", func(r bench.Result) string { return rate(r.EngineBulkPerSec) })
+	row("  ratio", func(r bench.Result) string { return fmt.Sprintf("%.2f", r.EndToEndRatio()) })
+	row("ack latency p50 / p99 / max", func(r bench.Result) string {
+		return fmt.Sprintf("%.1f / %.1f / %.0f ms", r.AckP50ms, r.AckP99ms, r.AckMaxms)
+	})
+	row("server CPU", func(r bench.Result) string {
+		return fmt.Sprintf("%.1f s (%.1f s per million events)", r.ServerCPUSeconds, r.CPUSecondsPerMillion)
+	})
+	row("server peak RSS", func(r bench.Result) string { return fmt.Sprintf("%d MB", r.PeakRSSBytes>>20) })
+	row("on disk per event: events / all tables", func(r bench.Result) string {
+		return fmt.Sprintf("%.0f / %.0f bytes", r.BytesPerEvent, r.StoreBytesPerEvent)
+	})
+	row("peak spool", func(r bench.Result) string { return fmt.Sprintf("%d MB", r.PeakSpoolBytes>>20) })
+	tw.Flush()
+}
+
+func classes(m map[string]int) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var b strings.Builder
+	for i, k := range keys {
+		if i > 0 {
+			b.WriteString(" ")
+		}
+		fmt.Fprintf(&b, "%s=%d", k, m[k])
+	}
+	return b.String()
+}
