@@ -144,7 +144,7 @@ FROM
 )
 ORDER BY time, apiserver`)).
 		WithPanel(chGraph(graph{title: "404s and 5xx per minute by resource", width: third, bars: true,
-			description: "Requests answered 404 (not_found) and 5xx (server_errors) per minute, by the apiserver that answered and the group/resource (the events_per_minute rollup)."}, `
+			description: "Requests answered 404 (not_found) and 5xx (server_errors) per minute, by the apiserver that answered and the group/resource (the errors_per_minute rollup)."}, `
 SELECT minute AS time, concat(apiserver, ' ', resource) AS answered_by, not_found, server_errors
 FROM
 (
@@ -152,7 +152,7 @@ FROM
 )
 ORDER BY time, answered_by`)).
 		WithPanel(chGraph(graph{title: "Request latency p50 / p90 / p99 per minute", width: third, unit: "s",
-			description: "requestReceived to ResponseComplete per minute per apiserver (t-digest states merged from the request_latency_per_minute rollup). A forwarded request's entry includes the hop."}, `
+			description: "requestReceived to ResponseComplete per minute per apiserver (t-digest states merged from the apiserver_latency_per_minute rollup). A forwarded request's entry includes the hop."}, `
 SELECT minute AS time, apiserver, p50_seconds AS p50, p90_seconds AS p90, p99_seconds AS p99
 FROM
 (

@@ -317,6 +317,8 @@ var retentionTTL = []struct {
 	{"chains", "toDateTime(first_received)", false},
 	{"events_per_minute", "minute", true},
 	{"request_latency_per_minute", "minute", true},
+	{"apiserver_latency_per_minute", "minute", true},
+	{"errors_per_minute", "minute", true},
 	{"apiserver_versions_per_minute", "minute", true},
 	{"chains_per_minute", "minute", true},
 	{"chain_latency_per_minute", "minute", true},

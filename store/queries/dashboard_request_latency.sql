@@ -2,7 +2,8 @@
 -- report: no
 -- description: The Chain investigation dashboard's panel "Request latency p50 / p90 / p99 per
 --   minute" (time series): p50, p90 and p99 of requestReceived to ResponseComplete per minute
---   per apiserver, merged from the request_latency_per_minute rollup's t-digest states.
+--   per apiserver, from the apiserver_latency_per_minute rollup: one t-digest state per minute
+--   and apiserver (migration 0008; merging costs per state).
 SELECT
     minute,
     apiserver,
@@ -11,7 +12,7 @@ SELECT
     q[1] AS p50_seconds,
     q[2] AS p90_seconds,
     q[3] AS p99_seconds
-FROM peertrail.request_latency_per_minute
+FROM peertrail.apiserver_latency_per_minute
 WHERE minute >= toStartOfMinute({since:DateTime64(6, 'UTC')}) AND minute < {until:DateTime64(6, 'UTC')}
 GROUP BY minute, apiserver
 ORDER BY minute, apiserver
