@@ -235,8 +235,9 @@ func (o Options) serveRun(ctx context.Context, t *Traffic, batches int, work str
 	progressCtx, stopProgress := context.WithCancel(ctx)
 	var progressDone sync.WaitGroup
 	start := time.Now()
+	countEvents := func() (int, error) { return scalarInt(ctx, db, "SELECT count() FROM peertrail.events") }
 	progressDone.Go(func() {
-		o.progress(progressCtx, c, live, &stored, &final, &peakSpool, start)
+		o.progress(progressCtx, c, live, countEvents, &final, &peakSpool, start)
 	})
 	defer func() { stopProgress(); progressDone.Wait() }()
 	if o.ProfileDir != "" {
@@ -272,7 +273,6 @@ func (o Options) serveRun(ctx context.Context, t *Traffic, batches int, work str
 	}
 
 	// Wait: every acknowledged event in events, then every request's chain final in chains.
-	countEvents := func() (int, error) { return scalarInt(ctx, db, "SELECT count() FROM peertrail.events") }
 	if err := waitFor(ctx, c, o.Stall, countEvents, res.EventsAcked, &stored); err != nil {
 		return fmt.Errorf("bench: waiting for the events to be stored: %w", err)
 	}
@@ -392,7 +392,7 @@ func scalarInt(ctx context.Context, db store.Store, q string) (int, error) {
 
 // progress writes a line a second: sent, acknowledged, stored, final chains (the correlator's
 // count), open chains, the server's RSS and spool.
-func (o Options) progress(ctx context.Context, c *child, live *loadgen.Live, stored, final, peakSpool *atomic.Int64, start time.Time) {
+func (o Options) progress(ctx context.Context, c *child, live *loadgen.Live, stored func() (int, error), final, peakSpool *atomic.Int64, start time.Time) {
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	for {
@@ -405,9 +405,16 @@ func (o Options) progress(ctx context.Context, c *child, live *loadgen.Live, sto
 		storeMax(peakSpool, spool)
 		m := c.metrics(ctx, metrics.CorrelateChainsTotal, metrics.CorrelateOpenChains, metrics.StoreRowsWrittenTotal+`{table="events"`)
 		p, _ := readProc(c.cmd.Process.Pid)
-		fmt.Fprintf(o.Progress, "%5.0fs sent %d acked %d refused %d | written %d stored %d | chains final %d (in chains %d) open %d | rss %d MB peak %d MB spool %d MB\n",
+		inEvents, _ := stored() // count() of a MergeTree table reads the parts' row counts only
+		metric := func(i int) string {
+			if m == nil {
+				return "?" // /metrics did not answer in time
+			}
+			return strconv.FormatInt(int64(m[i]), 10)
+		}
+		fmt.Fprintf(o.Progress, "%5.0fs sent %d acked %d refused %d | events written %s stored %d | chains final %s (in chains %d) open %s | rss %d MB peak %d MB spool %d MB\n",
 			time.Since(start).Seconds(), live.Sent.Load(), live.Acked.Load(), live.Refused.Load(),
-			int64(m[2]), stored.Load(), int64(m[0]), final.Load(), int64(m[1]), p.rss>>20, p.hwm>>20, spool>>20)
+			metric(2), inEvents, metric(0), final.Load(), metric(1), p.rss>>20, p.hwm>>20, spool>>20)
 	}
 }
 
@@ -556,12 +563,13 @@ type cancelOnClose struct {
 func (c cancelOnClose) Close() error { err := c.ReadCloser.Close(); c.cancel(); return err }
 
 // metrics sums the samples of each name (a prefix with labels, such as name{table="events",
-// works too) in /metrics; a failure reads as zeros.
+// works too) in /metrics; nil when the server did not answer within a few seconds (it is
+// busy: the progress line must keep coming).
 func (c *child) metrics(ctx context.Context, names ...string) []float64 {
 	out := make([]float64, len(names))
-	resp, err := c.get(ctx, "/metrics", 10*time.Second)
+	resp, err := c.get(ctx, "/metrics", 3*time.Second)
 	if err != nil {
-		return out
+		return nil
 	}
 	defer resp.Body.Close()
 	sc := bufio.NewScanner(resp.Body)
