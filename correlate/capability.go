@@ -50,6 +50,13 @@ type Capabilities struct {
 	// run other flags, feature gates or runtime-config even with the same version).
 	epochs   map[string][]time.Time
 	evidence map[string]map[GVR][]run // apiserver -> GVR -> runs by time
+	// assumed holds, like evidence, when an apiserver answered a request for a GVR with a
+	// success that could also have been a forward's entry record (no objects, a bare status:
+	// measured, the entry of a forward records only {"code":N}, and at Metadata level a local
+	// answer looks the same). It says "serves" only where evidence says nothing in the
+	// epoch: a process either serves a built-in resource or not for its whole life, so one
+	// observed forward outranks any number of such answers, in whatever order they arrive.
+	assumed map[string]map[GVR][]run
 	// proxied holds, like evidence, when each apiserver was seen to forward requests for a
 	// GVR (every run served=true), kept per epoch: that a process forwarded a resource is
 	// evidence about that process only.
@@ -147,6 +154,7 @@ func NewCapabilities(horizon time.Duration) *Capabilities {
 	return &Capabilities{
 		horizon:  horizon,
 		evidence: map[string]map[GVR][]run{},
+		assumed:  map[string]map[GVR][]run{},
 		proxied:  map[string]map[GVR][]run{},
 		seen:     map[string]*ServerInfo{},
 		epochs:   map[string][]time.Time{},
@@ -175,6 +183,17 @@ func (c *Capabilities) Learn(apiserver string, g GVR, t time.Time, served bool) 
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.learnLocked(c.evidence, apiserver, g, t, served)
+}
+
+// Assume records that apiserver answered a request for g at t with a success that does not
+// show whether it served it or forwarded it (see Capabilities.assumed).
+func (c *Capabilities) Assume(apiserver string, g GVR, t time.Time) {
+	if g.Resource == "" || t.IsZero() {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.learnLocked(c.assumed, apiserver, g, t, true)
 }
 
 func (c *Capabilities) learnLocked(into map[string]map[GVR][]run, apiserver string, g GVR, t time.Time, served bool) {
@@ -234,7 +253,8 @@ func trim(runs []run) []run {
 }
 
 // Serves reports what the evidence nearest to t says about apiserver serving g: served, not
-// served, or unknown (known=false) when there is no evidence within the horizon.
+// served, or unknown (known=false) when there is no evidence within the horizon. Evidence in
+// the epoch that holds t outranks what is only assumed (Assume), however near in time.
 func (c *Capabilities) Serves(apiserver string, g GVR, t time.Time) (served, known bool) {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
@@ -242,7 +262,10 @@ func (c *Capabilities) Serves(apiserver string, g GVR, t time.Time) (served, kno
 }
 
 func (c *Capabilities) servesLocked(apiserver string, g GVR, t time.Time) (served, known bool) {
-	return c.nearestLocked(c.evidence[apiserver][g], apiserver, t)
+	if served, known = c.nearestLocked(c.evidence[apiserver][g], apiserver, t); known {
+		return served, known
+	}
+	return c.nearestLocked(c.assumed[apiserver][g], apiserver, t)
 }
 
 // nearestLocked is what the run of runs nearest to t within the horizon and within the
@@ -283,6 +306,11 @@ func (c *Capabilities) OtherServer(except string, g GVR, t time.Time) (string, b
 	names := make([]string, 0, len(c.evidence))
 	for name := range c.evidence {
 		if name != except {
+			names = append(names, name)
+		}
+	}
+	for name := range c.assumed {
+		if _, ok := c.evidence[name]; !ok && name != except {
 			names = append(names, name)
 		}
 	}
@@ -786,10 +814,13 @@ func (c *Capabilities) IsAPIServerAddress(ip string) bool {
 
 // ServedGVR is one entry of an apiserver's capability view.
 type ServedGVR struct {
-	Group    string    `json:"group"`
-	Version  string    `json:"version"`
-	Resource string    `json:"resource"`
-	Served   bool      `json:"served"`
+	Group    string `json:"group"`
+	Version  string `json:"version"`
+	Resource string `json:"resource"`
+	Served   bool   `json:"served"`
+	// Assumed says that only answers that could have been forwards' entry records say so
+	// (Capabilities.Assume).
+	Assumed  bool      `json:"assumed,omitempty"`
 	Since    time.Time `json:"since"`
 	LastSeen time.Time `json:"last_seen"`
 }
@@ -812,6 +843,9 @@ func (c *Capabilities) Snapshot() []APIServerView {
 	for n := range c.evidence {
 		names[n] = true
 	}
+	for n := range c.assumed {
+		names[n] = true
+	}
 	var out []APIServerView
 	for n := range names {
 		v := APIServerView{ServerInfo: ServerInfo{Name: n}}
@@ -824,6 +858,20 @@ func (c *Capabilities) Snapshot() []APIServerView {
 			last := runs[len(runs)-1]
 			v.Resources = append(v.Resources, ServedGVR{Group: g.Group, Version: g.Version, Resource: g.Resource,
 				Served: last.served, Since: last.first, LastSeen: last.last})
+		}
+		for g, runs := range c.assumed[n] {
+			last := runs[len(runs)-1]
+			// Shown only where evidence says nothing of the process that ran then.
+			if ev := c.evidence[n][g]; len(ev) > 0 {
+				if from, _ := c.epochLocked(n, last.last); !ev[len(ev)-1].last.Before(from) {
+					continue
+				}
+				v.Resources = slices.DeleteFunc(v.Resources, func(r ServedGVR) bool {
+					return r.Group == g.Group && r.Version == g.Version && r.Resource == g.Resource
+				})
+			}
+			v.Resources = append(v.Resources, ServedGVR{Group: g.Group, Version: g.Version, Resource: g.Resource,
+				Served: last.served, Assumed: true, Since: last.first, LastSeen: last.last})
 		}
 		sort.Slice(v.Resources, func(i, j int) bool {
 			a, b := v.Resources[i], v.Resources[j]
@@ -846,6 +894,7 @@ type capabilityFile struct {
 	Servers  []ServerInfo           `json:"servers"`
 	Epochs   map[string][]time.Time `json:"epochs,omitempty"`
 	Evidence []capabilityRecord     `json:"evidence"`
+	Assumed  []capabilityRecord     `json:"assumed,omitempty"`
 	Proxied  []proxiedRecord        `json:"proxied"`
 }
 
@@ -874,7 +923,21 @@ func (c *Capabilities) MarshalJSON() ([]byte, error) {
 	for _, info := range c.seen {
 		f.Servers = append(f.Servers, *info)
 	}
-	for name, byGVR := range c.evidence {
+	f.Evidence = capabilityRecords(c.evidence)
+	f.Assumed = capabilityRecords(c.assumed)
+	for name, byGVR := range c.proxied {
+		for g, runs := range byGVR {
+			for _, r := range runs {
+				f.Proxied = append(f.Proxied, proxiedRecord{APIServer: name, GVR: g, First: r.first, Last: r.last})
+			}
+		}
+	}
+	return json.Marshal(f)
+}
+
+func capabilityRecords(from map[string]map[GVR][]run) []capabilityRecord {
+	var out []capabilityRecord
+	for name, byGVR := range from {
 		for g, runs := range byGVR {
 			rec := capabilityRecord{APIServer: name, GVR: g}
 			for _, r := range runs {
@@ -884,17 +947,10 @@ func (c *Capabilities) MarshalJSON() ([]byte, error) {
 					Last   time.Time `json:"last"`
 				}{r.served, r.first, r.last})
 			}
-			f.Evidence = append(f.Evidence, rec)
+			out = append(out, rec)
 		}
 	}
-	for name, byGVR := range c.proxied {
-		for g, runs := range byGVR {
-			for _, r := range runs {
-				f.Proxied = append(f.Proxied, proxiedRecord{APIServer: name, GVR: g, First: r.first, Last: r.last})
-			}
-		}
-	}
-	return json.Marshal(f)
+	return out
 }
 
 // UnmarshalJSON restores a view written by MarshalJSON, merging into what is known.
@@ -938,6 +994,12 @@ func (c *Capabilities) UnmarshalJSON(b []byte) error {
 		for _, r := range e.Runs {
 			c.Learn(e.APIServer, e.GVR, r.First, r.Served)
 			c.Learn(e.APIServer, e.GVR, r.Last, r.Served)
+		}
+	}
+	for _, e := range f.Assumed {
+		for _, r := range e.Runs {
+			c.Assume(e.APIServer, e.GVR, r.First)
+			c.Assume(e.APIServer, e.GVR, r.Last)
 		}
 	}
 	for _, p := range f.Proxied {

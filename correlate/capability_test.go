@@ -248,3 +248,57 @@ func TestPastProcessKeepsWhenTheLaterOneServed(t *testing.T) {
 		t.Fatalf("history %+v", h)
 	}
 }
+
+// TestObservedForwardsOutrankAssumedServing: a lone success without objects may be a forward's
+// entry record whose peer record is late; what it says is only assumed, and a forward seen in
+// the same process outranks it in either arrival order, but not in another process.
+func TestObservedForwardsOutrankAssumedServing(t *testing.T) {
+	for _, order := range []string{"assumed first", "observed first"} {
+		t.Run(order, func(t *testing.T) {
+			c := NewCapabilities(15 * time.Minute)
+			c.Note("kas-a", Sighting{Version: "v1.35.4", Process: "p1", At: t0})
+			assume := func() { c.Assume("kas-a", podgroupsGVR, t0.Add(2*time.Minute)) }
+			observe := func() { c.Learn("kas-a", podgroupsGVR, t0.Add(30*time.Second), false) }
+			if order == "assumed first" {
+				assume()
+				if served, known := c.Serves("kas-a", podgroupsGVR, t0.Add(2*time.Minute)); !known || !served {
+					t.Fatalf("with only the assumption: served=%v known=%v, want served", served, known)
+				}
+				observe()
+			} else {
+				observe()
+				assume()
+			}
+			// Nearer in time to the assumption, yet the observed forward decides.
+			if served, known := c.Serves("kas-a", podgroupsGVR, t0.Add(2*time.Minute)); !known || served {
+				t.Fatalf("served=%v known=%v, want not served", served, known)
+			}
+			if other, ok := c.OtherServer("kas-b", podgroupsGVR, t0.Add(2*time.Minute)); ok {
+				t.Fatalf("%s reported as serving on an assumption outranked", other)
+			}
+			// A new process starts afresh: the old process's forwards say nothing of it.
+			c.Note("kas-a", Sighting{Version: "v1.35.4", Process: "p2", At: t0.Add(5 * time.Minute)})
+			c.Assume("kas-a", podgroupsGVR, t0.Add(6*time.Minute))
+			if served, known := c.Serves("kas-a", podgroupsGVR, t0.Add(6*time.Minute)); !known || !served {
+				t.Fatalf("new process: served=%v known=%v, want served (assumed)", served, known)
+			}
+			// Restored from its file, the view still tells the two apart.
+			b, err := json.Marshal(c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := NewCapabilities(15 * time.Minute)
+			if err := json.Unmarshal(b, r); err != nil {
+				t.Fatal(err)
+			}
+			if served, known := r.Serves("kas-a", podgroupsGVR, t0.Add(2*time.Minute)); !known || served {
+				t.Fatalf("restored: served=%v known=%v, want not served", served, known)
+			}
+			// The current process's view is the assumption: nothing observed contradicts it.
+			snap := r.Snapshot()
+			if len(snap) != 1 || len(snap[0].Resources) != 1 || !snap[0].Resources[0].Served || !snap[0].Resources[0].Assumed {
+				t.Fatalf("snapshot %+v, want podgroups served (assumed) in the current process", snap)
+			}
+		})
+	}
+}

@@ -686,6 +686,10 @@ func (k *DefaultClassifier) Learn(c *Chain) {
 		switch {
 		case s.Code == 404 && (s.Message == msgResourceNotFound || s.Message == ""):
 			k.Caps.Learn(s.APIServer, g, t, false)
+		case (s.Code >= 200 && s.Code < 300 || s.Code == 409 || s.Code == 410 || s.Code == 422) && !s.HasObjects && s.Message == "":
+			// It looks the same as a forward's entry record whose peer record is not here
+			// (yet, or ever): what a forward observed outranks it (Capabilities.Assume).
+			k.Caps.Assume(s.APIServer, g, t)
 		case s.Code >= 200 && s.Code < 300, s.Code == 404, s.Code == 409, s.Code == 410, s.Code == 422:
 			// A resource-level outcome: the apiserver reached the resource's storage.
 			k.Caps.Learn(s.APIServer, g, t, true)

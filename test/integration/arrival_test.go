@@ -70,17 +70,12 @@ func postBody(t *testing.T, base, apiserver string, body []byte) {
 // and must be reopened or judged again), the late one's batches in reverse order, each split
 // in two.
 //
-// Not yet kas-c: with its whole stream late and reversed, 2 of the 92 labelled requests are
-// still wrong (kas-a's 503 and 201 of the peer-killed scenario come out local). Until kas-c's
-// stream comes, kas-a's forwards to it are lone successes without objects, judged local for
-// the time being, and taken as evidence that kas-a serves the resource; read back when the
-// chains are judged again, that belief keeps them local. Learning nothing from such records
-// fixes this variant but leaves peertrail unable to learn what a server serves from its own
-// lone answers, so misleading 404s go unseen: the rule needs a sign that tells a forward's
-// entry record from a local answer. Issue 13 has it as work to do.
+// With kas-c late, kas-a's forwards to it are lone successes without objects until kas-c's
+// stream comes, judged local for the time being; what they say about kas-a is only assumed,
+// and the forwards kas-c's records then show outrank it (correlate.Capabilities.Assume).
 func TestRealCapturesWithOneAPIServerLate(t *testing.T) {
 	scenarios := loadScenarios(t)
-	for _, late := range []string{"kas-a", "kas-b"} {
+	for _, late := range []string{"kas-a", "kas-b", "kas-c"} {
 		t.Run(late+" late", func(t *testing.T) {
 			p := startBinary(t, filepath.Join(t.TempDir(), "data"), "--chain-window", "2s")
 			type held struct {
