@@ -316,12 +316,15 @@ func sameExtra(a, b map[string][]string) bool {
 //     not synced) and answers 404 before its peer discovery syncs (0-2 s).
 //   - peer_down: a forward failed (proxy_failed), or lost its peer record (broken,
 //     peer_audit_missing), while an apiserver that served the resource was silent in its
-//     audit stream (Capabilities.DownAt, at most peerDownLookback into the silence); or the
-//     peer recorded only the request's start and its stream fell silent right after; or the
-//     entry answered a misleading 404 while the apiserver that served the resource before
-//     its restart was starting (not while it was down: a stopped peer's 404s are real).
-//     Measured: a SIGKILLed peer keeps being picked for ~8 s and each try fails 503, and its
-//     last 0-1 s of audit is lost with it.
+//     audit stream (Capabilities.DownAt, at most peerDownLookback into the silence) when the
+//     request came or when the entry answered it (a peer killed while it served the
+//     request); or the peer recorded only the request's start and its stream fell silent
+//     right after; or a forward failed, or the peer answered it with a 5xx, while that
+//     apiserver's restarted process was starting (at most peerStartingLimit after its start);
+//     or the entry answered a misleading 404 while the apiserver that served the resource
+//     before its restart was starting (not while it was down: a stopped peer's 404s are
+//     real). Measured: a SIGKILLed peer keeps being picked for ~8 s and each try fails 503,
+//     and its last 0-1 s of audit is lost with it.
 //   - entry_down: a forward's lone peer record (broken, entry_audit_missing) while an
 //     apiserver at the address it came from was silent: the entry's record died with it.
 //   - entry_stopping: the entry answered a 5xx within stoppingWindow before its own stream
@@ -523,20 +526,41 @@ func (k *DefaultClassifier) noise(c *Chain) {
 			}
 			return
 		}
-		for _, srv := range k.Caps.Servers() {
-			if srv.Name == entry {
-				continue
+		// The request's start, and the moment the entry answered: a peer killed while it
+		// served a request fails it then, after a start when the peer was still alive.
+		times := []time.Time{t}
+		if e := c.Entry; e != nil && e.Completed.After(t) {
+			times = append(times, e.Completed)
+		}
+		servers := k.Caps.Servers()
+		for _, at := range times {
+			for _, srv := range servers {
+				if srv.Name == entry {
+					continue
+				}
+				// For a missing peer record: the audit of a killed peer's last 0-1 s is lost
+				// with its process, so its stream is silent from before the request it served.
+				from, to, down := k.Caps.DownAt(srv.Name, at, c.streamNow)
+				if !down || at.Sub(from) > peerDownLookback {
+					continue
+				}
+				if served, known := k.Caps.Serves(srv.Name, c.gvr(), from); !known || !served {
+					continue
+				}
+				k.peerDown(c, srv.Name, from, to)
+				return
 			}
-			// For a missing peer record: the audit of a killed peer's last 0-1 s is lost with
-			// its process, so its stream is silent from before the request it served.
-			from, to, down := k.Caps.DownAt(srv.Name, t, c.streamNow)
-			if !down || t.Sub(from) > peerDownLookback {
-				continue
-			}
-			if served, known := k.Caps.Serves(srv.Name, c.gvr(), from); !known || !served {
-				continue
-			}
-			k.peerDown(c, srv.Name, from, to)
+		}
+		// Only a failure: a forward the peer answered was not failed by its start, whatever
+		// lost its record.
+		if c.Entry != nil && c.Entry.Code >= 500 && k.peerStarting(c, entry, servers, times) {
+			return
+		}
+	}
+	if c.Class == ClassProxied && c.Entry.Code >= 500 && c.Peer != nil {
+		// The peer answered a 5xx while its restarted process was starting, as an entry's own
+		// first answers may be (entry_starting).
+		if k.peerStarting(c, c.Entry.APIServer, []ServerInfo{{Name: c.Peer.APIServer}}, []time.Time{t}) {
 			return
 		}
 	}
@@ -602,6 +626,48 @@ func (k *DefaultClassifier) noise(c *Chain) {
 		}
 	}
 }
+
+// peerStarting gives c the finding peer_down when, at one of times, one of servers (not
+// entry) that served c's resource before its restart, or in its new process, was starting
+// (Capabilities.Starting): the entries reach a restarted peer before it can answer, and it
+// fails its first forwards as it would fail its own first requests.
+func (k *DefaultClassifier) peerStarting(c *Chain, entry string, servers []ServerInfo, times []time.Time) bool {
+	g := c.gvr()
+	for _, at := range times {
+		for _, srv := range servers {
+			if srv.Name == entry {
+				continue
+			}
+			// startLead: a new process answers a moment before its first loopback request
+			// reaches its stream.
+			since, starting := k.Caps.Starting(srv.Name, at.Add(startLead), StartingWindow)
+			if !starting || at.Sub(since) >= peerStartingLimit {
+				continue
+			}
+			if served, known := k.Caps.Serves(srv.Name, g, at); !known || !served {
+				if served, known := k.Caps.Serves(srv.Name, g, since.Add(-time.Nanosecond)); !known || !served {
+					continue
+				}
+			}
+			c.Findings = append(c.Findings, FindingPeerDown)
+			when := at.Sub(since).Round(time.Millisecond).String() + " before"
+			if since.After(at) {
+				when = since.Sub(at).Round(time.Millisecond).String() + " after"
+			}
+			c.Explanation += fmt.Sprintf("; %s, which serves %s, was starting (its new process's first request in its audit stream %s): restart noise (%s)",
+				srv.Name, g, when, FindingPeerDown)
+			c.noiseOf, c.noiseSince = srv.Name, since
+			return true
+		}
+	}
+	return false
+}
+
+// peerStartingLimit bounds how long after a restarted peer's first loopback request its
+// entries' failed forwards are put down to its start, even if it has served nobody yet:
+// measured, a kube-apiserver is ready about 4 s after it starts and is proxied to within
+// ~0.2 s of that; failures much later are a peer that does not come up, a real fault.
+const peerStartingLimit = 2 * StartingWindow
 
 // stoppingWindow is how long before an entry's stream falls silent its 5xx count as its
 // stopping (entry_stopping).

@@ -333,3 +333,38 @@ func TestMisleading404WhilePeerStarts(t *testing.T) {
 	expect(t, h.chain("while-starting"), ClassMisleading404, FindingPeerDown)
 	expect(t, h.chain("later"), ClassMisleading404)
 }
+
+// TestForwardsWhilePeerStartsOrDies: a restarted peer fails its entries' first forwards
+// (the entry's bare 503, or the peer's own 5xx relayed) while it starts; a peer killed while it
+// served a request fails it when it dies, after a start when it was alive. Both are restart
+// noise (peer_down); the same failures long after the peer came back are not.
+func TestForwardsWhilePeerStartsOrDies(t *testing.T) {
+	h := newHarness(t, DefaultOptions())
+	alive(h, "kas-a", addrA, "uid-a", "v1.35.4", t0, t0.Add(50*time.Second))
+	alive(h, "kas-c", addrC, "uid-c1", "v1.36.3", t0, t0.Add(10*time.Second))
+	forwards(h, "fw", t0.Add(5*time.Second))
+	// In flight when kas-c died: received at +9.8 s, failed at +10.6 s.
+	inflight := podgroups("in-flight", t0.Add(9800*time.Millisecond))
+	h.feed(inflight.records(sideOpts{apiserver: "kas-a", sourceIPs: []string{client}, code: 502, end: 800 * time.Millisecond}))
+	// kas-c's new process starts at +20 s and serves a client at +22 s.
+	alive(h, "kas-c", addrC, "uid-c2", "v1.36.3", t0.Add(20*time.Second), t0.Add(50*time.Second))
+	bare := podgroups("starting-bare-503", t0.Add(20500*time.Millisecond))
+	relayed := podgroups("starting-relayed-503", t0.Add(21*time.Second))
+	served := podgroups("c-serves", t0.Add(22*time.Second))
+	h.feed(bare.entry("kas-a", 503), relayed.entry("kas-a", 503), relayed.peer("kas-c", addrA, 503), served.local("kas-c", 200, ""))
+	// Long after: real faults.
+	lateBare := podgroups("late-bare-503", t0.Add(40*time.Second))
+	lateRelayed := podgroups("late-relayed-503", t0.Add(41*time.Second))
+	h.feed(lateBare.entry("kas-a", 503), lateRelayed.entry("kas-a", 503), lateRelayed.peer("kas-c", addrA, 503))
+	h.settle()
+	expect(t, h.chain("in-flight"), ClassProxyFailed, FindingPeerDown)
+	expect(t, h.chain("starting-bare-503"), ClassProxyFailed, FindingPeerDown)
+	expect(t, h.chain("starting-relayed-503"), ClassProxied, FindingPeerDown)
+	expect(t, h.chain("late-bare-503"), ClassProxyFailed)
+	expect(t, h.chain("late-relayed-503"), ClassProxied)
+	for _, id := range []string{"starting-bare-503", "starting-relayed-503"} {
+		if c := h.chain(id); !strings.Contains(c.Explanation, "kas-c") || !strings.Contains(c.Explanation, "starting") {
+			t.Errorf("%s: the explanation does not say the peer was starting: %s", id, c.Explanation)
+		}
+	}
+}

@@ -337,19 +337,28 @@ func TestReplacementUnderLoad(t *testing.T) {
 				t.Logf("%s: history %s", n, b)
 			}
 		}
-		for _, class := range []string{"broken", "misleading_404", "proxy_failed"} {
-			chs, err := pt.chains(ctx, "class="+class+"&limit=200")
+		// Every chain the gate may have counted against the upgrade: the faulty classes, and
+		// forwards the peer answered with a 5xx.
+		for _, class := range []string{"broken", "misleading_404", "proxy_failed", "proxied"} {
+			chs, err := pt.chains(ctx, "class="+class+"&limit=10000")
 			if err != nil {
 				t.Log(err)
 				continue
 			}
 			for _, ch := range chs {
+				if class == "proxied" && ch.Code < 500 {
+					continue
+				}
 				if ch.FirstReceived.After(calm) && ch.FirstReceived.Before(faultAt) {
-					rr := ""
+					rr, sides := "", ""
 					if ch.Entry != nil {
 						rr = ch.Entry.RequestReceived.Format("15:04:05.000")
+						sides = fmt.Sprintf("entry %s %d", ch.Entry.APIServer, ch.Entry.Code)
 					}
-					t.Logf("%s chain %s received %s (entry's request %s) %s %v: %s", class, ch.AuditID, ch.FirstReceived.Format("15:04:05.000"), rr, ch.RequestURI, ch.Findings, ch.Explanation)
+					if ch.Peer != nil {
+						sides += fmt.Sprintf(" peer %s %d %q %v", ch.Peer.APIServer, ch.Peer.Code, ch.Peer.Message, ch.Peer.Stages)
+					}
+					t.Logf("%s chain %s received %s (entry's request %s) %s [%s] %v: %s", class, ch.AuditID, ch.FirstReceived.Format("15:04:05.000"), rr, ch.RequestURI, sides, ch.Findings, ch.Explanation)
 				}
 			}
 		}
