@@ -119,7 +119,7 @@ WHERE $__timeFilter(minute) AND class = '%s'
 GROUP BY time, answered_by
 ORDER BY time, answered_by`, correlate.ClassMisleading404))).
 		WithPanel(chGraph(graph{title: "Forwarding overhead p50 / p99 per minute", unit: "s",
-			description: "What the extra hop cost proxied requests, per minute and entry -> peer pair (t-digest states merged from the chain_latency_per_minute rollup)."}, `
+			description: "What the extra hop cost proxied requests, per minute and entry -> peer pair (t-digest states merged from the forwarding_overhead_per_minute rollup)."}, `
 SELECT minute AS time, pair, p50_seconds AS p50, p99_seconds AS p99
 FROM
 (

@@ -319,6 +319,7 @@ var retentionTTL = []struct {
 	{"request_latency_per_minute", "minute", true},
 	{"apiserver_latency_per_minute", "minute", true},
 	{"errors_per_minute", "minute", true},
+	{"forwarding_overhead_per_minute", "minute", true},
 	{"apiserver_versions_per_minute", "minute", true},
 	{"chains_per_minute", "minute", true},
 	{"chain_latency_per_minute", "minute", true},
