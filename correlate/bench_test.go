@@ -1,10 +1,13 @@
 package correlate
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"os"
 	"runtime"
 	"runtime/pprof"
+	"strings"
 	"testing"
 	"time"
 
@@ -179,8 +182,8 @@ func TestBytesPerOpenChain(t *testing.T) {
 	runtime.KeepAlive(recs)
 	per := float64(after-before) / float64(j.Open())
 	t.Logf("%d open chains, %.0f bytes each", j.Open(), per)
-	if per > 1024 {
-		t.Errorf("%.0f bytes per open chain, over the 1 KiB target", per)
+	if per > 512 {
+		t.Errorf("%.0f bytes per open chain, over the 512 bound", per)
 	}
 }
 
@@ -245,11 +248,17 @@ func TestBytesPerChain(t *testing.T) {
 	for name, addr := range map[string]string{"kas-a": addrA, "kas-b": addrB, "kas-c": addrC} {
 		caps.NoteServer(name, "", addr, t0)
 	}
-	co := New(Config{Options: DefaultOptions(), Caps: caps})
+	// A store that is down: the final chains wait for it (Correlator.pending), as Chain
+	// values, which is measured apart.
+	co := New(Config{Options: DefaultOptions(), Caps: caps, Sink: refusingSink{}})
 	ctx := t.Context()
 	before := liveHeap()
 	for i := range recs {
 		r := decoded(&recs[i])
+		// Every request for an object of its own, as in real traffic: the URI and the name are
+		// the chain's own strings, not shared with other chains.
+		r.Name = "web-" + r.AuditID[24:]
+		r.RequestURI = strings.TrimSuffix(r.RequestURI, "obj-1") + r.Name
 		if ev := co.j.Add(&r, spool.Position(i)); ev != nil {
 			co.finishLocked(ctx, ev)
 		}
@@ -265,10 +274,14 @@ func TestBytesPerChain(t *testing.T) {
 		co.finishLocked(ctx, c)
 	}
 	final := co.j.nDone
+	withPending := liveHeap()
+	pending := len(co.pending)
+	co.pending = nil
 	afterFinal := liveHeap()
 	perFinal := float64(afterFinal-before) / float64(final)
-	t.Logf("%d open chains: %.0f bytes each; %d recently final chains: %.0f bytes each (heap growth divided by the chains)",
-		open, perOpen, final, perFinal)
+	perPending := float64(withPending-afterFinal) / float64(pending)
+	t.Logf("%d open chains: %.0f bytes each; %d recently final chains: %.0f bytes each; %d chains waiting for the store: %.0f bytes each (heap growth divided by the chains)",
+		open, perOpen, final, perFinal, pending, perPending)
 	if profile != "" {
 		f, err := os.Create(profile)
 		if err != nil {
@@ -281,13 +294,83 @@ func TestBytesPerChain(t *testing.T) {
 	}
 	runtime.KeepAlive(recs)
 	runtime.KeepAlive(co)
-	if open != 100_000 || final != 100_000 {
+	if open != 100_000 || final != 100_000 || pending != final {
 		t.Fatalf("%d open, then %d final chains, want 100,000 each", open, final)
 	}
-	if perOpen > 1024 {
-		t.Errorf("%.0f bytes per open chain, over the 1 KiB bound", perOpen)
+	// Measured 401 and 402 (555 and 921 before chains were held without pointers); the bounds
+	// leave room for longer strings, not for a return to per-chain objects.
+	if perOpen > 512 {
+		t.Errorf("%.0f bytes per open chain, over the 512 bound", perOpen)
 	}
-	if perFinal > 2048 {
-		t.Errorf("%.0f bytes per recently final chain, over the 2 KiB bound", perFinal)
+	if perFinal > 640 {
+		t.Errorf("%.0f bytes per recently final chain, over the 640 bound", perFinal)
 	}
+	// A chain waiting for the store is a Chain value (the Sink's type): MaxPending bounds them.
+	if perPending > 2048 {
+		t.Errorf("%.0f bytes per chain waiting for the store, over the 2 KiB bound", perPending)
+	}
+}
+
+// holdChains returns a correlator holding what it holds at a steady 10k records a second: a
+// chain window of open chains (about 100,000) and a late window of final ones (MaxRecent,
+// 200,000), each request for an object of its own, every record a fresh copy as decoded.
+func holdChains(tb testing.TB) *Correlator {
+	tb.Helper()
+	templates := benchRecords(tb, 20_000)
+	span := templates[len(templates)-1].ReceivedAt.Sub(t0) + time.Millisecond
+	caps := NewCapabilities(15 * time.Minute)
+	for name, addr := range map[string]string{"kas-a": addrA, "kas-b": addrB, "kas-c": addrC} {
+		caps.NoteServer(name, "", addr, t0)
+	}
+	co := New(Config{Options: DefaultOptions(), Caps: caps})
+	ctx := context.Background()
+	n := 0
+	// 50 passes of 6 s of stream: 5 minutes, the late window.
+	for p := range 50 {
+		shift := time.Duration(p) * span
+		for i := range templates {
+			r := decoded(&templates[i])
+			r.AuditID = fmt.Sprintf("%08x-2e1f-4abd-a578-%012x", p, i-i%2)
+			r.Name = "web-" + r.AuditID[24:]
+			r.RequestURI = strings.TrimSuffix(r.RequestURI, "obj-1") + r.Name
+			r.RequestReceivedTimestamp = r.RequestReceivedTimestamp.Add(shift)
+			r.StageTimestamp = r.StageTimestamp.Add(shift)
+			r.ReceivedAt = r.ReceivedAt.Add(shift)
+			if ev := co.j.Add(&r, spool.Position(n)); ev != nil {
+				co.finishLocked(ctx, ev)
+			}
+			n++
+			if n%1024 == 0 {
+				for _, c := range co.j.Due(0) {
+					co.finishLocked(ctx, c)
+				}
+			}
+		}
+	}
+	return co
+}
+
+// BenchmarkGCHoldingChains measures one garbage collection while the correlator holds its
+// steady-state chains: the work every GC cycle does on them, which the webhook's
+// acknowledgements wait behind. Report: ns per collection, heap and chains held.
+func BenchmarkGCHoldingChains(b *testing.B) {
+	co := holdChains(b)
+	var m runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&m)
+	b.ResetTimer()
+	for b.Loop() {
+		runtime.GC()
+	}
+	b.ReportMetric(float64(m.HeapAlloc)/(1<<20), "heap-MiB")
+	b.ReportMetric(float64(co.j.Open()), "open")
+	b.ReportMetric(float64(co.j.nDone), "final")
+	runtime.KeepAlive(co)
+}
+
+// refusingSink is a store that is down.
+type refusingSink struct{}
+
+func (refusingSink) WriteChains(context.Context, []Chain) error {
+	return errors.New("store down")
 }

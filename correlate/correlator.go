@@ -52,18 +52,6 @@ type Sink interface {
 // so the backlog waits in the spool, not in memory.
 var ErrBacklog = errors.New("too many chains waiting for the store")
 
-// result is a final chain's classification, kept with its state for the API.
-type result struct {
-	class       Class
-	findings    []Finding
-	explanation string
-	// roles index the chain's sides; -1 when absent.
-	entry, peer int8
-	others      []int8
-	// counted is what the window counted of the chain, to take back if it is reclassified.
-	counted tally
-}
-
 // Correlator is the spool consumer that joins records into chains. Its methods are safe for
 // concurrent use: the spool's runner calls Consume while API handlers read chains.
 type Correlator struct {
@@ -107,7 +95,7 @@ type Correlator struct {
 	noise         noiseEpisodes
 	// undecided are final chains decided without the evidence they waited for; reevaluatedAt
 	// is the capability view's change count when they were last judged again.
-	undecided     []*chainState
+	undecided     []chainRef
 	reevaluatedAt uint64
 	// lateActivity says that a frame brought an apiserver's records of a time the chain
 	// window has passed: its stream is late.
@@ -140,7 +128,7 @@ func New(cfg Config) *Correlator {
 		cfg.Classifier = NewClassifier(cfg.Caps)
 	}
 	if cfg.MaxPending <= 0 {
-		cfg.MaxPending = 500_000
+		cfg.MaxPending = 50_000
 	}
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
@@ -290,7 +278,7 @@ func (co *Correlator) consumeLocked(ctx context.Context, entries []spool.Entry) 
 	// Chains recorded by two or more apiservers teach who serves what without needing that
 	// knowledge themselves; classify them first so that the single-sided chains closing at
 	// the same moment (a misleading 404 next to the forwards that preceded it) can use it.
-	slices.SortStableFunc(due, func(a, b *chainState) int { return min(len(b.sides), 2) - min(len(a.sides), 2) })
+	slices.SortStableFunc(due, func(a, b *chainState) int { return min(int(b.nsides), 2) - min(int(a.nsides), 2) })
 	for _, c := range due {
 		co.finishLocked(ctx, c)
 	}
@@ -434,7 +422,7 @@ func (co *Correlator) safeLocked() spool.Position {
 }
 
 func (co *Correlator) finishLocked(ctx context.Context, cs *chainState) {
-	prev := cs.res
+	prev := co.prevResult(cs)
 	ch := co.build(cs)
 	co.classifier.Classify(ch)
 	if ch.undecided != "" && co.j.hold(cs) {
@@ -447,17 +435,30 @@ func (co *Correlator) finishLocked(ctx context.Context, cs *chainState) {
 	if ch.undecided != "" && !cs.evicted && !cs.waiting {
 		// Decided without the evidence it waited for: judged again when the view learns more.
 		cs.waiting = true
-		co.undecided = appendBounded(co.undecided, cs)
+		co.undecided = append(co.undecided, chainRef{cs.self, cs.gen})
+		if len(co.undecided) > maxUndecided {
+			if c := co.j.at(co.undecided[0].r); c.gen == co.undecided[0].gen {
+				c.waiting = false
+			}
+			co.undecided = co.undecided[1:]
+		}
 	}
 }
 
-func appendBounded(list []*chainState, cs *chainState) []*chainState {
-	list = append(list, cs)
-	if len(list) > maxUndecided {
-		list[0].waiting = false
-		list = list[1:]
+// chainRef names a chain kept beyond the call that found it: its slot, and the slot's
+// generation then (a slot is reused once its chain leaves memory).
+type chainRef struct {
+	r   ref
+	gen uint32
+}
+
+// prevResult is a copy of the result cs was last finalised with, or nil.
+func (co *Correlator) prevResult(cs *chainState) *result {
+	if !cs.res.set {
+		return nil
 	}
-	return list
+	r := cs.res
+	return &r
 }
 
 // maxUndecided bounds the final chains kept to be judged again on new evidence.
@@ -471,30 +472,33 @@ const maxUndecided = 100_000
 // metrics follow, as for a chain a late record reopened. A chain leaves the list once its
 // evidence is complete, once it is open again (a late record reopened it), or once it is
 // older than the late window.
-func (co *Correlator) reevaluateLocked(ctx context.Context, list []*chainState) []*chainState {
+func (co *Correlator) reevaluateLocked(ctx context.Context, list []chainRef) []chainRef {
 	late := co.opts.LateWindow.Nanoseconds()
 	keep := list[:0]
-	for _, cs := range list {
-		if !cs.final || cs.res == nil || cs.last < co.j.now-late {
+	for _, cr := range list {
+		cs := co.j.at(cr.r)
+		if cs.gen != cr.gen {
+			continue // it has left memory
+		}
+		if !cs.final || !cs.res.set || cs.last < co.j.now-late {
 			cs.waiting = false
 			continue
 		}
 		ch := co.build(cs)
 		co.classifier.Classify(ch)
-		if ch.Class != cs.res.class || !slices.Equal(ch.Findings, cs.res.findings) {
+		if v := co.j.verdicts.get(cs.res.verdict); ch.Class != v.class || !slices.Equal(ch.Findings, v.findings) {
 			cs.emitted++
 			ch.Revision = int(cs.emitted)
 			co.m.reevaluated.Inc()
 			co.classifier.Learn(ch)
-			co.apply(ctx, cs, ch, cs.res)
+			co.apply(ctx, cs, ch, co.prevResult(cs))
 		}
 		if ch.undecided == "" {
 			cs.waiting = false
 			continue
 		}
-		keep = append(keep, cs)
+		keep = append(keep, cr)
 	}
-	clear(list[len(keep):])
 	return keep
 }
 
@@ -504,18 +508,20 @@ func (co *Correlator) reevaluateLocked(ctx context.Context, list []*chainState) 
 // costs nothing.
 func (co *Correlator) recheckRecentLocked(ctx context.Context) {
 	late := co.opts.LateWindow.Nanoseconds()
-	for cs := co.j.done.head; cs != nil; cs = cs.next {
-		if len(cs.sides) != 1 || cs.res == nil || cs.last < co.j.now-late {
+	for r := co.j.done.head; r != 0; {
+		cs := co.j.at(r)
+		r = cs.next
+		if cs.nsides != 1 || !cs.res.set || cs.last < co.j.now-late {
 			continue
 		}
 		ch := co.build(cs)
 		co.classifier.Classify(ch)
-		if ch.Class != cs.res.class || !slices.Equal(ch.Findings, cs.res.findings) {
+		if v := co.j.verdicts.get(cs.res.verdict); ch.Class != v.class || !slices.Equal(ch.Findings, v.findings) {
 			cs.emitted++
 			ch.Revision = int(cs.emitted)
 			co.m.reevaluated.Inc()
 			co.classifier.Learn(ch)
-			co.apply(ctx, cs, ch, cs.res)
+			co.apply(ctx, cs, ch, co.prevResult(cs))
 		}
 	}
 }
@@ -523,30 +529,37 @@ func (co *Correlator) recheckRecentLocked(ctx context.Context) {
 // apply makes ch, the classification of cs, its result: counted in the metrics and the
 // window (taking back prev, its earlier result, if any), traced and handed to the sink.
 func (co *Correlator) apply(ctx context.Context, cs *chainState, ch *Chain, prev *result) {
-	res := &result{class: ch.Class, findings: ch.Findings, explanation: ch.Explanation, entry: -1, peer: -1,
-		counted: tallyOf(ch)}
+	// What the window counted of prev is read before its verdict is let go.
+	var old tally
+	if prev != nil {
+		old = co.counted(cs, prev)
+	}
+	v := verdict{class: ch.Class, findings: ch.Findings, explanation: ch.Explanation}
+	counted := tallyOf(ch)
+	res := result{verdict: co.j.verdicts.add(hashVerdict(&co.j.h, &v), v), code: ch.Code, entry: -1, peer: -1,
+		set: true, resource: counted.resource, noise: counted.noise}
 	for i, s := range ch.sides {
-		switch {
-		case s == ch.Entry:
+		switch s {
+		case ch.Entry:
 			res.entry = int8(i)
-		case s == ch.Peer:
+		case ch.Peer:
 			res.peer = int8(i)
-		default:
-			res.others = append(res.others, int8(i))
 		}
 	}
+	// The new verdict is taken before the old is let go, so that an unchanged one stays.
+	co.j.verdicts.release(cs.res.verdict)
 	cs.res = res
 	if prev == nil {
 		co.m.count(ch)
 	} else {
 		// Counters cannot take a count back; the reclassification is counted on its own, while
 		// the window the gate reads is corrected.
-		co.win.count(&prev.counted, -1)
-		if prev.class != ch.Class {
-			co.m.reclassified.WithLabelValues(string(prev.class), string(ch.Class)).Inc()
+		co.win.count(&old, -1)
+		if old.class != ch.Class {
+			co.m.reclassified.WithLabelValues(string(old.class), string(ch.Class)).Inc()
 		}
 	}
-	co.win.count(&res.counted, 1)
+	co.win.count(&counted, 1)
 	if ch.noiseOf != "" {
 		co.noise.add(ch)
 	}
@@ -602,34 +615,47 @@ func (co *Correlator) flush(ctx context.Context) error {
 	return err
 }
 
+// counted is what the window counted of cs when it got r.
+func (co *Correlator) counted(cs *chainState, r *result) tally {
+	v := co.j.verdicts.get(r.verdict)
+	return tally{class: v.class, findings: v.findings, code: r.code, resource: r.resource, noise: r.noise,
+		first: time.Unix(0, cs.first).Unix()}
+}
+
 // build turns a chain's state into a Chain with its sides in arrival order and no roles.
+// The Chain is the classifier's and the API's own: its slices and maps are shared with the
+// joiner's tables, and nobody changes them.
 func (co *Correlator) build(cs *chainState) *Chain {
+	j := co.j
+	t := j.targetOf(cs)
 	ch := &Chain{
-		ID: cs.ID(), AuditID: cs.auditID, State: StateOpen,
-		Verb: cs.verb, RequestURI: cs.uri, Group: cs.group, Version: cs.version, Resource: cs.resource,
-		Subresource: cs.subres, Namespace: cs.ns, Name: cs.name,
+		ID: j.chainID(cs), AuditID: j.auditID(cs), State: StateOpen,
+		Verb: t.verb, RequestURI: j.text(cs.uri), Group: t.group, Version: t.version, Resource: t.resource,
+		Subresource: t.subres, Namespace: t.ns, Name: j.chainName(cs),
 		FirstReceived: time.Unix(0, cs.first).UTC(), LastReceived: time.Unix(0, cs.last).UTC(),
 		Records: int(cs.records), Revision: int(cs.emitted), Evicted: cs.evicted, reused: cs.reused,
-		streamNow: time.Unix(0, co.j.now).UTC(),
+		streamNow: time.Unix(0, j.now).UTC(),
 	}
 	if cs.final {
 		ch.State = StateFinal
 	}
-	for i := range cs.sides {
-		s := &cs.sides[i]
+	sides := j.sidesOf(cs)
+	ch.sides = make([]*Side, 0, len(sides))
+	for i := range sides {
+		s := &sides[i]
 		side := &Side{
-			APIServer: s.apiserver, Code: s.code, SourceIPs: s.ips(), UserAgent: s.userAgent,
+			APIServer: j.text(s.apiserver), Code: s.code, SourceIPs: *j.addrs.get(s.sourceIPs), UserAgent: j.text(s.userAgent),
 			HasObjects: s.hasObjects, Stages: stageNames(s.stages),
+			Message: j.text(s.message), Reason: j.text(s.reason),
 			RequestReceived: microTime(s.rr), Completed: microTime(s.done),
 		}
-		if s.user != nil {
-			side.User, side.UID, side.Groups, side.Extra = s.user.name, s.user.uid, s.user.groups, s.user.extra
+		if s.user != 0 {
+			u := j.ids.get(s.user)
+			side.User, side.UID, side.Groups, side.Extra = u.name, u.uid, u.groups, u.extra
 		}
-		if s.imp != nil {
-			side.ImpersonatedUser, side.ImpersonatedGroups, side.ImpersonatedExtra = s.imp.name, s.imp.groups, s.imp.extra
-		}
-		if s.rare != nil {
-			side.Message, side.Reason = s.rare.message, s.rare.reason
+		if s.imp != 0 {
+			u := j.ids.get(s.imp)
+			side.ImpersonatedUser, side.ImpersonatedGroups, side.ImpersonatedExtra = u.name, u.groups, u.extra
 		}
 		ch.sides = append(ch.sides, side)
 	}
@@ -660,20 +686,22 @@ func stageNames(bits uint8) []string {
 // classified provisionally with what is known now.
 func (co *Correlator) view(cs *chainState) *Chain {
 	ch := co.build(cs)
-	res := cs.res
-	if res == nil || !cs.final {
+	res := &cs.res
+	if !res.set || !cs.final {
 		co.classifier.Classify(ch)
 		return ch
 	}
-	ch.Class, ch.Findings, ch.Explanation = res.class, res.findings, res.explanation
-	if res.entry >= 0 {
-		ch.Entry = ch.sides[res.entry]
-	}
-	if res.peer >= 0 {
-		ch.Peer = ch.sides[res.peer]
-	}
-	for _, i := range res.others {
-		ch.Others = append(ch.Others, ch.sides[i])
+	v := co.j.verdicts.get(res.verdict)
+	ch.Class, ch.Findings, ch.Explanation = v.class, slices.Clone(v.findings), v.explanation
+	for i, s := range ch.sides {
+		switch int8(i) {
+		case res.entry:
+			ch.Entry = s
+		case res.peer:
+			ch.Peer = s
+		default:
+			ch.Others = append(ch.Others, s)
+		}
 	}
 	fillDerived(ch)
 	return ch
@@ -716,7 +744,7 @@ func (co *Correlator) List(f Filter) []*Chain {
 		if !f.Since.IsZero() && cs.last < f.Since.UnixNano() {
 			return true
 		}
-		if f.APIServer != "" && cs.side(f.APIServer) == nil {
+		if f.APIServer != "" && co.j.side(cs, f.APIServer) == nil {
 			return true
 		}
 		ch := co.view(cs)

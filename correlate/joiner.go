@@ -5,9 +5,9 @@ import (
 	"encoding/hex"
 	"math"
 	"net/url"
-	"slices"
 	"strings"
 	"time"
+	"unsafe"
 
 	"github.com/zeebo/xxh3"
 
@@ -68,244 +68,136 @@ func stageBit(s string) uint8 {
 	return stageOther
 }
 
-// identity is a user as recorded, shared between chains through the interner.
-type identity struct {
-	name, uid string
-	groups    []string
-	extra     map[string][]string
-}
-
-// side is one apiserver's records of a request, kept compact: open chains are many.
+// side is one apiserver's records of a request. Its strings and shared values are numbers in
+// the Joiner's tables (see compact.go): chains are many.
 type side struct {
-	apiserver  string
 	rr         int64 // requestReceivedTimestamp, Unix µs
 	done       int64 // stageTimestamp of the latest stage, Unix µs
+	apiserver  sym   // strs
+	user, imp  sym   // ids
+	sourceIPs  sym   // addrs
+	userAgent  sym   // strs
+	message    sym   // strs: only few records carry a message or a reason
+	reason     sym   // strs
 	code       int32
 	stages     uint8
 	hasObjects bool
-	user, imp  *identity
-	sourceIPs  *[]string // interned
-	userAgent  string
-	rare       *rareFields
 }
 
-// rareFields are what few records carry: kept out of line so that the common side stays small.
-type rareFields struct {
-	message string
-	reason  string
+// result is a final chain's classification, kept with its state for the API and for taking
+// back what the window counted of it if a late record reclassifies it.
+type result struct {
+	verdict sym // Joiner.verdicts: class, findings, explanation
+	code    int32
+	// roles index the chain's sides; -1 when absent. The other sides are the rest, in order.
+	entry, peer int8
+	set         bool // the chain has been classified
+	resource    bool // a resource request
+	noise       bool // a restart-noise finding explains it
 }
 
-func (s *side) ips() []string {
-	if s.sourceIPs == nil {
-		return nil
-	}
-	return *s.sourceIPs
-}
-
-// target is what a request was for; many chains share one through the interner.
-type target struct {
-	verb, group, version, resource, subres, ns string
-}
-
-// chainState is a chain being joined (open), or final but still amendable.
+// chainState is a chain being joined (open), or final but still amendable. It holds no
+// pointer, so that the pages holding chains are never scanned by the garbage collector; the
+// first two sides are inline (most chains have one or two), a third moves them all to
+// Joiner.more.
 type chainState struct {
-	id      string
-	auditID string
-	uri     string
-	// canonURI is uri with its query re-encoded, kept once a record of the same path but
-	// another URI was compared with it (see uriMatcher).
-	canonURI string
-	name     string
-	*target
-	sides    []side
-	inline   [2]side // backing for sides: most chains have one or two
+	key      [16]byte // the auditID (see auditKey)
 	firstPos spool.Position
 	first    int64 // receipt of the first record, Unix ns
 	last     int64 // receipt of the latest record, Unix ns
 	checked  int64 // when a running watch was last looked at, Unix ns; orders the LRU with last
-	// The small fields together, without padding between them: open chains are many.
+	// inline holds the first two sides (Joiner.sidesOf gives them all).
+	inline [2]side
+
+	auditText sym // strs: the auditID, when it is not a canonical UUID (uuid false)
+	uri       sym // strs
+	// canonURI (strs) is uri with its query re-encoded, kept once a record of the same path but
+	// another URI was compared with it (see uriMatcher).
+	canonURI sym
+	name     sym // strs, unless nameInURI
+	target   sym // targets
+
+	self         ref    // this chain's slot
+	gen          uint32 // changes when the slot is freed (Correlator.undecided keeps it)
+	prev, next   ref    // LRU of open chains, or FIFO of recent final chains
+	pprev, pnext ref    // open chains in order of firstPos (see Joiner.byPos)
+	sameID       ref    // other chains with the same auditID key
+
 	records int32
 	emitted int32 // how many times it was finalised
-	final   bool
-	evicted bool
-	reused  bool    // a record of its auditID was dropped against it (MaxChainRecords)
-	held    bool    // it was kept open once to wait for evidence (Joiner.hold)
-	waiting bool    // final without the evidence it waited for (Correlator.undecided)
-	res     *result // the classification it was last finalised with
-
-	prev, next   *chainState // LRU of open chains, or FIFO of recent final chains
-	pprev, pnext *chainState // open chains in order of firstPos (see Joiner.byPos)
-	sameID       *chainState // other chains with the same auditID
+	nsides  uint8
+	uuid    bool // key is the auditID's UUID, not a hash of it
+	// nameInURI says that the name is the last segment of the URI's path (a request for one
+	// object): it is read from there rather than held twice.
+	nameInURI bool
+	final     bool
+	evicted   bool
+	reused    bool // a record of its auditID was dropped against it (MaxChainRecords)
+	held      bool // it was kept open once to wait for evidence (Joiner.hold)
+	waiting   bool // final without the evidence it waited for (Correlator.undecided)
+	res       result
 }
 
-func (c *chainState) watching() bool {
-	if c.verb != "watch" {
-		return false
-	}
-	for i := range c.sides {
-		if c.sides[i].stages&stageStarted != 0 && c.sides[i].stages&(stageComplete|stagePanic) == 0 {
-			return true
-		}
-	}
-	return false
-}
+// chainStateSize is the bytes of one chain's slot.
+const chainStateSize = int(unsafe.Sizeof(chainState{}))
 
 // list is an intrusive doubly linked list of chains.
-type list struct{ head, tail *chainState }
+type list struct{ head, tail ref }
 
-func (l *list) pushBack(c *chainState) {
-	c.prev, c.next = l.tail, nil
-	if l.tail != nil {
-		l.tail.next = c
+func (j *Joiner) pushBack(l *list, c *chainState) {
+	c.prev, c.next = l.tail, 0
+	if l.tail != 0 {
+		j.at(l.tail).next = c.self
 	} else {
-		l.head = c
+		l.head = c.self
 	}
-	l.tail = c
+	l.tail = c.self
 }
 
-func (l *list) remove(c *chainState) {
-	if c.prev != nil {
-		c.prev.next = c.next
+func (j *Joiner) remove(l *list, c *chainState) {
+	if c.prev != 0 {
+		j.at(c.prev).next = c.next
 	} else {
 		l.head = c.next
 	}
-	if c.next != nil {
-		c.next.prev = c.prev
+	if c.next != 0 {
+		j.at(c.next).prev = c.prev
 	} else {
 		l.tail = c.prev
 	}
-	c.prev, c.next = nil, nil
-}
-
-// interner shares the strings, identities and address lists that repeat across records, so
-// that an open chain holds pointers rather than copies. It is cleared when it grows large, so a
-// flood of distinct values cannot grow it without bound. Identities and address lists are found
-// by hash and compared before reuse.
-type interner struct {
-	strs    map[string]string
-	targets map[target]*target
-	ids     map[uint64]*identity
-	ips     map[uint64]*[]string
-	h       xxh3.Hasher
-}
-
-const internMax = 1 << 16
-
-func newInterner() *interner {
-	return &interner{strs: map[string]string{}, targets: map[target]*target{}, ids: map[uint64]*identity{}, ips: map[uint64]*[]string{}}
-}
-
-func (in *interner) target(r *record.Record) *target {
-	k := target{verb: r.Verb, group: r.Group, version: r.Version, resource: r.Resource, subres: r.Subresource, ns: r.Namespace}
-	if t, ok := in.targets[k]; ok {
-		return t
-	}
-	if len(in.targets) >= internMax {
-		clear(in.targets)
-	}
-	t := new(target)
-	*t = k
-	in.targets[k] = t
-	return t
-}
-
-func (in *interner) str(s string) string {
-	if v, ok := in.strs[s]; ok {
-		return v
-	}
-	if len(in.strs) >= internMax {
-		clear(in.strs)
-	}
-	in.strs[s] = s
-	return s
-}
-
-var sep = []byte{0}
-
-func (in *interner) identity(name, uid string, groups []string, extra map[string][]string) *identity {
-	in.h.Reset()
-	in.h.WriteString(name)
-	in.h.Write(sep)
-	in.h.WriteString(uid)
-	for _, g := range groups {
-		in.h.Write(sep)
-		in.h.WriteString(g)
-	}
-	// Map order is random: combine the entries order-independently.
-	var ex uint64
-	for k, vs := range extra {
-		e := xxh3.HashString(k)
-		for _, v := range vs {
-			e = e*31 + xxh3.HashString(v)
-		}
-		ex += e
-	}
-	key := in.h.Sum64() ^ ex*0x9e3779b97f4a7c15
-	if id, ok := in.ids[key]; ok && id.name == name && id.uid == uid && slices.Equal(id.groups, groups) && equalExtra(id.extra, extra) {
-		return id
-	}
-	if len(in.ids) >= internMax {
-		clear(in.ids)
-	}
-	id := &identity{name: in.str(name), uid: uid, groups: groups, extra: extra}
-	in.ids[key] = id
-	return id
-}
-
-// equalExtra is exact equality of extra attributes (values in order).
-func equalExtra(a, b map[string][]string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		w, ok := b[k]
-		if !ok || !slices.Equal(v, w) {
-			return false
-		}
-	}
-	return true
-}
-
-func (in *interner) addrs(ips []string) *[]string {
-	if len(ips) == 0 {
-		return nil
-	}
-	in.h.Reset()
-	for _, ip := range ips {
-		in.h.WriteString(ip)
-		in.h.Write(sep)
-	}
-	key := in.h.Sum64()
-	if v, ok := in.ips[key]; ok && slices.Equal(*v, ips) {
-		return v
-	}
-	if len(in.ips) >= internMax {
-		clear(in.ips)
-	}
-	v := new([]string)
-	*v = ips
-	in.ips[key] = v
-	return v
+	c.prev, c.next = 0, 0
 }
 
 // Joiner joins the records of one request from every apiserver into a chain. It is a plain data
 // structure without goroutines or locks: one goroutine feeds it (the Correlator holds the lock).
 // Time is receipt time as carried by the records, so replaying the spool after a restart
 // rebuilds the same chains.
+//
+// Its memory is bounded by the chains it holds (MaxOpen open, MaxRecent final), not by what it
+// has seen: the tables hold a value only while a chain refers to it.
 type Joiner struct {
 	opts Options
-	// chains holds the open and the recent final (amendable) chains by auditID, each the head
-	// of a sameID list.
-	chains map[string]*chainState
-	lru    list // open chains, least recently updated first
-	done   list // recent final chains, oldest first
+	// chains holds the open and the recent final (amendable) chains by auditID key, each the
+	// head of a sameID list.
+	chains map[[16]byte]ref
+	slab   slab
+	// more holds every side of the few chains with more than two (loops).
+	more map[ref][]side
+	lru  list // open chains, least recently updated first
+	done list // recent final chains, oldest first
 	// byPos holds the open chains in order of the spool position of their first record, so
 	// that SafePosition reads the oldest without scanning every open chain.
-	posHead, posTail *chainState
+	posHead, posTail ref
 	nOpen            int
 	nDone            int
-	in               *interner
 	now              int64 // stream time: the latest receipt seen, Unix ns
+
+	strs     table[text]
+	ids      table[identity]
+	addrs    table[addrList]
+	targets  table[target]
+	verdicts table[verdict]
+	h        xxh3.Hasher
 
 	// Evicted counts chains finalised early because MaxOpen was reached.
 	Evicted int64
@@ -331,11 +223,82 @@ const MaxChainRecords = 64
 
 // NewJoiner returns an empty joiner.
 func NewJoiner(opts Options) *Joiner {
-	return &Joiner{opts: opts, chains: map[string]*chainState{}, in: newInterner()}
+	return &Joiner{opts: opts, chains: map[[16]byte]ref{}, more: map[ref][]side{},
+		strs: newTable[text](), ids: newTable[identity](), addrs: newTable[addrList](), targets: newTable[target](), verdicts: newTable[verdict]()}
 }
+
+func (j *Joiner) at(r ref) *chainState { return j.slab.at(r) }
 
 // Open is the number of open chains.
 func (j *Joiner) Open() int { return j.nOpen }
+
+// str interns s; "" is 0.
+func (j *Joiner) str(s string) sym {
+	if s == "" {
+		return 0
+	}
+	return j.strs.add(xxh3.HashString(s), text(s))
+}
+
+func (j *Joiner) text(s sym) string { return string(*j.strs.get(s)) }
+
+func (j *Joiner) identity(name, uid string, groups []string, extra map[string][]string) sym {
+	if name == "" && uid == "" && len(groups) == 0 && len(extra) == 0 {
+		return 0
+	}
+	id := identity{name: name, uid: uid, groups: groups, extra: extra}
+	return j.ids.add(hashIdentity(&j.h, name, uid, groups, extra), id)
+}
+
+func (j *Joiner) addrList(ips []string) sym {
+	if len(ips) == 0 {
+		return 0
+	}
+	return j.addrs.add(hashAddrs(&j.h, ips), addrList(ips))
+}
+
+func (j *Joiner) targetOf(c *chainState) *target { return j.targets.get(c.target) }
+
+// sidesOf returns c's sides in arrival order; they may be changed in place.
+func (j *Joiner) sidesOf(c *chainState) []side {
+	if c.nsides > 2 {
+		return j.more[c.self]
+	}
+	return c.inline[:c.nsides]
+}
+
+func (j *Joiner) appendSide(c *chainState, s side) *side {
+	switch {
+	case c.nsides < 2:
+		c.inline[c.nsides] = s
+		c.nsides++
+		return &c.inline[c.nsides-1]
+	case c.nsides == 2:
+		j.more[c.self] = []side{c.inline[0], c.inline[1], s}
+		c.inline = [2]side{}
+	default:
+		j.more[c.self] = append(j.more[c.self], s)
+	}
+	c.nsides++
+	m := j.more[c.self]
+	return &m[len(m)-1]
+}
+
+// auditID is c's auditID as the apiserver wrote it.
+func (j *Joiner) auditID(c *chainState) string {
+	if c.uuid {
+		return formatUUID(&c.key)
+	}
+	return j.text(c.auditText)
+}
+
+// sameAudit reports whether c is of auditID id, whose key c has (uuid: whether it was parsed).
+func (j *Joiner) sameAudit(c *chainState, id string, uuid bool) bool {
+	if c.uuid != uuid {
+		return false
+	}
+	return uuid || j.text(c.auditText) == id
+}
 
 // Add joins one record, read from the spool at pos. It returns a chain that had to be finalised
 // early to stay within MaxOpen, if any.
@@ -345,11 +308,11 @@ func (j *Joiner) Add(r *record.Record, pos spool.Position) *chainState {
 		j.now = recv
 	}
 	rr := r.RequestReceivedTimestamp.UnixMicro()
-	head := j.chains[r.AuditID]
-	c, chains := j.find(head, r, rr)
+	key, uuid := auditKey(r.AuditID)
+	c, newest, chains := j.find(j.chains[key], r, rr, uuid)
 	switch {
 	case c == nil && chains >= MaxChainRecords:
-		j.drop(head) // the auditID's newest chain answers for it
+		j.drop(newest) // the auditID's newest chain answers for it
 		return nil
 	case c != nil && c.records >= MaxChainRecords:
 		j.drop(c)
@@ -361,15 +324,15 @@ func (j *Joiner) Add(r *record.Record, pos spool.Position) *chainState {
 	var evicted *chainState
 	if c == nil {
 		if j.opts.MaxOpen > 0 && j.nOpen >= j.opts.MaxOpen {
-			evicted = j.lru.head
+			evicted = j.at(j.lru.head)
 			j.finalise(evicted)
 			evicted.evicted = true
 			j.Evicted++
 		}
-		c = j.newChain(r, pos, recv)
+		c = j.newChain(r, pos, recv, key, uuid)
 	} else {
-		j.lru.remove(c)
-		j.lru.pushBack(c)
+		j.remove(&j.lru, c)
+		j.pushBack(&j.lru, c)
 	}
 	if recv > c.last {
 		c.last = recv
@@ -393,65 +356,99 @@ func (j *Joiner) drop(c *chainState) {
 	}
 }
 
-// find returns the chain in the sameID list starting at c that r belongs to, and how many
-// chains the list holds (at most MaxChainRecords, so this is bounded work).
-func (j *Joiner) find(c *chainState, r *record.Record, rr int64) (found *chainState, chains int) {
+// find returns the chain in the sameID list starting at head that r belongs to, the newest
+// chain of r's auditID, and how many chains of it the list holds (at most MaxChainRecords, so
+// this is bounded work).
+func (j *Joiner) find(head ref, r *record.Record, rr int64, uuid bool) (found, newest *chainState, chains int) {
 	window := j.opts.Window.Microseconds()
 	// Open chains are preferred over final ones when both match.
 	var final *chainState
 	var uris uriMatcher
-	for ; c != nil; c = c.sameID {
+	for at := head; at != 0; {
+		c := j.at(at)
+		at = c.sameID
+		if !j.sameAudit(c, r.AuditID, uuid) {
+			continue // another auditID with the same hash
+		}
+		if newest == nil {
+			newest = c
+		}
 		chains++
-		if found != nil || c.verb != r.Verb || !uris.same(c.uri, r.RequestURI, &c.canonURI) {
+		if found != nil || j.targetOf(c).verb != r.Verb || !j.sameURI(&uris, c, r.RequestURI) {
 			continue
 		}
 		if c.final {
-			if final == nil && c.matches(r, rr, window) {
+			if final == nil && j.matches(c, r, rr, window) {
 				final = c
 			}
 			continue
 		}
-		if c.matches(r, rr, window) {
+		if j.matches(c, r, rr, window) {
 			found = c
 		}
 	}
 	if found == nil {
 		found = final
 	}
-	return found, chains
+	return found, newest, chains
+}
+
+// sameURI compares the record's URI with c's through u, keeping c's re-encoded URI once made.
+func (j *Joiner) sameURI(u *uriMatcher, c *chainState, uri string) bool {
+	canon := j.text(c.canonURI)
+	had := canon != ""
+	same := u.same(j.text(c.uri), uri, &canon)
+	if !had && canon != "" {
+		c.canonURI = j.str(canon)
+	}
+	return same
 }
 
 // matches reports whether r, a record of the same request (verb and URI), belongs to c: its
 // apiserver's records share one request time, and another apiserver's fall within the window.
-func (c *chainState) matches(r *record.Record, rr, window int64) bool {
-	if s := c.side(r.APIServer); s != nil {
+func (j *Joiner) matches(c *chainState, r *record.Record, rr, window int64) bool {
+	if s := j.side(c, r.APIServer); s != nil {
 		return s.rr == rr
 	}
-	d := rr - c.sides[0].rr
+	d := rr - j.sidesOf(c)[0].rr
 	return d <= window && d >= -window
 }
 
-func (c *chainState) side(apiserver string) *side {
-	for i := range c.sides {
-		if c.sides[i].apiserver == apiserver {
-			return &c.sides[i]
+func (j *Joiner) side(c *chainState, apiserver string) *side {
+	sides := j.sidesOf(c)
+	for i := range sides {
+		if j.text(sides[i].apiserver) == apiserver {
+			return &sides[i]
 		}
 	}
 	return nil
 }
 
-func (j *Joiner) newChain(r *record.Record, pos spool.Position, recv int64) *chainState {
-	c := &chainState{
-		auditID:  r.AuditID,
-		uri:      r.RequestURI,
-		target:   j.in.target(r),
-		firstPos: pos,
-		first:    recv,
+func (j *Joiner) watching(c *chainState) bool {
+	if j.targetOf(c).verb != "watch" {
+		return false
 	}
-	c.sides = c.inline[:0]
-	c.sameID = j.chains[r.AuditID]
-	j.chains[r.AuditID] = c
-	j.lru.pushBack(c)
+	for _, s := range j.sidesOf(c) {
+		if s.stages&stageStarted != 0 && s.stages&(stageComplete|stagePanic) == 0 {
+			return true
+		}
+	}
+	return false
+}
+
+func (j *Joiner) newChain(r *record.Record, pos spool.Position, recv int64, key [16]byte, uuid bool) *chainState {
+	c := j.slab.alloc()
+	c.key, c.uuid = key, uuid
+	if !uuid {
+		c.auditText = j.str(r.AuditID)
+	}
+	c.uri = j.str(r.RequestURI)
+	t := target{verb: r.Verb, group: r.Group, version: r.Version, resource: r.Resource, subres: r.Subresource, ns: r.Namespace}
+	c.target = j.targets.add(hashTarget(&j.h, &t), t)
+	c.firstPos, c.first = pos, recv
+	c.sameID = j.chains[key]
+	j.chains[key] = c.self
+	j.pushBack(&j.lru, c)
 	j.posInsert(c)
 	j.nOpen++
 	return c
@@ -461,69 +458,71 @@ func (j *Joiner) newChain(r *record.Record, pos spool.Position, recv int64) *cha
 // further in for a reopened one.
 func (j *Joiner) posInsert(c *chainState) {
 	at := j.posTail
-	for at != nil && at.firstPos > c.firstPos {
-		at = at.pprev
+	for at != 0 && j.at(at).firstPos > c.firstPos {
+		at = j.at(at).pprev
 	}
 	c.pprev = at
-	if at == nil {
+	if at == 0 {
 		c.pnext = j.posHead
-		j.posHead = c
+		j.posHead = c.self
 	} else {
-		c.pnext = at.pnext
-		at.pnext = c
+		a := j.at(at)
+		c.pnext = a.pnext
+		a.pnext = c.self
 	}
-	if c.pnext != nil {
-		c.pnext.pprev = c
+	if c.pnext != 0 {
+		j.at(c.pnext).pprev = c.self
 	} else {
-		j.posTail = c
+		j.posTail = c.self
 	}
 }
 
 func (j *Joiner) posRemove(c *chainState) {
-	if c.pprev != nil {
-		c.pprev.pnext = c.pnext
+	if c.pprev != 0 {
+		j.at(c.pprev).pnext = c.pnext
 	} else {
 		j.posHead = c.pnext
 	}
-	if c.pnext != nil {
-		c.pnext.pprev = c.pprev
+	if c.pnext != 0 {
+		j.at(c.pnext).pprev = c.pprev
 	} else {
 		j.posTail = c.pprev
 	}
-	c.pprev, c.pnext = nil, nil
+	c.pprev, c.pnext = 0, 0
 }
 
-// ID is stable across replays: a hash of the auditID and the first record's apiserver and
+// chainID is stable across replays: a hash of the auditID and the first record's apiserver and
 // request time. It is computed when asked for, as most chains are only ever counted.
-func (c *chainState) ID() string {
-	if c.id == "" && len(c.sides) > 0 {
-		var b []byte
-		b = append(b, c.auditID...)
-		b = append(b, 0)
-		b = append(b, c.sides[0].apiserver...)
-		b = append(b, 0)
-		b = binary.BigEndian.AppendUint64(b, uint64(c.sides[0].rr))
-		h := xxh3.Hash128(b).Bytes()
-		c.id = hex.EncodeToString(h[:])
+func (j *Joiner) chainID(c *chainState) string {
+	sides := j.sidesOf(c)
+	if len(sides) == 0 {
+		return ""
 	}
-	return c.id
+	var buf [128]byte
+	b := buf[:0]
+	b = append(b, j.auditID(c)...)
+	b = append(b, 0)
+	b = append(b, j.text(sides[0].apiserver)...)
+	b = append(b, 0)
+	b = binary.BigEndian.AppendUint64(b, uint64(sides[0].rr))
+	h := xxh3.Hash128(b).Bytes()
+	return hex.EncodeToString(h[:])
 }
 
 func (j *Joiner) addToSide(c *chainState, r *record.Record, rr int64) {
-	s := c.side(r.APIServer)
+	s := j.side(c, r.APIServer)
 	if s == nil {
-		c.sides = append(c.sides, side{
-			apiserver: j.in.str(r.APIServer),
+		s = j.appendSide(c, side{
+			apiserver: j.str(r.APIServer),
 			rr:        rr,
-			user:      j.in.identity(r.UserName, r.UserUID, r.UserGroups, r.UserExtra),
-			sourceIPs: j.in.addrs(r.SourceIPs),
-			userAgent: j.in.str(r.UserAgent),
+			user:      j.identity(r.UserName, r.UserUID, r.UserGroups, r.UserExtra),
+			sourceIPs: j.addrList(r.SourceIPs),
+			userAgent: j.str(r.UserAgent),
 		})
-		s = &c.sides[len(c.sides)-1]
 	}
 	// Impersonation is resolved after the RequestReceived stage is written: later stages carry it.
-	if s.imp == nil && (r.ImpersonatedUser != "" || len(r.ImpersonatedGroups) > 0) {
-		s.imp = j.in.identity(r.ImpersonatedUser, r.ImpersonatedUID, r.ImpersonatedGroups, r.ImpersonatedExtra)
+	if s.imp == 0 && (r.ImpersonatedUser != "" || len(r.ImpersonatedGroups) > 0) {
+		s.imp = j.identity(r.ImpersonatedUser, r.ImpersonatedUID, r.ImpersonatedGroups, r.ImpersonatedExtra)
 	}
 	bit := stageBit(r.Stage)
 	// Once the response has started, the client has its status code; a Panic after that (a
@@ -537,18 +536,37 @@ func (j *Joiner) addToSide(c *chainState, r *record.Record, rr int64) {
 		s.code = r.Code
 	}
 	if (r.Message != "" || r.Reason != "") && !keepCode {
-		if s.rare == nil {
-			s.rare = &rareFields{}
-		}
-		s.rare.message, s.rare.reason = r.Message, j.in.str(r.Reason)
+		// The new values are taken before the old are let go, so that an unchanged one stays.
+		msg, reason := j.str(r.Message), j.str(r.Reason)
+		j.strs.release(s.message)
+		j.strs.release(s.reason)
+		s.message, s.reason = msg, reason
 	}
 	// objectRef.name: the entry of a forwarded create has none, the peer has it.
-	if c.name == "" {
-		c.name = r.Name
+	if c.name == 0 && !c.nameInURI && r.Name != "" {
+		if lastSegment(j.text(c.uri)) == r.Name {
+			c.nameInURI = true
+		} else {
+			c.name = j.str(r.Name)
+		}
 	}
 	if r.HasRequestObject || r.HasResponseObject {
 		s.hasObjects = true
 	}
+}
+
+// lastSegment is the last segment of uri's path.
+func lastSegment(uri string) string {
+	p, _, _ := strings.Cut(uri, "?")
+	return p[strings.LastIndexByte(p, '/')+1:]
+}
+
+// chainName is c's objectRef.name.
+func (j *Joiner) chainName(c *chainState) string {
+	if c.nameInURI {
+		return lastSegment(j.text(c.uri))
+	}
+	return j.text(c.name)
 }
 
 // uriMatcher compares one record's request URI with the URIs of several chains the way a
@@ -607,10 +625,10 @@ func canonicalURI(uri string) (string, bool) {
 }
 
 func (j *Joiner) reopen(c *chainState) {
-	j.done.remove(c)
+	j.remove(&j.done, c)
 	j.nDone--
 	c.final = false
-	j.lru.pushBack(c)
+	j.pushBack(&j.lru, c)
 	j.posInsert(c)
 	j.nOpen++
 	j.Reopened++
@@ -624,85 +642,114 @@ func (j *Joiner) hold(c *chainState) bool {
 	if c.held || c.evicted || !c.final {
 		return false
 	}
-	j.done.remove(c)
+	j.remove(&j.done, c)
 	j.nDone--
 	c.final = false
 	c.emitted--
 	c.held = true
 	c.checked = j.now
-	j.lru.pushBack(c)
+	j.pushBack(&j.lru, c)
 	j.posInsert(c)
 	j.nOpen++
 	return true
 }
 
 // Due finalises and returns the chains whose window has passed at stream time now (Unix ns; a
-// later time than any record's receipt moves the stream on when the spool is idle).
+// later time than any record's receipt moves the stream on when the spool is idle). The
+// chains returned stay in memory at least until the next call: final chains past the late
+// window (or beyond MaxRecent) leave before the new ones are finalised.
 func (j *Joiner) Due(now int64) []*chainState {
 	if now > j.now {
 		j.now = now
 	}
+	j.expireRecent()
 	var out []*chainState
 	window, watch := j.opts.Window.Nanoseconds(), j.opts.WatchWindow.Nanoseconds()
-	for c := j.lru.head; c != nil; c = j.lru.head {
+	for j.lru.head != 0 {
+		c := j.at(j.lru.head)
 		if max(c.last, c.checked) > j.now-window {
 			break // the list is ordered by last update; nothing after this is due
 		}
-		if c.watching() && c.last > j.now-watch {
+		if j.watching(c) && c.last > j.now-watch {
 			// A running watch: look at it again a window from now.
 			c.checked = j.now
-			j.lru.remove(c)
-			j.lru.pushBack(c)
+			j.remove(&j.lru, c)
+			j.pushBack(&j.lru, c)
 			continue
 		}
 		j.finalise(c)
 		out = append(out, c)
 	}
-	j.expireRecent()
 	return out
 }
 
 // finalise moves c from the open chains to the recent final ones.
 func (j *Joiner) finalise(c *chainState) {
-	j.lru.remove(c)
+	j.remove(&j.lru, c)
 	j.posRemove(c)
 	j.nOpen--
 	c.final = true
 	c.emitted++
-	j.done.pushBack(c)
+	j.pushBack(&j.done, c)
 	j.nDone++
 }
 
-func unlink(m map[string]*chainState, c *chainState) {
-	head := m[c.auditID]
-	if head == c {
-		if c.sameID == nil {
-			delete(m, c.auditID)
+// unlink takes c out of its auditID's sameID list.
+func (j *Joiner) unlink(c *chainState) {
+	head := j.chains[c.key]
+	if head == c.self {
+		if c.sameID == 0 {
+			delete(j.chains, c.key)
 		} else {
-			m[c.auditID] = c.sameID
+			j.chains[c.key] = c.sameID
 		}
-		c.sameID = nil
+		c.sameID = 0
 		return
 	}
-	for p := head; p != nil; p = p.sameID {
-		if p.sameID == c {
-			p.sameID = c.sameID
+	for p := head; p != 0; {
+		pc := j.at(p)
+		if pc.sameID == c.self {
+			pc.sameID = c.sameID
 			break
 		}
+		p = pc.sameID
 	}
-	c.sameID = nil
+	c.sameID = 0
 }
 
-// forget drops a final chain for good.
+// forget drops a final chain for good, and with it its references into the tables.
 func (j *Joiner) forget(c *chainState) {
-	j.done.remove(c)
-	unlink(j.chains, c)
+	j.remove(&j.done, c)
+	j.unlink(c)
 	j.nDone--
+	j.strs.release(c.auditText)
+	j.strs.release(c.uri)
+	j.strs.release(c.canonURI)
+	j.strs.release(c.name)
+	j.targets.release(c.target)
+	for _, s := range j.sidesOf(c) {
+		j.strs.release(s.apiserver)
+		j.strs.release(s.userAgent)
+		j.strs.release(s.message)
+		j.strs.release(s.reason)
+		j.ids.release(s.user)
+		j.ids.release(s.imp)
+		j.addrs.release(s.sourceIPs)
+	}
+	if c.nsides > 2 {
+		delete(j.more, c.self)
+	}
+	j.verdicts.release(c.res.verdict)
+	j.slab.release(c)
 }
 
 func (j *Joiner) expireRecent() {
 	late := j.opts.LateWindow.Nanoseconds()
-	for c := j.done.head; c != nil && (c.last < j.now-late || j.nDone > j.opts.MaxRecent); c = j.done.head {
+	for j.done.head != 0 {
+		c := j.at(j.done.head)
+		if c.last >= j.now-late && j.nDone <= j.opts.MaxRecent {
+			return
+		}
 		j.forget(c)
 	}
 }
@@ -711,19 +758,26 @@ func (j *Joiner) expireRecent() {
 // restart, replaying from it rebuilds every open chain. Running watches do not hold it back
 // (their completion record alone is enough to classify them). ok is false when nothing is open.
 func (j *Joiner) SafePosition() (pos spool.Position, ok bool) {
-	for c := j.posHead; c != nil; c = c.pnext {
-		if !c.watching() {
+	for r := j.posHead; r != 0; {
+		c := j.at(r)
+		if !j.watching(c) {
 			return c.firstPos, true
 		}
+		r = c.pnext
 	}
 	return 0, false
 }
 
 // lookup returns the chains (open first, then recent final ones) with auditID.
 func (j *Joiner) lookup(auditID string) []*chainState {
+	key, uuid := auditKey(auditID)
 	var out []*chainState
-	for c := j.chains[auditID]; c != nil; c = c.sameID {
-		out = append(out, c)
+	for r := j.chains[key]; r != 0; {
+		c := j.at(r)
+		if j.sameAudit(c, auditID, uuid) {
+			out = append(out, c)
+		}
+		r = c.sameID
 	}
 	return out
 }
@@ -731,14 +785,39 @@ func (j *Joiner) lookup(auditID string) []*chainState {
 // each calls f for every open chain, then every recent final chain, newest first, until f
 // returns false.
 func (j *Joiner) each(f func(*chainState) bool) {
-	for c := j.lru.tail; c != nil; c = c.prev {
+	for r := j.lru.tail; r != 0; {
+		c := j.at(r)
 		if !f(c) {
 			return
 		}
+		r = c.prev
 	}
-	for c := j.done.tail; c != nil; c = c.prev {
+	for r := j.done.tail; r != 0; {
+		c := j.at(r)
 		if !f(c) {
 			return
 		}
+		r = c.prev
 	}
+}
+
+// joinerMemory is what the joiner holds, for the metrics.
+type joinerMemory struct {
+	chains, slots int
+	slabBytes     int64
+	tables        [5]struct {
+		name    string
+		entries int
+		bytes   int64
+	}
+}
+
+func (j *Joiner) memory() joinerMemory {
+	m := joinerMemory{chains: j.slab.used, slots: len(j.slab.pages) * pageSize, slabBytes: j.slab.bytes()}
+	m.tables[0].name, m.tables[0].entries, m.tables[0].bytes = "strings", j.strs.len(), j.strs.bytes
+	m.tables[1].name, m.tables[1].entries, m.tables[1].bytes = "identities", j.ids.len(), j.ids.bytes
+	m.tables[2].name, m.tables[2].entries, m.tables[2].bytes = "addresses", j.addrs.len(), j.addrs.bytes
+	m.tables[3].name, m.tables[3].entries, m.tables[3].bytes = "targets", j.targets.len(), j.targets.bytes
+	m.tables[4].name, m.tables[4].entries, m.tables[4].bytes = "verdicts", j.verdicts.len(), j.verdicts.bytes
+	return m
 }

@@ -114,9 +114,51 @@ func (co *Correlator) Collectors() []prometheus.Collector {
 			}
 		}
 	}
-	return []prometheus.Collector{m.records, m.chains, m.forwarded, m.findings, m.overhead, m.proxiedDur, m.open, m.evictions, reopened, dropped, m.reclassified, m.held, m.reevaluated, m.pending, m.sinkErrors, m.badFrames, co.versionErrors}
+	return []prometheus.Collector{m.records, m.chains, m.forwarded, m.findings, m.overhead, m.proxiedDur, m.open, m.evictions, reopened, dropped, m.reclassified, m.held, m.reevaluated, m.pending, m.sinkErrors, m.badFrames, co.versionErrors, newMemCollector(co)}
 }
 
+// memCollector reports what the joiner holds (Joiner.memory), read under the lock at scrape
+// time: it is a few counters, not a walk over the chains.
+type memCollector struct {
+	co                            *Correlator
+	recent, slots, interned, size *prometheus.Desc
+}
+
+func newMemCollector(co *Correlator) memCollector {
+	return memCollector{co: co,
+		recent: prometheus.NewDesc(metrics.CorrelateRecentChains,
+			"Final chains kept in memory for the late window (a late record reopens them; the chain API serves them).", nil, nil),
+		slots: prometheus.NewDesc(metrics.CorrelateChainSlots,
+			"Chain slots allocated: the most chains held at once, rounded up to a page of 4096 (reused, not returned).", nil, nil),
+		interned: prometheus.NewDesc(metrics.CorrelateInternedValues,
+			"Distinct values (strings, identities, addresses, targets, verdicts) the chains in memory refer to.", []string{metrics.LabelTable}, nil),
+		size: prometheus.NewDesc(metrics.CorrelateMemoryBytes,
+			"Estimated bytes the correlator holds for its chains: their slots (table chains) and each table of interned values.", []string{metrics.LabelTable}, nil),
+	}
+}
+
+func (c memCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.recent
+	ch <- c.slots
+	ch <- c.interned
+	ch <- c.size
+}
+
+func (c memCollector) Collect(ch chan<- prometheus.Metric) {
+	c.co.mu.Lock()
+	m := c.co.j.memory()
+	recent := c.co.j.nDone
+	c.co.mu.Unlock()
+	ch <- prometheus.MustNewConstMetric(c.recent, prometheus.GaugeValue, float64(recent))
+	ch <- prometheus.MustNewConstMetric(c.slots, prometheus.GaugeValue, float64(m.slots))
+	ch <- prometheus.MustNewConstMetric(c.size, prometheus.GaugeValue, float64(m.slabBytes), "chains")
+	for _, t := range m.tables {
+		ch <- prometheus.MustNewConstMetric(c.interned, prometheus.GaugeValue, float64(t.entries), t.name)
+		ch <- prometheus.MustNewConstMetric(c.size, prometheus.GaugeValue, float64(t.bytes), t.name)
+	}
+}
+
+// count adds a final chain to the counters.
 func (m *correlateMetrics) count(c *Chain) {
 	entry, peer := "", ""
 	if c.Entry != nil {

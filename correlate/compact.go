@@ -1,0 +1,344 @@
+package correlate
+
+import (
+	"encoding/hex"
+	"slices"
+	"strings"
+
+	"github.com/zeebo/xxh3"
+)
+
+// The joiner holds every open chain and every recently final one (for the late window): at a
+// steady 10k records a second, some 100,000 open and 200,000 final. Held as Go objects with
+// strings, slices and pointers, they cost about a kilobyte each and, worse, the garbage
+// collector walked every one of them in every cycle, which the acknowledgements of the webhook
+// felt. So a chain is a fixed-size struct without pointers, in pages the collector does not
+// scan (chainState), naming its strings and shared values by number (sym) in tables that hold
+// each distinct value once, for as long as a chain refers to it (table). Nothing grows with
+// what the process has seen: a slot and a table entry are reused once their chain leaves memory.
+
+// ref names a chain: a slot in the Joiner's pages. 0 is none.
+type ref int32
+
+// sym names a value in a table. 0 is the zero value ("" or none).
+type sym uint32
+
+// pageBits sizes the pages of chains: 4096 slots of a few hundred bytes, so that a page is a
+// single allocation of about a megabyte, and the slab grows without moving what it holds.
+const (
+	pageBits = 12
+	pageSize = 1 << pageBits
+)
+
+// slab holds chains in pages that never move, so that a *chainState stays valid while other
+// chains are added; free slots are reused first.
+type slab struct {
+	pages [][]chainState
+	free  ref // free slots, linked through next
+	used  int
+}
+
+func (s *slab) at(r ref) *chainState {
+	return &s.pages[r>>pageBits][r&(pageSize-1)]
+}
+
+// alloc returns a zeroed slot that knows its ref, with the generation it had.
+func (s *slab) alloc() *chainState {
+	if s.free == 0 {
+		n := len(s.pages) * pageSize
+		s.pages = append(s.pages, make([]chainState, pageSize))
+		first := n
+		if n == 0 {
+			first = 1 // ref 0 is none
+		}
+		// Linked in reverse so that the lowest slot is taken first.
+		for i := n + pageSize - 1; i >= first; i-- {
+			c := s.at(ref(i))
+			c.self, c.next = ref(i), s.free
+			s.free = ref(i)
+		}
+	}
+	c := s.at(s.free)
+	s.free = c.next
+	c.next = 0
+	s.used++
+	return c
+}
+
+// release zeroes c's slot and makes it free; its generation changes, so that a (ref,
+// generation) kept elsewhere sees that the chain is gone.
+func (s *slab) release(c *chainState) {
+	self, gen := c.self, c.gen+1
+	*c = chainState{self: self, gen: gen, next: s.free}
+	s.free = self
+	s.used--
+}
+
+// bytes is the memory of the pages.
+func (s *slab) bytes() int64 {
+	return int64(len(s.pages)) * pageSize * int64(chainStateSize)
+}
+
+// value is what a table holds: comparable by same, with a cost in bytes for the metrics.
+type value[V any] interface {
+	same(V) bool
+	cost() int
+}
+
+// table holds distinct values by number, each as long as something refers to it (refs), found
+// by a hash (index). A value whose hash is taken by a different one (a collision) is still
+// held, just not found again: only sharing is lost.
+type table[V value[V]] struct {
+	vals   []V
+	refs   []int32
+	hashes []uint64
+	free   []sym
+	index  map[uint64]sym
+	bytes  int64
+}
+
+func newTable[V value[V]]() table[V] {
+	// Entry 0 is the zero value, never counted or freed.
+	return table[V]{vals: make([]V, 1), refs: make([]int32, 1), hashes: make([]uint64, 1), index: map[uint64]sym{}}
+}
+
+func (t *table[V]) get(s sym) *V { return &t.vals[s] }
+
+// add returns the number of v (hash h), taking a reference to it.
+func (t *table[V]) add(h uint64, v V) sym {
+	id, found := t.index[h]
+	if found && t.vals[id].same(v) {
+		t.refs[id]++
+		return id
+	}
+	if n := len(t.free); n > 0 {
+		id = t.free[n-1]
+		t.free = t.free[:n-1]
+		t.vals[id], t.refs[id], t.hashes[id] = v, 1, h
+	} else {
+		id = sym(len(t.vals))
+		t.vals, t.refs, t.hashes = append(t.vals, v), append(t.refs, 1), append(t.hashes, h)
+	}
+	if !found {
+		t.index[h] = id
+	}
+	t.bytes += int64(v.cost())
+	return id
+}
+
+// release drops a reference to s; the last one frees it.
+func (t *table[V]) release(s sym) {
+	if s == 0 {
+		return
+	}
+	if t.refs[s]--; t.refs[s] > 0 {
+		return
+	}
+	if h := t.hashes[s]; t.index[h] == s {
+		delete(t.index, h)
+	}
+	t.bytes -= int64(t.vals[s].cost())
+	var zero V
+	t.vals[s] = zero
+	t.free = append(t.free, s)
+}
+
+// len is the number of values held.
+func (t *table[V]) len() int { return len(t.vals) - 1 - len(t.free) }
+
+// text is a string in a table.
+type text string
+
+func (a text) same(b text) bool { return a == b }
+func (a text) cost() int        { return len(a) + 16 + 28 } // the bytes, the header, the table's row
+
+// identity is a user as recorded.
+type identity struct {
+	name, uid string
+	groups    []string
+	extra     map[string][]string
+}
+
+func (a identity) same(b identity) bool {
+	return a.name == b.name && a.uid == b.uid && slices.Equal(a.groups, b.groups) && equalExtra(a.extra, b.extra)
+}
+
+func (a identity) cost() int {
+	n := 80 + len(a.name) + len(a.uid)
+	for _, g := range a.groups {
+		n += 16 + len(g)
+	}
+	for k, vs := range a.extra {
+		n += 64 + len(k)
+		for _, v := range vs {
+			n += 16 + len(v)
+		}
+	}
+	return n
+}
+
+var sep = []byte{0}
+
+func hashIdentity(h *xxh3.Hasher, name, uid string, groups []string, extra map[string][]string) uint64 {
+	h.Reset()
+	h.WriteString(name)
+	h.Write(sep)
+	h.WriteString(uid)
+	for _, g := range groups {
+		h.Write(sep)
+		h.WriteString(g)
+	}
+	// Map order is random: combine the entries order-independently.
+	var ex uint64
+	for k, vs := range extra {
+		e := xxh3.HashString(k)
+		for _, v := range vs {
+			e = e*31 + xxh3.HashString(v)
+		}
+		ex += e
+	}
+	return h.Sum64() ^ ex*0x9e3779b97f4a7c15
+}
+
+// equalExtra is exact equality of extra attributes (values in order).
+func equalExtra(a, b map[string][]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		w, ok := b[k]
+		if !ok || !slices.Equal(v, w) {
+			return false
+		}
+	}
+	return true
+}
+
+// addrList is a record's sourceIPs.
+type addrList []string
+
+func (a addrList) same(b addrList) bool { return slices.Equal(a, b) }
+func (a addrList) cost() int {
+	n := 24 + 28
+	for _, s := range a {
+		n += 16 + len(s)
+	}
+	return n
+}
+
+func hashAddrs(h *xxh3.Hasher, ips []string) uint64 {
+	h.Reset()
+	for _, ip := range ips {
+		h.WriteString(ip)
+		h.Write(sep)
+	}
+	return h.Sum64()
+}
+
+// target is what a request was for; many chains share one.
+type target struct {
+	verb, group, version, resource, subres, ns string
+}
+
+func (a target) same(b target) bool { return a == b }
+func (a target) cost() int {
+	return 96 + 28 + len(a.verb) + len(a.group) + len(a.version) + len(a.resource) + len(a.subres) + len(a.ns)
+}
+
+func hashTarget(h *xxh3.Hasher, t *target) uint64 {
+	h.Reset()
+	for _, s := range [...]string{t.verb, t.group, t.version, t.resource, t.subres, t.ns} {
+		h.WriteString(s)
+		h.Write(sep)
+	}
+	return h.Sum64()
+}
+
+// verdict is a final chain's class, findings and explanation: few distinct ones among many
+// chains (the explanation names apiservers, codes and resources, rarely the request).
+type verdict struct {
+	class       Class
+	findings    []Finding
+	explanation string
+}
+
+func (a verdict) same(b verdict) bool {
+	return a.class == b.class && slices.Equal(a.findings, b.findings) && a.explanation == b.explanation
+}
+
+func (a verdict) cost() int { return 64 + 28 + len(a.explanation) + 16*len(a.findings) }
+
+func hashVerdict(h *xxh3.Hasher, v *verdict) uint64 {
+	h.Reset()
+	h.WriteString(string(v.class))
+	for _, f := range v.findings {
+		h.Write(sep)
+		h.WriteString(string(f))
+	}
+	h.Write(sep)
+	h.Write(sep)
+	h.WriteString(v.explanation)
+	return h.Sum64()
+}
+
+// auditKey is how the joiner finds an auditID's chains: the 16 bytes of a UUID in its
+// canonical lowercase form (what the apiserver makes up), else a hash of the string, which the
+// chain then keeps in full (chainState.auditText). uuid says which.
+func auditKey(id string) (key [16]byte, uuid bool) {
+	if parseUUID(id, &key) {
+		return key, true
+	}
+	return xxh3.HashString128(id).Bytes(), false
+}
+
+// parseUUID reads a UUID written as 8-4-4-4-12 lowercase hex digits: only that form, because
+// the chain gives the auditID back by formatting the bytes, and it must be the string the
+// apiserver wrote.
+func parseUUID(s string, out *[16]byte) bool {
+	if len(s) != 36 || s[8] != '-' || s[13] != '-' || s[18] != '-' || s[23] != '-' {
+		return false
+	}
+	j := 0
+	for i := 0; i < 36; {
+		if i == 8 || i == 13 || i == 18 || i == 23 {
+			i++
+			continue
+		}
+		hi, ok1 := lowerHex(s[i])
+		lo, ok2 := lowerHex(s[i+1])
+		if !ok1 || !ok2 {
+			return false
+		}
+		out[j] = hi<<4 | lo
+		j++
+		i += 2
+	}
+	return true
+}
+
+func lowerHex(c byte) (byte, bool) {
+	switch {
+	case c >= '0' && c <= '9':
+		return c - '0', true
+	case c >= 'a' && c <= 'f':
+		return c - 'a' + 10, true
+	}
+	return 0, false
+}
+
+func formatUUID(b *[16]byte) string {
+	var sb strings.Builder
+	sb.Grow(36)
+	var buf [32]byte
+	hex.Encode(buf[:], b[:])
+	sb.Write(buf[0:8])
+	sb.WriteByte('-')
+	sb.Write(buf[8:12])
+	sb.WriteByte('-')
+	sb.Write(buf[12:16])
+	sb.WriteByte('-')
+	sb.Write(buf[16:20])
+	sb.WriteByte('-')
+	sb.Write(buf[20:32])
+	return sb.String()
+}
