@@ -86,12 +86,20 @@ func (g *Events) Next() auditv1.Event {
 	}
 	end := g.now().UTC()
 	start := end.Add(-time.Duration(200+g.rng.IntN(30000)) * time.Microsecond)
-	code := int32(200)
+	status := &metav1.Status{Code: 200}
 	if verb == "create" {
-		code = 201
+		status.Code = 201
 	}
-	if g.rng.IntN(50) == 0 {
-		code = 404
+	if g.rng.IntN(50) == 0 && name != "" {
+		// A missing object, as an apiserver that serves the resource answers it: the whole
+		// Status (a bare {"code":404} is what the entry of a forward records).
+		qualified := t.resource
+		if t.group != "" {
+			qualified += "." + t.group
+		}
+		status = &metav1.Status{Status: metav1.StatusFailure, Code: 404, Reason: metav1.StatusReasonNotFound,
+			Message: fmt.Sprintf("%s %q not found", qualified, name),
+			Details: &metav1.StatusDetails{Name: name, Group: t.group, Kind: t.resource}}
 	}
 	return auditv1.Event{
 		Level:      auditv1.LevelMetadata,
@@ -108,7 +116,7 @@ func (g *Events) Next() auditv1.Event {
 		SourceIPs:                []string{fmt.Sprintf("10.0.%d.%d", g.rng.IntN(4), 1+g.rng.IntN(250))},
 		UserAgent:                a.agent,
 		ObjectRef:                &auditv1.ObjectReference{Resource: t.resource, Namespace: t.namespace, Name: name, APIGroup: t.group, APIVersion: t.version},
-		ResponseStatus:           &metav1.Status{Code: code},
+		ResponseStatus:           status,
 		RequestReceivedTimestamp: metav1.NewMicroTime(start),
 		StageTimestamp:           metav1.NewMicroTime(end),
 		Annotations: map[string]string{

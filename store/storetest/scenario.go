@@ -225,7 +225,10 @@ func (b *builder) misleading404(entry string) {
 	start := b.at()
 	id := b.auditID()
 	ev := b.event(id, "list", "system:serviceaccount:training:trainer", start, time.Duration(400+b.rng.IntN(900))*time.Microsecond, 404, "")
-	ev.ResponseStatus = &metav1.Status{Code: 404}
+	// As measured: the apiserver's own not-found page, byte-identical to an honest one (a
+	// bare {"code":404} is what the entry of a forward records).
+	ev.ResponseStatus = &metav1.Status{Code: 404, Status: metav1.StatusFailure, Reason: metav1.StatusReasonNotFound,
+		Message: "the server could not find the requested resource"}
 	b.addStages(entry, ev)
 	b.chain(correlate.ClassMisleading404, nil, ev, sideOf(entry, ev), nil,
 		"404 from "+entry+", which does not serve scheduling.k8s.io/v1alpha2 podgroups; kas-c served it")
