@@ -66,6 +66,9 @@ type Correlator struct {
 	now        func() time.Time
 	// MaxPending bounds the final chains waiting for the sink before Consume pushes back.
 	maxPending int
+	// flushBatch is the most chains one WriteChains gets, and the chunk in which Consume
+	// classifies the chains a Due closed (finishDueLocked).
+	flushBatch int
 	recs       []record.Record // the last frame's records; their memory decodes the next
 	// versionErrors counts, per apiserver, its loopback requests without a parseable version;
 	// reportedAgents are the (apiserver, user agent) pairs already logged.
@@ -87,6 +90,8 @@ type Correlator struct {
 	// position of their first records (meaningful while pending is not empty).
 	pending   []Chain
 	pendFirst spool.Position
+	// due are chains Due finalised that are still to be classified (finishDueLocked).
+	due []*chainState
 	// inflight chains are with the sink now (flush): until it answers, the committed position
 	// stays before inflightFirst.
 	inflight      int
@@ -135,7 +140,7 @@ func New(cfg Config) *Correlator {
 	}
 	co := &Correlator{
 		opts: cfg.Options, codec: cfg.Codec, classifier: cfg.Classifier, caps: cfg.Caps, sink: cfg.Sink,
-		tracer: cfg.Tracer, log: cfg.Log, m: newCorrelateMetrics(), now: time.Now, maxPending: cfg.MaxPending,
+		tracer: cfg.Tracer, log: cfg.Log, m: newCorrelateMetrics(), now: time.Now, maxPending: cfg.MaxPending, flushBatch: defaultFlushBatch,
 		j: NewJoiner(cfg.Options), stateFile: cfg.StateFile,
 		versionErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: metrics.APIServerVersionUnparseableTotal,
@@ -154,6 +159,10 @@ func New(cfg Config) *Correlator {
 	}
 	return co
 }
+
+// defaultFlushBatch is Correlator.flushBatch: 10,000 chains are about 13 MB as Chain values,
+// and one insert of the store.
+const defaultFlushBatch = 10_000
 
 // saveEvery bounds how often the capability view is written.
 const saveEvery = time.Second
@@ -226,13 +235,28 @@ func (co *Correlator) Consume(ctx context.Context, entries []spool.Entry) (spool
 		}
 	}
 	co.mu.Lock()
-	co.consumeLocked(ctx, entries)
+	more := co.consumeLocked(ctx, entries)
 	co.mu.Unlock()
-	if err := co.flush(ctx); err != nil {
+	for {
+		err := co.flush(ctx)
+		if err != nil {
+			co.mu.Lock()
+			n := len(co.pending)
+			co.mu.Unlock()
+			co.log.Warn("correlate: writing chains to the store failed; they stay pending", "pending", n, "err", err)
+		}
+		if !more {
+			break
+		}
 		co.mu.Lock()
-		n := len(co.pending)
+		if err != nil {
+			// The store refuses: classify the rest now, to wait in pending, rather than
+			// leave chains final but unclassified.
+			more = co.finishDueLocked(ctx, len(co.due))
+		} else {
+			more = co.finishDueLocked(ctx, co.flushBatch)
+		}
 		co.mu.Unlock()
-		co.log.Warn("correlate: writing chains to the store failed; they stay pending", "pending", n, "err", err)
 	}
 	co.mu.Lock()
 	defer co.mu.Unlock()
@@ -240,9 +264,10 @@ func (co *Correlator) Consume(ctx context.Context, entries []spool.Entry) (spool
 	return co.checkpointLocked(co.safeLocked(), false), nil
 }
 
-// consumeLocked joins the entries' records, finalises and classifies the chains that are due,
-// and queues the final ones for the sink.
-func (co *Correlator) consumeLocked(ctx context.Context, entries []spool.Entry) {
+// consumeLocked joins the entries' records, finalises the chains that are due, classifies the
+// first flushBatch of them and queues them for the sink; it reports whether more are left to
+// classify (finishDueLocked).
+func (co *Correlator) consumeLocked(ctx context.Context, entries []spool.Entry) bool {
 	for _, e := range entries {
 		// The joiner copies what it keeps of a record, so the records' memory serves every frame.
 		b, err := co.codec.DecodeFrameWithoutRaw(co.recs, e.Payload)
@@ -279,9 +304,26 @@ func (co *Correlator) consumeLocked(ctx context.Context, entries []spool.Entry) 
 	// knowledge themselves; classify them first so that the single-sided chains closing at
 	// the same moment (a misleading 404 next to the forwards that preceded it) can use it.
 	slices.SortStableFunc(due, func(a, b *chainState) int { return min(int(b.nsides), 2) - min(int(a.nsides), 2) })
-	for _, c := range due {
+	co.due = due
+	return co.finishDueLocked(ctx, co.flushBatch)
+}
+
+// finishDueLocked classifies up to n of the chains the last Due finalised (co.due), in their
+// order; once none is left, it judges again what new evidence may change, and reports false.
+// Consume hands each chunk to the sink before it classifies the next, so that the hundreds of
+// thousands of chains a burst closes at once never wait for the store as Chain values all
+// together (about 1.3 KB each). co.due is empty whenever Consume returns: its chains are
+// final in the joiner, and only the next Due may let them go.
+func (co *Correlator) finishDueLocked(ctx context.Context, n int) bool {
+	k := min(n, len(co.due))
+	for _, c := range co.due[:k] {
 		co.finishLocked(ctx, c)
 	}
+	clear(co.due[:k])
+	if co.due = co.due[k:]; len(co.due) > 0 {
+		return true
+	}
+	co.due = nil
 	if len(co.undecided) > 0 && co.caps.Changes() != co.reevaluatedAt {
 		co.reevaluatedAt = co.caps.Changes()
 		co.undecided = co.reevaluateLocked(ctx, co.undecided)
@@ -298,6 +340,7 @@ func (co *Correlator) consumeLocked(ctx context.Context, entries []spool.Entry) 
 	}
 	co.m.open.Set(float64(co.j.Open()))
 	co.m.pending.Set(float64(len(co.pending)))
+	return false
 }
 
 // noteServer learns an apiserver's version, process and address from its own loopback
@@ -577,29 +620,43 @@ func (co *Correlator) apply(ctx context.Context, cs *chainState, ch *Chain, prev
 	}
 }
 
-// flush hands the pending chains to the sink. co.mu is not held while the sink writes, so a
-// slow store holds up only the goroutine that calls Consume (and so the spool, whose lag shows
-// it), never the chain API or /metrics; the chains stay counted in safeLocked (inflight) until
-// the sink has taken them. A failed batch goes back in front of what became pending meanwhile
-// and is offered again by the next flush.
+// flush hands the pending chains to the sink, flushBatch at a time. co.mu is not held while
+// the sink writes, so a slow store holds up only the goroutine that calls Consume (and so the
+// spool, whose lag shows it), never the chain API or /metrics; the chains stay counted in
+// safeLocked (inflight) until the sink has taken them. A failed batch goes back in front of
+// what became pending meanwhile and is offered again by the next flush.
 func (co *Correlator) flush(ctx context.Context) error {
 	if co.sink == nil {
 		return nil
 	}
 	co.flushMu.Lock()
 	defer co.flushMu.Unlock()
-	co.mu.Lock()
-	batch, first := co.pending, co.pendFirst
-	if len(batch) == 0 {
-		co.mu.Unlock()
-		return nil
+	for {
+		if done, err := co.flushBatchOf(ctx); done || err != nil {
+			return err
+		}
 	}
-	co.pending = nil
-	co.inflight, co.inflightFirst = len(batch), first
-	co.m.pending.Set(float64(len(batch)))
+}
+
+// flushBatchOf hands the first flushBatch pending chains to the sink; done says nothing was
+// pending. While some stay pending, pendFirst is left as it was (the lowest of them all, so
+// at most too low: the committed position only lags).
+func (co *Correlator) flushBatchOf(ctx context.Context) (done bool, err error) {
+	co.mu.Lock()
+	n := min(len(co.pending), co.flushBatch)
+	if n == 0 {
+		co.mu.Unlock()
+		return true, nil
+	}
+	batch, first := co.pending[:n:n], co.pendFirst
+	if co.pending = co.pending[n:]; len(co.pending) == 0 {
+		co.pending = nil
+	}
+	co.inflight, co.inflightFirst = n, first
+	co.m.pending.Set(float64(n + len(co.pending)))
 	co.mu.Unlock()
 
-	err := co.sink.WriteChains(ctx, batch)
+	err = co.sink.WriteChains(ctx, batch)
 
 	co.mu.Lock()
 	defer co.mu.Unlock()
@@ -612,7 +669,7 @@ func (co *Correlator) flush(ctx context.Context) error {
 		co.pending, co.pendFirst = append(batch, co.pending...), first
 	}
 	co.m.pending.Set(float64(len(co.pending)))
-	return err
+	return false, err
 }
 
 // counted is what the window counted of cs when it got r.

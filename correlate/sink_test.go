@@ -223,3 +223,61 @@ func TestBacklogPushesBack(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// batchSink records the size of every batch.
+type batchSink struct {
+	memSink
+	sizes []int
+}
+
+func (s *batchSink) WriteChains(ctx context.Context, cs []Chain) error {
+	s.sizes = append(s.sizes, len(cs))
+	return s.memSink.WriteChains(ctx, cs)
+}
+
+// TestChunksKeepVerdicts: the chains one Due closes are classified and handed to the store a
+// chunk at a time (flushBatch), in the order they would be all at once, so the verdicts are
+// the same: a misleading 404 closing with the forwards that teach who serves its resource.
+func TestChunksKeepVerdicts(t *testing.T) {
+	run := func(batch int) (map[string]Class, []int) {
+		h := newHarness(t, DefaultOptions())
+		sink := &batchSink{}
+		h.co.sink = sink
+		h.co.flushBatch = batch
+		at := t0.Add(time.Minute)
+		var recs [][]record.Record
+		for i := range 3 {
+			m := podgroups(fmt.Sprintf("404-%d", i), at.Add(time.Duration(i)*time.Millisecond))
+			recs = append(recs, m.local("kas-b", 404, msgResourceNotFound))
+		}
+		for i := range 4 {
+			r := podgroups(fmt.Sprintf("fw-%d", i), at.Add(time.Duration(i)*time.Millisecond))
+			recs = append(recs, r.entry("kas-a", 200), r.peer("kas-c", addrA, 200))
+		}
+		h.feed(recs...)
+		h.settle()
+		out := map[string]Class{}
+		for _, c := range sink.chains {
+			out[c.AuditID] = c.Class
+		}
+		for _, n := range sink.sizes {
+			if n > batch {
+				t.Errorf("a batch of %d chains, over flushBatch %d", n, batch)
+			}
+		}
+		return out, sink.sizes
+	}
+	whole, _ := run(defaultFlushBatch)
+	chunked, sizes := run(2)
+	if len(whole) != 7 || len(sizes) < 4 {
+		t.Fatalf("%d chains, batches %v", len(whole), sizes)
+	}
+	for id, c := range whole {
+		if chunked[id] != c {
+			t.Errorf("%s: %s in chunks of 2, %s at once", id, chunked[id], c)
+		}
+	}
+	if whole["404-0"] != ClassMisleading404 {
+		t.Errorf("404-0 is %s, want misleading_404", whole["404-0"])
+	}
+}
