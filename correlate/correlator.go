@@ -223,6 +223,7 @@ func (co *Correlator) Close(ctx context.Context) error {
 // spool may commit: before the first record of every open chain and of every chain the sink
 // has not taken.
 func (co *Correlator) Consume(ctx context.Context, entries []spool.Entry) (spool.Position, error) {
+	idle := len(entries) == 0
 	co.mu.Lock()
 	backlog := len(co.pending) >= co.maxPending
 	co.mu.Unlock()
@@ -234,8 +235,18 @@ func (co *Correlator) Consume(ctx context.Context, entries []spool.Entry) (spool
 			return co.safeLocked(), errors.Join(ErrBacklog, err)
 		}
 	}
+	// The records are joined a few frames at a time, the lock let go in between: one Consume
+	// brings up to 256 frames (100,000 records), over a second of work on a busy machine,
+	// and the chain API and /metrics must not wait that long.
+	for len(entries) > 0 {
+		n := min(len(entries), joinEntries)
+		co.mu.Lock()
+		co.joinLocked(ctx, entries[:n])
+		co.mu.Unlock()
+		entries = entries[n:]
+	}
 	co.mu.Lock()
-	more := co.consumeLocked(ctx, entries)
+	more := co.closeDueLocked(ctx, idle)
 	co.mu.Unlock()
 	for {
 		err := co.flush(ctx)
@@ -264,10 +275,13 @@ func (co *Correlator) Consume(ctx context.Context, entries []spool.Entry) (spool
 	return co.checkpointLocked(co.safeLocked(), false), nil
 }
 
-// consumeLocked joins the entries' records, finalises the chains that are due, classifies the
-// first flushBatch of them and queues them for the sink; it reports whether more are left to
-// classify (finishDueLocked).
-func (co *Correlator) consumeLocked(ctx context.Context, entries []spool.Entry) bool {
+// joinEntries is how many spool entries (webhook batches, up to 400 records each) Consume
+// joins per hold of the lock.
+const joinEntries = 16
+
+// joinLocked joins the entries' records into chains (chains evicted to stay within MaxOpen
+// are classified and queued for the sink at once).
+func (co *Correlator) joinLocked(ctx context.Context, entries []spool.Entry) {
 	for _, e := range entries {
 		// The joiner copies what it keeps of a record, so the records' memory serves every frame.
 		b, err := co.codec.DecodeFrameWithoutRaw(co.recs, e.Payload)
@@ -293,10 +307,15 @@ func (co *Correlator) consumeLocked(ctx context.Context, entries []spool.Entry) 
 		co.m.records.Add(float64(len(b.Records)))
 		co.lastEnd = e.End
 	}
-	// With entries, time is the stream's (replays after a restart rebuild the same chains);
-	// when the spool is idle, the wall clock moves it on.
+}
+
+// closeDueLocked finalises the chains whose window has passed, classifies the first
+// flushBatch of them and queues them for the sink; it reports whether more are left to
+// classify (finishDueLocked). With entries, time is the stream's (replays after a restart
+// rebuild the same chains); when the spool is idle, the wall clock moves it on.
+func (co *Correlator) closeDueLocked(ctx context.Context, idle bool) bool {
 	now := int64(0)
-	if len(entries) == 0 {
+	if idle {
 		now = co.now().UnixNano()
 	}
 	due := co.j.Due(now)
@@ -449,7 +468,8 @@ func (co *Correlator) reportAgent(r *record.Record, err error) {
 }
 
 // safeLocked is the position before which nothing is needed any more: neither by an open
-// chain nor by a final chain still waiting for the sink.
+// chain, nor by a final chain still to be classified or waiting for the sink, nor by one the
+// sink has not answered for.
 func (co *Correlator) safeLocked() spool.Position {
 	safe := co.lastEnd
 	if p, ok := co.j.SafePosition(); ok && p < safe {
@@ -460,6 +480,11 @@ func (co *Correlator) safeLocked() spool.Position {
 	}
 	if co.inflight > 0 && co.inflightFirst < safe {
 		safe = co.inflightFirst
+	}
+	// Between the chunks of a Consume, chains Due finalised wait to be classified: neither open
+	// nor pending, they still need their records.
+	for _, c := range co.due {
+		safe = min(safe, c.firstPos)
 	}
 	return safe
 }
