@@ -64,5 +64,6 @@ func newWriterMetrics() *writerMetrics {
 // Collectors returns the writer's metrics, to register with the process's registry.
 func (w *Writer) Collectors() []prometheus.Collector {
 	m := w.metrics
-	return []prometheus.Collector{m.rowsWritten, m.rowsSkipped, m.insertErrors, m.insertDuration, m.newest, m.badFrames, m.chainsRetracted}
+	return append([]prometheus.Collector{m.rowsWritten, m.rowsSkipped, m.insertErrors, m.insertDuration, m.newest, m.badFrames, m.chainsRetracted},
+		w.chainMetrics.collectors()...)
 }

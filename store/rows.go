@@ -203,6 +203,9 @@ func ChainVersion(c *correlate.Chain) uint64 {
 	return v
 }
 
+// versionFinal reports whether a ChainVersion is of a final chain (its lowest bit).
+func versionFinal(v uint64) bool { return v&1 == 1 }
+
 // RequestTime is when the request reached the first apiserver that recorded it: the entry's
 // requestReceivedTimestamp, else the peer's, else when peertrail first received a record.
 func RequestTime(c *correlate.Chain) time.Time {

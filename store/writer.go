@@ -27,6 +27,10 @@ type WriterOptions struct {
 	// effective bound is the larger of the two.
 	FlushInterval time.Duration
 	Logger        *slog.Logger
+	// RememberChains bounds how many chains the chain sink remembers having written (default
+	// 500,000, about 56 bytes each): WriteChains asks the store only about chains it does not
+	// know. A smaller record costs lookups of late revisions, never a wrong write.
+	RememberChains int
 }
 
 func (o *WriterOptions) defaults() {
@@ -38,6 +42,9 @@ func (o *WriterOptions) defaults() {
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.RememberChains <= 0 {
+		o.RememberChains = 500_000
 	}
 }
 
@@ -77,12 +84,16 @@ type Writer struct {
 	suspect time.Time
 
 	chainMu sync.Mutex // serialises WriteChains' check-then-insert
+	// written is what the chains table holds of the chains written (under chainMu).
+	written      *writtenChains
+	chainMetrics *chainMetrics
 }
 
 // NewWriter returns a writer into s. codec decodes the spool's frames.
 func NewWriter(s Store, codec *record.Codec, opts WriterOptions) *Writer {
 	opts.defaults()
-	return &Writer{store: s, codec: codec, opts: opts, log: opts.Logger, metrics: newWriterMetrics()}
+	return &Writer{store: s, codec: codec, opts: opts, log: opts.Logger, metrics: newWriterMetrics(),
+		written: newWrittenChains(opts.RememberChains), chainMetrics: newChainMetrics()}
 }
 
 // Consume implements spool.Consumer.
@@ -256,48 +267,89 @@ func arrayLiteral(ss []string) string {
 // holds (a late record reopened and reclassified it, or a replay after a restart), the same
 // insert writes that row again as StateRetracted: the rollups count it -1 where they counted
 // it, so they count each chain once, in its final class. Safe for concurrent use.
+//
+// What the table holds of a chain is known without asking it for the chains this writer wrote
+// and for those first received after the newest first receipt the table held when it started
+// (see writtenChains); the store is asked only about the rest: replays after a restart, final
+// rows a later revision supersedes (whose row the retraction repeats), and what a failed insert
+// may have left. Like the events, this assumes the writer is the only writer of the table.
 func (w *Writer) WriteChains(ctx context.Context, chains []correlate.Chain) error {
 	if len(chains) == 0 {
 		return nil
 	}
 	w.chainMu.Lock()
 	defer w.chainMu.Unlock()
+	rec := w.written
 
 	// The newest version of each chain in this batch.
-	latest := make(map[string]int, len(chains))
+	keys := make([]chainKey, len(chains))
+	latest := make(map[chainKey]int, len(chains))
 	for i := range chains {
 		c := &chains[i]
 		if c.ID == "" {
 			return fmt.Errorf("store: chain of auditID %q has no id", c.AuditID)
 		}
-		if j, ok := latest[c.ID]; !ok || ChainVersion(c) > ChainVersion(&chains[j]) {
-			latest[c.ID] = i
+		keys[i] = rec.key(c.ID)
+		if j, ok := latest[keys[i]]; !ok || ChainVersion(c) > ChainVersion(&chains[j]) {
+			latest[keys[i]] = i
 		}
 	}
-	stored, err := w.storedChainVersions(ctx, chains, latest)
-	if err != nil {
-		return err
+	if !rec.known {
+		newest, err := w.newestChainReceived(ctx)
+		if err != nil {
+			return fmt.Errorf("store: find where the chains table ends: %w", err)
+		}
+		rec.setFloor(newest)
 	}
-	rows := make([][]any, 0, len(latest))
-	var newest time.Time
-	written := 0
+	// Decide each chain from the record, or set it aside to ask the store.
+	write := make([]*correlate.Chain, 0, len(latest))
+	var lookup []int
 	for i := range chains {
 		c := &chains[i]
-		if latest[c.ID] != i {
+		if latest[keys[i]] != i {
 			continue
 		}
-		prev, ok := stored[c.ID]
-		if ok && prev.version >= ChainVersion(c) {
-			continue
+		v, ok := rec.version(keys[i])
+		switch {
+		case ok && v >= ChainVersion(c):
+			continue // written already
+		case ok && !versionFinal(v):
+			write = append(write, c) // over an open row, which no rollup counted
+		case ok || rec.mayBeStored(c.FirstReceived):
+			lookup = append(lookup, i)
+		default:
+			write = append(write, c) // first received after anything the table can hold
 		}
-		if prev.final != nil {
-			r := *prev.final
-			r.State = StateRetracted
-			rows = append(rows, ChainRow(&r))
-			w.metrics.chainsRetracted.Inc()
+	}
+	if len(lookup) > 0 {
+		w.chainMetrics.lookedUp.Add(float64(len(lookup)))
+		stored, err := w.storedChainVersions(ctx, chains, lookup)
+		if err != nil {
+			return err
+		}
+		for _, i := range lookup {
+			c := &chains[i]
+			prev, ok := stored[c.ID]
+			if ok && prev.version >= ChainVersion(c) {
+				rec.put(keys[i], prev.version, c.FirstReceived)
+				continue
+			}
+			if prev.final != nil {
+				r := *prev.final
+				r.State = StateRetracted
+				write = append(write, &r)
+			}
+			write = append(write, c)
+		}
+	}
+	written, retracted := 0, 0
+	var newest time.Time
+	for _, c := range write {
+		if c.State == StateRetracted {
+			retracted++
+			continue
 		}
 		written++
-		rows = append(rows, ChainRow(c))
 		if c.LastReceived.After(newest) {
 			newest = c.LastReceived
 		}
@@ -305,19 +357,47 @@ func (w *Writer) WriteChains(ctx context.Context, chains []correlate.Chain) erro
 	if skipped := len(chains) - written; skipped > 0 {
 		w.metrics.rowsSkipped.WithLabelValues("chains").Add(float64(skipped))
 	}
-	if len(rows) == 0 {
+	defer w.chainMetrics.observe(rec)
+	if len(write) == 0 {
 		return nil
 	}
 	start := time.Now()
-	err = w.store.Insert(ctx, ChainsTable, ChainColumns, rows)
+	err := w.insertChains(ctx, write)
 	w.metrics.insertDuration.WithLabelValues("chains").Observe(time.Since(start).Seconds())
 	if err != nil {
+		// Some of it may have landed: what the table holds of these chains is unknown until
+		// it is read again.
+		for _, c := range write {
+			if c.State != StateRetracted {
+				rec.forget(rec.key(c.ID))
+			}
+		}
+		rec.unsure()
 		w.metrics.insertErrors.WithLabelValues("chains").Inc()
-		return fmt.Errorf("store: insert %d chains: %w", len(rows), err)
+		return fmt.Errorf("store: insert %d chains: %w", len(write), err)
 	}
-	w.metrics.rowsWritten.WithLabelValues("chains").Add(float64(len(rows)))
+	for _, c := range write {
+		if c.State != StateRetracted {
+			rec.put(rec.key(c.ID), ChainVersion(c), c.FirstReceived)
+		}
+	}
+	w.metrics.chainsRetracted.Add(float64(retracted))
+	w.metrics.rowsWritten.WithLabelValues("chains").Add(float64(len(write)))
 	w.metrics.newest.WithLabelValues("chains").Set(float64(newest.UnixNano()) / 1e9)
 	return nil
+}
+
+// newestChainReceived is max(first_received) of the chains table (zero when empty), answered
+// from the parts' partition min/max (the table is partitioned by it).
+func (w *Writer) newestChainReceived(ctx context.Context) (time.Time, error) {
+	res, err := w.store.Query(ctx, "SELECT max(first_received) AS newest, count() AS n FROM "+ChainsTable, nil)
+	if err != nil {
+		return time.Time{}, err
+	}
+	if len(res.Rows) != 1 || res.Rows[0][1] == "0" {
+		return time.Time{}, nil
+	}
+	return ParseTime(res.Rows[0][0])
 }
 
 // chainLookupChunk bounds the chains whose stored versions one query looks up: the ids travel
@@ -335,15 +415,11 @@ type storedChain struct {
 	final   *correlate.Chain
 }
 
-// storedChainVersions returns what the table holds of each chain in latest.
-func (w *Writer) storedChainVersions(ctx context.Context, chains []correlate.Chain, latest map[string]int) (map[string]storedChain, error) {
-	idx := make([]int, 0, len(latest))
-	for _, i := range latest {
-		idx = append(idx, i)
-	}
+// storedChainVersions returns what the table holds of the chains at idx (which it sorts).
+func (w *Writer) storedChainVersions(ctx context.Context, chains []correlate.Chain, idx []int) (map[string]storedChain, error) {
 	// In order of first receipt, so that each chunk spans a short time range.
 	sort.Slice(idx, func(a, b int) bool { return chains[idx[a]].FirstReceived.Before(chains[idx[b]].FirstReceived) })
-	out := make(map[string]storedChain, len(latest))
+	out := make(map[string]storedChain, len(idx))
 	for len(idx) > 0 {
 		n := min(len(idx), chainLookupChunk)
 		if err := w.lookupChainVersions(ctx, chains, idx[:n], out); err != nil {

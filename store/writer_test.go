@@ -649,7 +649,7 @@ func TestWriteChainsOddAuditIDs(t *testing.T) {
 }
 
 // A large batch of chains (the correlator hands over whatever is pending) is looked up in
-// chunks, small enough for a URL when the store speaks HTTP.
+// chunks, small enough for a URL when the store speaks HTTP, and inserted in chunks.
 func TestWriteChainsLargeBatch(t *testing.T) {
 	ctx := context.Background()
 	codec := newCodec(t)
@@ -675,6 +675,17 @@ func TestWriteChainsLargeBatch(t *testing.T) {
 	}
 	if got := counter(t, w, metrics.StoreRowsSkippedTotal, "chains"); got != n {
 		t.Errorf("the second write skipped %v chains, want %d", got, n)
+	}
+	// The writer knew what it wrote; a restarted one asks the store, in chunks.
+	w2 := store.NewWriter(server, codec, store.WriterOptions{})
+	if err := w2.WriteChains(ctx, chains); err != nil {
+		t.Fatal(err)
+	}
+	if got := counter(t, w2, metrics.StoreChainsLookedUpTotal, ""); got != n {
+		t.Errorf("the restarted writer looked up %v chains, want %d", got, n)
+	}
+	if got := counter(t, w2, metrics.StoreRowsSkippedTotal, "chains"); got != n {
+		t.Errorf("the restarted writer skipped %v chains, want %d", got, n)
 	}
 	if got := scalar(t, engine(t), "SELECT count() FROM peertrail.chains WHERE entry_apiserver = 'large-a'", nil); got != strconv.Itoa(n) {
 		t.Errorf("%s rows, want %d", got, n)
