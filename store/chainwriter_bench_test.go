@@ -24,13 +24,14 @@ import (
 // rest local), first received after every chain the table holds: the engine's own insert of
 // their RowBinary, encoded beforehand, in one insert (engine-chains/s, the ceiling) and in the
 // writer's batch sizes (engine-batches-chains/s: each insert costs the engine parts of the
-// table and of each rollup), and through the writer in the correlator's batch sizes: at most
-// 10,000 (its flushBatch, in a burst's backlog) and 2,000 (a steadier flow). One writer serves
-// every operation, as in a process, so what it keeps between batches is in retained-B/chain.
+// table and of each rollup), and through the writer in the correlator's batch sizes: 50,000
+// (its flushBatch, the most one WriteChains gets, in a burst's backlog) and 10,000. One writer
+// serves every operation, as in a process, so what it keeps between batches is in
+// retained-B/chain.
 func BenchmarkChainWriter(b *testing.B) {
 	s := engine(b)
 	ctx := context.Background()
-	for _, batch := range []int{2_000, 10_000} {
+	for _, batch := range []int{10_000, 50_000} {
 		b.Run("batch="+strconv.Itoa(batch), func(b *testing.B) {
 			var engineDur, engineBatchDur, writerDur time.Duration
 			var allocBytes, allocs uint64
