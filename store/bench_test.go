@@ -2,9 +2,11 @@ package store_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -736,8 +738,9 @@ func benchDashboards(b *testing.B, s store.Store, params map[string]string) {
 // "report: no") one after the other with the window's since and until, as the command does,
 // over the end of the big data set: the command's default window (15 minutes, 9 million events
 // and 2.25 million chains at 10,000 events/s), an hour, and the whole data set. Each window's
-// sub-benchmark "report" is the whole command; the others are its queries one at a time, and
-// "floor" counts the window's chains and does nothing else.
+// sub-benchmark "report" is the whole command, "report_before" the command's queries before
+// migration 0010; the others are its queries one at a time, and "floor" counts the window's
+// chains and does nothing else.
 func BenchmarkReport(b *testing.B) {
 	loadBig(b)
 	s := engine(b)
@@ -758,6 +761,24 @@ func BenchmarkReport(b *testing.B) {
 		b.Fatal(err)
 	}
 	floor := store.NamedQuery{Query: fq}
+	// The report as it was before migration 0010 (every chain of the window's hours, with FINAL,
+	// per query), kept by cmd/peertrail's test of the new sources: "report_before", in the same run.
+	var before []store.NamedQuery
+	for _, q := range report {
+		text, err := os.ReadFile(filepath.Join("..", "cmd", "peertrail", "testdata", "report_before", q.Name+".sql"))
+		if errors.Is(err, os.ErrNotExist) {
+			before = append(before, q)
+			continue
+		}
+		if err != nil {
+			b.Fatal(err)
+		}
+		oq, err := namedqueries.Parse(q.Name, string(text))
+		if err != nil {
+			b.Fatal(err)
+		}
+		before = append(before, store.NamedQuery{Query: oq})
+	}
 	// The chains' first records arrive a second after the request: the data set's last chain
 	// is first received then.
 	end := big.start.Add(time.Duration(big.requests*bigRequestMicros)*time.Microsecond + time.Second)
@@ -778,6 +799,7 @@ func BenchmarkReport(b *testing.B) {
 		}
 		b.Run(w.name+"/floor", func(b *testing.B) { run(b, []store.NamedQuery{floor}) })
 		b.Run(w.name+"/report", func(b *testing.B) { run(b, report) })
+		b.Run(w.name+"/report_before", func(b *testing.B) { run(b, before) })
 		for _, q := range report {
 			b.Run(w.name+"/"+q.Name, func(b *testing.B) { run(b, []store.NamedQuery{q}) })
 		}

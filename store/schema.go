@@ -315,6 +315,7 @@ var retentionTTL = []struct {
 	{"events", "toDateTime(received_at)", false},
 	{"audit_ids", "received_day", false},
 	{"chains", "toDateTime(first_received)", false},
+	{"report_chains", "toDateTime(first_received)", false},
 	{"events_per_minute", "minute", true},
 	{"request_latency_per_minute", "minute", true},
 	{"apiserver_latency_per_minute", "minute", true},

@@ -12,8 +12,9 @@ SELECT
     code,
     arrayStringConcat(findings, ',') AS finding_list,
     explanation
-FROM peertrail.chains FINAL
+FROM peertrail.report_chains FINAL
 WHERE first_received >= {since:DateTime64(6, 'UTC')} AND first_received < {until:DateTime64(6, 'UTC')}
+  AND state != 'retracted'
   AND (class = 'broken' OR has(findings, 'peer_audit_missing') OR has(findings, 'entry_audit_missing'))
 ORDER BY request_time DESC
 LIMIT 100

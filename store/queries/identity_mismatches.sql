@@ -13,8 +13,9 @@ SELECT
     countIf(entry_user = peer_user AND arraySort(entry_groups) != arraySort(peer_groups)) AS groups_differ,
     arrayStringConcat(arraySort(groupUniqArray(concat(entry_apiserver, '>', peer_apiserver))), ' ') AS pairs,
     any(audit_id) AS example_audit_id
-FROM peertrail.chains FINAL
+FROM peertrail.report_chains FINAL
 WHERE first_received >= {since:DateTime64(6, 'UTC')} AND first_received < {until:DateTime64(6, 'UTC')}
+  AND state != 'retracted'
   AND (has(findings, 'identity_mismatch') OR has(findings, 'impersonation_flattened'))
 GROUP BY user
 ORDER BY requests DESC

@@ -10,8 +10,9 @@ SELECT
     min(request_time) AS first,
     max(request_time) AS last,
     any(audit_id) AS example_audit_id
-FROM peertrail.chains FINAL
+FROM peertrail.report_chains FINAL
 WHERE first_received >= {since:DateTime64(6, 'UTC')} AND first_received < {until:DateTime64(6, 'UTC')}
+  AND state != 'retracted'
   AND class = 'proxy_failed'
 GROUP BY entry, code, message
 ORDER BY requests DESC
