@@ -180,10 +180,6 @@ type Spool struct {
 	Fsync        string   `json:"fsync,omitempty"`
 	FsyncPeriod  Duration `json:"fsyncInterval,omitempty"`
 	DedupHorizon Duration `json:"dedupHorizon,omitempty"`
-	// ConsumerDefer is how long the spool's consumers wait, at most, while the receiver is
-	// processing batches before they read on (0: they never wait): acknowledgements get the
-	// cores first, and what the consumers defer waits durably in the spool.
-	ConsumerDefer Duration `json:"consumerDefer,omitempty"`
 }
 
 // LoadInto reads a configuration file strictly (an unknown key is an error, not a silent

@@ -23,9 +23,6 @@ func Defaults() File {
 			// The apiserver's webhook retries a batch for about four minutes (5 attempts of up
 			// to 30 s, backing off from 10 s by 1.5x); twice that, with room to spare.
 			DedupHorizon: Duration(10 * time.Minute),
-			// A few batches' processing: enough for a burst's acknowledgements to go first,
-			// short enough that the chains of a steady stream are not held back.
-			ConsumerDefer: Duration(50 * time.Millisecond),
 		},
 		Correlate: Correlate{
 			ChainWindow:       Duration(30 * time.Second),

@@ -24,7 +24,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -102,9 +101,6 @@ type Receiver struct {
 	// reports it while its cause lasts.
 	refusedMu sync.Mutex
 	refused   *refusal
-
-	// processing counts the batches being decoded, spooled and acknowledged (Busy).
-	processing atomic.Int64
 
 	// bodies, frames and batches recycle request bodies, encoded frames and the decoded
 	// batches with their keys: a batch is a third of a megabyte, 25 a second.
@@ -267,14 +263,8 @@ func (rc *Receiver) serve(w http.ResponseWriter, r *http.Request, start time.Tim
 		return answer{code: http.StatusServiceUnavailable, apiserver: name, retry: true,
 			msg: fmt.Sprintf("overloaded: %d batches being processed", rc.opts.MaxInflight)}
 	}
-	rc.processing.Add(1)
-	defer rc.processing.Add(-1)
 	return rc.accept(r.Context(), body, name, r.RemoteAddr, start)
 }
-
-// Busy reports whether batches are being processed now: the spool's consumers stand aside
-// while it does (spool.RunOptions.YieldTo). Safe for concurrent use.
-func (rc *Receiver) Busy() bool { return rc.processing.Load() > 0 }
 
 func (rc *Receiver) takeSenderSlot(name string) bool {
 	rc.senderMu.Lock()

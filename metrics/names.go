@@ -40,9 +40,6 @@ const (
 	SpoolCorruptFramesTotal  = "peertrail_spool_corrupt_frames_total"
 	SpoolConsumerLagBytes    = "peertrail_spool_consumer_lag_bytes"
 	SpoolConsumerErrorsTotal = "peertrail_spool_consumer_errors_total"
-	// SpoolConsumerDeferredSecondsTotal is the time a consumer stood aside for the receiver
-	// (acknowledgements get the cores first).
-	SpoolConsumerDeferredSecondsTotal = "peertrail_spool_consumer_deferred_seconds_total"
 )
 
 // Label names.

@@ -232,21 +232,9 @@ func (s *Server) runConsumer(ctx context.Context, name string, c spool.Consumer)
 		Help:        "Failed deliveries to a spool consumer (each is retried with backoff).",
 		ConstLabels: prometheus.Labels{metrics.LabelConsumer: name},
 	})
-	deferred := prometheus.NewCounter(prometheus.CounterOpts{
-		Name:        metrics.SpoolConsumerDeferredSecondsTotal,
-		Help:        "Time a spool consumer waited for the receiver's batches to be acknowledged first.",
-		ConstLabels: prometheus.Labels{metrics.LabelConsumer: name},
-	})
-	s.registry.MustRegister(failures, deferred)
-	opts := spool.RunOptions{
-		OnError:  func(error) { failures.Inc() },
-		YieldTo:  s.receiver.Busy,
-		MaxDefer: time.Duration(s.cfg.Spool.ConsumerDefer),
-		MaxLag:   min(int64(s.cfg.Spool.MaxBytes)/8, 1<<30),
-		OnDefer:  func(d time.Duration) { deferred.Add(d.Seconds()) },
-	}
+	s.registry.MustRegister(failures)
 	s.consumers.Go(func() {
-		if err := s.spool.Run(ctx, name, c, opts); err != nil {
+		if err := s.spool.Run(ctx, name, c, spool.RunOptions{OnError: func(error) { failures.Inc() }}); err != nil {
 			s.errc <- fmt.Errorf("consumer %s: %w", name, err)
 		}
 	})

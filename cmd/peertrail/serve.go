@@ -79,7 +79,7 @@ line wins over the file. The file also lists the apiservers:
   readers: {tokenFile: readers.tokens, clientCAFile: readers-ca.crt}   # one token a line, or a directory
   limits: {maxBodyBytes: 32Mi, maxInflight: 64, maxInflightPerAPIServer: 0, maxReadingBytes: 256Mi,
            readTimeout: 60s, maxDeadLetterBytes: 1Gi}
-  spool: {maxBytes: 10Gi, segmentBytes: 64Mi, fsync: always, fsyncInterval: 1s, dedupHorizon: 10m, consumerDefer: 50ms}
+  spool: {maxBytes: 10Gi, segmentBytes: 64Mi, fsync: always, fsyncInterval: 1s, dedupHorizon: 10m}
   correlate: {chainWindow: 30s, lateWindow: 5m, maxOpenChains: 1000000, capabilityHorizon: 15m}
   store: {engine: embedded, sqlListen: 127.0.0.1:8123, retention: 720h,
           clickhouseDSN: clickhouse://clickhouse:9000, clickhouseCluster: ...}
@@ -156,9 +156,6 @@ func bindServeFlags(f *pflag.FlagSet, cfg *config.File) {
 	f.StringVar(&cfg.Spool.Fsync, "spool-fsync", cfg.Spool.Fsync, "when to fsync the spool: always (before answering, the default), interval, or never")
 	f.Var(&cfg.Spool.FsyncPeriod, "spool-fsync-interval", "fsync period with --spool-fsync=interval")
 	f.Var(&cfg.Spool.DedupHorizon, "dedup-horizon", "how long accepted events are remembered to recognise resent batches (the apiserver retries for about 4 minutes)")
-	f.Var(&cfg.Spool.ConsumerDefer, "spool-consumer-defer", "longest wait of the correlator, the store writer and the duplicate index's persister while batches are\n"+
-		"being acknowledged, so that acknowledgements get the cores first (0: never wait); a consumer an eighth\n"+
-		"of --spool-max-bytes (at most 1 GiB) behind does not wait")
 	f.Var(&cfg.Correlate.ChainWindow, "chain-window", "a chain is final when no record of it arrived for this long (cover the apiservers' --audit-webhook-batch-max-wait)")
 	f.Var(&cfg.Correlate.LateWindow, "late-window", "how long a final chain can still be reopened and reclassified by a late record")
 	f.IntVar(&cfg.Correlate.MaxOpenChains, "max-open-chains", cfg.Correlate.MaxOpenChains, "open chains kept in memory; beyond it the oldest is finalised early (counted as an eviction)")

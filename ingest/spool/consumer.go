@@ -39,16 +39,6 @@ type RunOptions struct {
 	RetryMin, RetryMax time.Duration
 	// OnError is told about each failed Consume (for metrics); may be nil.
 	OnError func(error)
-
-	// YieldTo, when set, gives acknowledgements the cores first: while it reports true (the
-	// receiver is handling batches), Run waits up to MaxDefer before reading more, unless the
-	// consumer is MaxLag bytes or more behind what was written. On two cores the consumers'
-	// work (decoding, joining, inserting) otherwise takes the receiver's CPU in a burst; what
-	// they defer waits durably in the spool. OnDefer is told how long each wait lasted.
-	YieldTo  func() bool
-	MaxDefer time.Duration
-	MaxLag   int64
-	OnDefer  func(time.Duration)
 }
 
 func (o *RunOptions) defaults() {
@@ -69,35 +59,6 @@ func (o *RunOptions) defaults() {
 	}
 	if o.RetryMax <= 0 {
 		o.RetryMax = 30 * time.Second
-	}
-	if o.MaxLag <= 0 {
-		o.MaxLag = 256 << 20
-	}
-}
-
-// yieldPoll is how often a deferring consumer looks again: a batch takes a few milliseconds
-// to acknowledge.
-const yieldPoll = time.Millisecond
-
-// yield waits while opts.YieldTo says the receiver is busy, up to opts.MaxDefer, unless the
-// reader is opts.MaxLag or more behind.
-func (s *Spool) yield(ctx context.Context, r *Reader, opts RunOptions) {
-	if opts.YieldTo == nil || opts.MaxDefer <= 0 {
-		return
-	}
-	start := time.Now()
-	t := time.NewTimer(yieldPoll)
-	defer t.Stop()
-	for opts.YieldTo() && int64(s.Written()-r.Position()) < opts.MaxLag && time.Since(start) < opts.MaxDefer {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			t.Reset(yieldPoll)
-		}
-	}
-	if d := time.Since(start); d >= yieldPoll && opts.OnDefer != nil {
-		opts.OnDefer(d)
 	}
 }
 
@@ -132,7 +93,6 @@ func (s *Spool) Run(ctx context.Context, name string, c Consumer, opts RunOption
 	for {
 		// The last batch was consumed: its payloads' memory takes the next ones.
 		r.recycle()
-		s.yield(ctx, r, opts)
 		batch, err = s.collect(ctx, r, batch[:0], opts)
 		if err != nil {
 			if ctx.Err() != nil {

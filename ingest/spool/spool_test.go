@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -396,47 +395,5 @@ func waitFor(t *testing.T, cond func() bool) {
 			t.Fatal("condition not reached")
 		}
 		time.Sleep(5 * time.Millisecond)
-	}
-}
-
-// TestRunYieldsToTheReceiver: while YieldTo reports the receiver busy, a consumer reads
-// nothing new (within MaxDefer); once it is idle, or once the consumer is MaxLag behind, the
-// consumer reads on. Waits are counted through OnDefer.
-func TestRunYieldsToTheReceiver(t *testing.T) {
-	s := open(t, t.TempDir(), func(o *Options) { o.Consumers = []string{"a", "b"} })
-	defer s.Close()
-	var busy atomic.Bool
-	busy.Store(true)
-	var deferred atomic.Int64
-	rec := &recorder{}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan error, 2)
-	go func() {
-		done <- s.Run(ctx, "a", rec, RunOptions{Idle: 10 * time.Millisecond, YieldTo: busy.Load, MaxDefer: time.Hour,
-			MaxLag: 1 << 30, OnDefer: func(d time.Duration) { deferred.Add(int64(d)) }})
-	}()
-	// Another consumer whose lag bound is one byte reads on while the receiver is busy.
-	behind := &recorder{}
-	go func() {
-		done <- s.Run(ctx, "b", behind, RunOptions{Idle: 10 * time.Millisecond, YieldTo: busy.Load, MaxDefer: time.Hour, MaxLag: 1})
-	}()
-	for i := range 5 {
-		appendWait(t, s, payload(i))
-	}
-	waitFor(t, func() bool { return behind.count() == 5 })
-	if n := rec.count(); n != 0 {
-		t.Fatalf("the yielding consumer read %d entries while the receiver was busy", n)
-	}
-	busy.Store(false)
-	waitFor(t, func() bool { return rec.count() == 5 })
-	if deferred.Load() <= 0 {
-		t.Fatalf("the wait was not reported through OnDefer")
-	}
-	cancel()
-	for range 2 {
-		if err := <-done; err != nil {
-			t.Fatalf("Run: %v", err)
-		}
 	}
 }
