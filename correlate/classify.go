@@ -499,10 +499,7 @@ func (k *DefaultClassifier) noise(c *Chain) {
 		}
 		if ok {
 			c.Findings = append(c.Findings, FindingEntryStarting)
-			when := t.Sub(since).Round(time.Millisecond).String() + " before"
-			if since.After(t) {
-				when = since.Sub(t).Round(time.Millisecond).String() + " after"
-			}
+			when := startedWhen(since, t)
 			c.Explanation += fmt.Sprintf("; %s was starting (its new process's first request in its audit stream %s): restart noise (%s)",
 				e.APIServer, when, FindingEntryStarting)
 			c.noiseOf, c.noiseSince = e.APIServer, since
@@ -650,10 +647,7 @@ func (k *DefaultClassifier) peerStarting(c *Chain, entry string, servers []Serve
 				}
 			}
 			c.Findings = append(c.Findings, FindingPeerDown)
-			when := at.Sub(since).Round(time.Millisecond).String() + " before"
-			if since.After(at) {
-				when = since.Sub(at).Round(time.Millisecond).String() + " after"
-			}
+			when := startedWhen(since, at)
 			c.Explanation += fmt.Sprintf("; %s, which serves %s, was starting (its new process's first request in its audit stream %s): restart noise (%s)",
 				srv.Name, g, when, FindingPeerDown)
 			c.noiseOf, c.noiseSince = srv.Name, since
@@ -661,6 +655,15 @@ func (k *DefaultClassifier) peerStarting(c *Chain, entry string, servers []Serve
 		}
 	}
 	return false
+}
+
+// startedWhen says when a new process's first request came relative to t: "1.2s before" or,
+// within startLead, "18ms after".
+func startedWhen(since, t time.Time) string {
+	if since.After(t) {
+		return since.Sub(t).Round(time.Millisecond).String() + " after"
+	}
+	return t.Sub(since).Round(time.Millisecond).String() + " before"
 }
 
 // peerStartingLimit bounds how long after a restarted peer's first loopback request its
