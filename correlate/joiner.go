@@ -121,6 +121,7 @@ type chainState struct {
 	gen          uint32 // changes when the slot is freed (Correlator.undecided keeps it)
 	prev, next   ref    // LRU of open chains, or FIFO of recent final chains
 	pprev, pnext ref    // open chains in order of firstPos (see Joiner.byPos)
+	backAt       int32  // 1 + its index in Joiner.back while it is there, else 0
 	sameID       ref    // other chains with the same auditID key
 
 	records int32
@@ -185,9 +186,14 @@ type Joiner struct {
 	more map[ref][]side
 	lru  list // open chains, least recently updated first
 	done list // recent final chains, oldest first
-	// byPos holds the open chains in order of the spool position of their first record, so
-	// that SafePosition reads the oldest without scanning every open chain.
+	// byPos holds the new open chains in order of the spool position of their first record,
+	// so that SafePosition reads the oldest without scanning every open chain. Positions
+	// only grow, so a new chain goes to the tail. A chain opened again (hold, reopen) has an
+	// old position; walking the list to its place cost a walk past every younger open chain,
+	// which after a burst (hundreds of thousands open, tens of thousands held at once) held
+	// the correlator's lock for tens of seconds. Those go to back, a min-heap by position.
 	posHead, posTail ref
+	back             []ref
 	nOpen            int
 	nDone            int
 	now              int64 // stream time: the latest receipt seen, Unix ns
@@ -454,30 +460,40 @@ func (j *Joiner) newChain(r *record.Record, pos spool.Position, recv int64, key 
 	return c
 }
 
-// posInsert puts c into byPos at its place: at the tail for a new chain (positions only grow),
-// further in for a reopened one.
+// posInsert puts c among the open chains in position order: at the tail of byPos when it is
+// at least as young as the tail (always, for a new chain), else into back.
 func (j *Joiner) posInsert(c *chainState) {
-	at := j.posTail
-	for at != 0 && j.at(at).firstPos > c.firstPos {
-		at = j.at(at).pprev
+	if j.posTail != 0 && j.at(j.posTail).firstPos > c.firstPos {
+		j.back = append(j.back, c.self)
+		c.backAt = int32(len(j.back))
+		j.backUp(len(j.back) - 1)
+		return
 	}
-	c.pprev = at
-	if at == 0 {
-		c.pnext = j.posHead
+	c.pprev, c.pnext = j.posTail, 0
+	if j.posTail != 0 {
+		j.at(j.posTail).pnext = c.self
+	} else {
 		j.posHead = c.self
-	} else {
-		a := j.at(at)
-		c.pnext = a.pnext
-		a.pnext = c.self
 	}
-	if c.pnext != 0 {
-		j.at(c.pnext).pprev = c.self
-	} else {
-		j.posTail = c.self
-	}
+	j.posTail = c.self
 }
 
 func (j *Joiner) posRemove(c *chainState) {
+	if c.backAt != 0 {
+		i, last := int(c.backAt-1), len(j.back)-1
+		c.backAt = 0
+		if i != last {
+			j.back[i] = j.back[last]
+			j.at(j.back[i]).backAt = int32(i + 1)
+		}
+		j.back[last] = 0
+		j.back = j.back[:last]
+		if i != last {
+			j.backDown(i)
+			j.backUp(i)
+		}
+		return
+	}
 	if c.pprev != 0 {
 		j.at(c.pprev).pnext = c.pnext
 	} else {
@@ -489,6 +505,44 @@ func (j *Joiner) posRemove(c *chainState) {
 		j.posTail = c.pprev
 	}
 	c.pprev, c.pnext = 0, 0
+}
+
+func (j *Joiner) backLess(a, b int) bool {
+	return j.at(j.back[a]).firstPos < j.at(j.back[b]).firstPos
+}
+
+func (j *Joiner) backSwap(a, b int) {
+	j.back[a], j.back[b] = j.back[b], j.back[a]
+	j.at(j.back[a]).backAt = int32(a + 1)
+	j.at(j.back[b]).backAt = int32(b + 1)
+}
+
+func (j *Joiner) backUp(i int) {
+	for i > 0 {
+		p := (i - 1) / 2
+		if !j.backLess(i, p) {
+			return
+		}
+		j.backSwap(i, p)
+		i = p
+	}
+}
+
+func (j *Joiner) backDown(i int) {
+	for n := len(j.back); ; {
+		l, m := 2*i+1, i
+		if l < n && j.backLess(l, m) {
+			m = l
+		}
+		if r := l + 1; r < n && j.backLess(r, m) {
+			m = r
+		}
+		if m == i {
+			return
+		}
+		j.backSwap(i, m)
+		i = m
+	}
 }
 
 // chainID is stable across replays: a hash of the auditID and the first record's apiserver and
@@ -761,11 +815,27 @@ func (j *Joiner) SafePosition() (pos spool.Position, ok bool) {
 	for r := j.posHead; r != 0; {
 		c := j.at(r)
 		if !j.watching(c) {
-			return c.firstPos, true
+			pos, ok = c.firstPos, true
+			break
 		}
 		r = c.pnext
 	}
-	return 0, false
+	if len(j.back) == 0 {
+		return pos, ok
+	}
+	if c := j.at(j.back[0]); !j.watching(c) {
+		if !ok || c.firstPos < pos {
+			return c.firstPos, true
+		}
+		return pos, ok
+	}
+	// The oldest chain opened again is a running watch (rare): look at them all.
+	for _, r := range j.back {
+		if c := j.at(r); !j.watching(c) && (!ok || c.firstPos < pos) {
+			pos, ok = c.firstPos, true
+		}
+	}
+	return pos, ok
 }
 
 // lookup returns the chains (open first, then recent final ones) with auditID.

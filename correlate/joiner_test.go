@@ -2,6 +2,7 @@ package correlate
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -146,4 +147,61 @@ func TestDropReclassifiesAFinalChainOnce(t *testing.T) {
 	if h.co.j.Reopened != 1 {
 		t.Fatalf("reopened %d times", h.co.j.Reopened)
 	}
+}
+
+// TestSafePositionWithChainsOpenedAgain drives the joiner with new chains, closes, holds and
+// late records that reopen final chains, in a random order, and checks SafePosition against
+// the oldest open chain found by walking every open one.
+func TestSafePositionWithChainsOpenedAgain(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	j := NewJoiner(DefaultOptions())
+	pos, at := spool.Position(0), time.Duration(0)
+	var ids []string
+	inBack := 0
+	oldest := func() (spool.Position, bool) {
+		var p spool.Position
+		ok := false
+		for r := j.lru.head; r != 0; r = j.at(r).next {
+			if c := j.at(r); !j.watching(c) && (!ok || c.firstPos < p) {
+				p, ok = c.firstPos, true
+			}
+		}
+		return p, ok
+	}
+	for step := range 20_000 {
+		pos += spool.Position(1 + rng.IntN(100))
+		at += time.Duration(rng.IntN(20)) * time.Millisecond
+		switch op := rng.IntN(10); {
+		case op < 6 || len(ids) == 0: // a new request
+			id := fmt.Sprintf("r%d", step)
+			ids = append(ids, id)
+			r := pods(id, t0).local("kas-a", 200, "")[rng.IntN(2)]
+			r.ReceivedAt = t0.Add(at)
+			if rng.IntN(50) == 0 {
+				r.Stage, r.Verb = "ResponseStarted", "watch"
+			}
+			j.Add(&r, pos)
+		case op < 8: // a later record of an earlier request: it joins, or reopens a final chain
+			r := pods(ids[rng.IntN(len(ids))], t0).local("kas-a", 200, "")[1]
+			r.ReceivedAt = t0.Add(at)
+			j.Add(&r, pos)
+		default: // the stream moves on; some of the chains it closes are held for evidence
+			at += time.Duration(rng.IntN(40)) * time.Second
+			for _, c := range j.Due(t0.Add(at).UnixNano()) {
+				if rng.IntN(3) == 0 {
+					j.hold(c)
+				}
+			}
+		}
+		inBack = max(inBack, len(j.back))
+		got, gok := j.SafePosition()
+		want, wok := oldest()
+		if got != want || gok != wok {
+			t.Fatalf("step %d: safe %d %v, the oldest open chain is at %d %v", step, got, gok, want, wok)
+		}
+	}
+	if inBack < 10 {
+		t.Fatalf("at most %d chains opened again at once: the test did not exercise the heap", inBack)
+	}
+	t.Logf("up to %d chains opened again at once", inBack)
 }
