@@ -162,24 +162,30 @@ func (w *Writer) writeEvents(ctx context.Context, records []record.Record) error
 	if len(records) == 0 {
 		return nil
 	}
-	rows := make([][]any, len(records))
 	var newest time.Time
 	for i := range records {
-		rows[i] = EventRow(&records[i])
 		if records[i].ReceivedAt.After(newest) {
 			newest = records[i].ReceivedAt
 		}
 	}
 	start := time.Now()
-	err = w.store.Insert(ctx, EventsTable, EventColumns, rows)
+	if s, ok := w.store.(rowBinaryStreamer); ok {
+		err = s.insertRowBinaryStream(ctx, EventsTable, EventColumns, &eventStream{records: records})
+	} else {
+		rows := make([][]any, len(records))
+		for i := range records {
+			rows[i] = EventRow(&records[i])
+		}
+		err = w.store.Insert(ctx, EventsTable, EventColumns, rows)
+	}
 	w.metrics.insertDuration.WithLabelValues("events").Observe(time.Since(start).Seconds())
 	if err != nil {
 		// Some of it may have landed: look again before the next insert.
 		w.known = false
 		w.metrics.insertErrors.WithLabelValues("events").Inc()
-		return fmt.Errorf("store: insert %d events: %w", len(rows), err)
+		return fmt.Errorf("store: insert %d events: %w", len(records), err)
 	}
-	w.metrics.rowsWritten.WithLabelValues("events").Add(float64(len(rows)))
+	w.metrics.rowsWritten.WithLabelValues("events").Add(float64(len(records)))
 	w.metrics.newest.WithLabelValues("events").Set(float64(newest.UnixNano()) / 1e9)
 	return nil
 }
