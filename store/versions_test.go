@@ -37,6 +37,7 @@ func TestVersionRollupOfAnyBinary(t *testing.T) {
 		"ver-rke2":     "kube-apiserver/v1.35.4+rke2r1 (linux/amd64) kubernetes/abc1234",
 		"ver-renamed":  "kube-apiserver-1.36/v1.36.3 (linux/amd64) kubernetes/abc1234",
 		"ver-kubelite": "kubelite/v1.36.3 (linux/amd64) kubernetes/abc1234",
+		"ver-minor":    "kube-apiserver/v1.17 (linux/amd64) kubernetes/abc1234",
 		"ver-suffixed": "kube-apiserver-1.35.4/v1.35.4 (linux/amd64) kubernetes/unknown/leader-election",
 	}
 	var recs []record.Record
