@@ -141,6 +141,7 @@ func TestVersionSkewComparesParsedVersions(t *testing.T) {
 		{"other major", []string{"v1.36.3", "v2.0.0"}, false, 2, "different major versions"},
 		{"garbage is named", []string{"v1.35.4", "unknown"}, true, 0, "left out, not a version: kas-1=unknown"},
 		{"nothing parses", []string{"garbage"}, true, 0, "no apiserver versions known yet; left out, not a version: kas-0=garbage"},
+		{"unknown is named", []string{"v1.35.4", ""}, true, 0, "0 minor apart (policy: at most 1); left out, version unknown: kas-1"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
