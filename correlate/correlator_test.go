@@ -105,6 +105,12 @@ func TestLoopbackCallsOfAnyBinary(t *testing.T) {
 		loop("rke2-1", "kube-apiserver/v1.35.4+rke2r1 (linux/amd64) kubernetes/abc1234", "u2", t0),
 		loop("kas-a", "kube-apiserver-1.36/v1.36.3 (linux/amd64) kubernetes/abc1234", "u3", t0),
 		loop("kas-b", "hyperkube/v1.18.20 (linux/amd64) kubernetes/1f3e19b", "u4", t0),
+		// Older apiservers put their loopback identity in system:masters alone and call over
+		// ::1, as public audit logs of v1.20 to v1.28 show (1.35 adds system:authenticated).
+		{APIServer: "kas-old", AuditID: "o", Stage: "ResponseComplete", Verb: "list", UserName: userAPIServer,
+			UserUID: "521bb98f-fbc7-4e61-b96e-0a1510efabad", UserGroups: []string{"system:masters"}, SourceIPs: []string{"::1"},
+			UserAgent: "kube-apiserver/v1.23.17 (linux/amd64) kubernetes/953be89", RequestReceivedTimestamp: t0, StageTimestamp: t0},
+		loop("usernetes", "kube-apiserver/v1.17 (linux/amd64) kubernetes/abc1234", "u6", t0),
 		// Not the apiserver's own: a forwarded copy (two addresses), peer discovery (no
 		// system:masters), another user.
 		loop("fwd", "kube-apiserver/v1.36.3 (linux/amd64) kubernetes/abc", "u5", t0, "127.0.0.1", "10.0.0.12"),
@@ -115,7 +121,7 @@ func TestLoopbackCallsOfAnyBinary(t *testing.T) {
 	} {
 		co.noteServer(r)
 	}
-	for name, want := range map[string]string{"k3s-1": "v1.35.4+k3s1", "rke2-1": "v1.35.4+rke2r1", "kas-a": "v1.36.3", "kas-b": "v1.18.20", "fwd": "", "disc": "", "kubelet": ""} {
+	for name, want := range map[string]string{"k3s-1": "v1.35.4+k3s1", "rke2-1": "v1.35.4+rke2r1", "kas-a": "v1.36.3", "kas-b": "v1.18.20", "kas-old": "v1.23.17", "usernetes": "v1.17", "fwd": "", "disc": "", "kubelet": ""} {
 		if got := serverInfo(co.caps, name).Version; got != want {
 			t.Errorf("%s: version %q, want %q", name, got, want)
 		}

@@ -21,6 +21,8 @@ func TestAgentVersion(t *testing.T) {
 		{"k3s/v1.35.4+k3s1 (linux/amd64) kubernetes/9f1c2d3", "v1.35.4+k3s1"},
 		{"k3s/v1.35.4+k3s1 (linux/arm64) kubernetes/9f1c2d3", "v1.35.4+k3s1"},
 		{"kube-apiserver/v1.35.4+rke2r1 (linux/amd64) kubernetes/abc1234", "v1.35.4+rke2r1"},
+		// As an RKE2 server's audit log shows it (a public capture of v1.24.7+rke2r1).
+		{"kube-apiserver/v1.24.7+rke2r1 (linux/amd64) kubernetes/e6f3597", "v1.24.7+rke2r1"},
 		{"kube-apiserver-1.36/v1.36.3 (linux/amd64) kubernetes/abc1234", "v1.36.3"},
 		{"kube-apiserver-1.35.4/v1.35.4 (linux/amd64) kubernetes/unknown", "v1.35.4"},
 		{"hyperkube/v1.18.20 (linux/amd64) kubernetes/1f3e19b", "v1.18.20"},
@@ -29,6 +31,10 @@ func TestAgentVersion(t *testing.T) {
 		{"kube-apiserver.exe/v1.35.4 (windows/amd64) kubernetes/abc1234", "v1.35.4"},
 		{"kube-apiserver/v1.35.4 (linux/amd64) kubernetes/abc1234/leader-election", "v1.35.4"},
 		{"kube-apiserver/v1.35.4", "v1.35.4"},
+		// Kubernetes's build (hack/lib/version.sh) also stamps major.minor: Usernetes built
+		// with KUBE_GIT_VERSION=v1.17-usernetes, which client-go cuts to v1.17.
+		{"kube-apiserver/v1.17 (linux/amd64) kubernetes/abc1234", "v1.17"},
+		{"kube-apiserver/v1.36+k3s1 (linux/amd64) kubernetes/abc1234", "v1.36+k3s1"},
 		// An EKS or GKE build's version is cut at its first "-" by client-go before it gets
 		// here; a pre-release that got through anyway still parses.
 		{"kube-apiserver/v1.37.0-rc.1 (linux/amd64) kubernetes/abc1234", "v1.37.0-rc.1"},
@@ -45,7 +51,12 @@ func TestAgentVersion(t *testing.T) {
 		"kube-apiserver/ (linux/amd64) kubernetes/abc",
 		"kube-apiserver/unknown (linux/amd64) kubernetes/unknown", // empty GitVersion
 		"kube-apiserver/v0.0.0 (linux/amd64) kubernetes/$Format",  // unstamped build
-		"kube-apiserver/1.35 (linux/amd64) kubernetes/abc",        // client-go writes three parts
+		"kube-apiserver/1.35 (linux/amd64) kubernetes/abc",        // Kubernetes's build wants the v
+		"Go-http-client/1.1",
+		"kube-apiserver/v1 (linux/amd64) kubernetes/abc",
+		"kube-apiserver/v1. (linux/amd64) kubernetes/abc",
+		"kube-apiserver/v1.36+ (linux/amd64) kubernetes/abc",
+		"kube-apiserver/v1.3x (linux/amd64) kubernetes/abc",
 		"Go-http-client/2.0",
 		"kube-apiserver/v1.35.4.1 (linux/amd64) kubernetes/abc",
 		"kube-apiserver/v1.35.x (linux/amd64) kubernetes/abc",
@@ -65,13 +76,16 @@ func TestParseVersion(t *testing.T) {
 		"v1.35.4": {1, 35}, "1.36.3": {1, 36}, "v1.35.4+k3s1": {1, 35}, "v1.35.4+rke2r1": {1, 35},
 		"v1.35.4-eks-4a1b2c3": {1, 35}, "v1.35.4-gke.1200": {1, 35}, "v1.36": {1, 36}, "1.37": {1, 37},
 		"v1.37.0-rc.1": {1, 37}, " v1.36.3 ": {1, 36},
+		// k0s's releases, a GKE patch, Usernetes's build, major.minor with metadata.
+		"v1.33.2+k0s.0": {1, 33}, "v1.30.5-gke.1014001": {1, 30}, "v1.17-usernetes": {1, 17}, "v1.36+k3s1": {1, 36},
 	} {
 		v, err := ParseVersion(in)
 		if err != nil || v.Major() != want[0] || v.Minor() != want[1] {
 			t.Errorf("ParseVersion(%q) = %v, %v; want %d.%d", in, v, err, want[0], want[1])
 		}
 	}
-	for _, in := range []string{"", "v1", "latest", "v1.35.4-gke.01", "v0.0.0", "v0.36.3", "v1.35.4.1", "v1.35x", "kube-apiserver/v1.35.4"} {
+	for _, in := range []string{"", "v1", "latest", "v1.35.4-gke.01", "v0.0.0", "v0.36.3", "v1.35.4.1", "v1.35x", "kube-apiserver/v1.35.4",
+		"v1.", "v1.36-", "v1.36+", "v1.36.x+k3s1", ".36", "v1.36-01"} {
 		if v, err := ParseVersion(in); err == nil {
 			t.Errorf("ParseVersion(%q) = %v, want an error", in, v)
 		}
@@ -93,6 +107,9 @@ func TestSameRelease(t *testing.T) {
 		{"v1.35.4", "v1.35.5", false},
 		{"v1.35.4", "v1.36.3", false},
 		{"v1.36", "v1.35.4", false},
+		{"v1.36+k3s1", "v1.36.3+k3s1", true}, // an agent's major.minor
+		{"v1.17", "v1.17.0", true},
+		{"v1.36+k3s1", "v1.37.0+k3s1", false},
 		{"garbage", "v1.35.4", false},
 	} {
 		if got := sameRelease(tc.a, tc.b); got != tc.same {

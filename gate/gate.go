@@ -303,14 +303,20 @@ func (g *Gate) ingestGap(now time.Time, last map[string]time.Time, names map[str
 // versionSkew checks the version-skew policy over the watched apiservers: their versions,
 // parsed with correlate.ParseVersion (so "v1.35.4+k3s1" and "v1.36.3-eks-4a1b2c3" compare as
 // 1.35 and 1.36), at most MaxMinorSkew minors apart. Apiservers of different major versions
-// are never within the policy. A version that does not parse is named in the detail and
-// left out of the comparison.
+// are never within the policy. A version that does not parse, and an apiserver whose version
+// is not known, are named in the detail and left out of the comparison.
 func (g *Gate) versionSkew(servers []correlate.ServerInfo, watched map[string]bool) Check {
 	c := Check{Name: metrics.CheckVersionSkew, Threshold: float64(g.t.MaxMinorSkew), OK: true}
 	var lo, hi *version.Version
-	var versions, unparsed []string
+	var versions, unparsed, unknown []string
 	for _, s := range servers {
-		if !watched[s.Name] || s.Version == "" {
+		if !watched[s.Name] {
+			continue
+		}
+		if s.Version == "" {
+			// Not configured and its own calls named no version that parses (counted in
+			// peertrail_apiserver_version_unparseable_total), or it has sent none yet.
+			unknown = append(unknown, s.Name)
 			continue
 		}
 		v, err := correlate.ParseVersion(s.Version)
@@ -328,9 +334,13 @@ func (g *Gate) versionSkew(servers []correlate.ServerInfo, watched map[string]bo
 	}
 	sort.Strings(versions)
 	sort.Strings(unparsed)
+	sort.Strings(unknown)
 	var ignored string
 	if len(unparsed) > 0 {
 		ignored = "; left out, not a version: " + strings.Join(unparsed, ", ")
+	}
+	if len(unknown) > 0 {
+		ignored += "; left out, version unknown: " + strings.Join(unknown, ", ")
 	}
 	switch {
 	case lo == nil:

@@ -135,11 +135,13 @@ func TestVersionSkewComparesParsedVersions(t *testing.T) {
 		{"k3s", []string{"v1.35.4+k3s1", "v1.36.3+k3s1"}, true, 1, "kas-0=v1.35.4+k3s1"},
 		{"rke2 and eks and gke", []string{"v1.35.4+rke2r1", "v1.36.3-eks-4a1b2c3", "v1.36.1-gke.1200"}, true, 1, "1 minor apart"},
 		{"configured minor only", []string{"v1.36", "v1.36.3"}, true, 0, "0 minor apart"},
+		{"minor only with metadata", []string{"v1.35+k3s1", "v1.37.0"}, false, 2, "2 minor apart"},
 		{"release candidate", []string{"v1.35.4", "v1.37.0-rc.1"}, false, 2, "2 minor apart"},
 		{"two minors with metadata", []string{"v1.35.4+k3s1", "v1.37.2+k3s1"}, false, 2, "2 minor apart"},
 		{"other major", []string{"v1.36.3", "v2.0.0"}, false, 2, "different major versions"},
 		{"garbage is named", []string{"v1.35.4", "unknown"}, true, 0, "left out, not a version: kas-1=unknown"},
 		{"nothing parses", []string{"garbage"}, true, 0, "no apiserver versions known yet; left out, not a version: kas-0=garbage"},
+		{"unknown is named", []string{"v1.35.4", ""}, true, 0, "0 minor apart (policy: at most 1); left out, version unknown: kas-1"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
