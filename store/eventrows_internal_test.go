@@ -42,7 +42,7 @@ func TestEventRowBinaryMatchesEventRow(t *testing.T) {
 		ImpersonatedExtra: map[string][]string{"k": {"v"}}, ImpersonationConstraint: "impersonate:user-info",
 		SourceIPs: []string{"10.0.0.1", "10.0.0.2"}, Code: -7, Message: "ünïcødé\ttab\nline",
 		RequestReceivedTimestamp: at, StageTimestamp: at.Add(time.Millisecond), ReceivedAt: at.In(time.FixedZone("x", 3600)),
-		Annotations: map[string]string{"i": "9", "h": "8", "g": "7", "f": "6", "e": "5", "d": "4", "c": "3", "b": "2", "a": "1"},
+		Annotations:      map[string]string{"i": "9", "h": "8", "g": "7", "f": "6", "e": "5", "d": "4", "c": "3", "b": "2", "a": "1"},
 		HasRequestObject: true, RequestObjectBytes: 1 << 40, HasResponseObject: true, ResponseObjectBytes: -1,
 		Raw: []byte(`{"kind":"Event"}`),
 	}}
