@@ -7,7 +7,8 @@
 //
 // Data flow: the spool delivers frames to the Correlator (a spool.Consumer), which feeds their
 // records to the Joiner; chains whose window has passed are classified by the Classifier,
-// counted in metrics, traced, and handed to the Sink (the store).
+// counted in metrics and handed to the Sink (the store), and traced once their verdict is settled
+// (when they leave memory, a late window later).
 package correlate
 
 import (
@@ -148,6 +149,7 @@ func New(cfg Config) *Correlator {
 		}, []string{metrics.LabelAPIServer}),
 		reportedAgents: map[string]struct{}{},
 	}
+	co.j.leaving = co.traceLeaving
 	if cfg.StateFile != "" {
 		b, err := os.ReadFile(cfg.StateFile)
 		if err == nil {
@@ -213,6 +215,15 @@ func (co *Correlator) Close(ctx context.Context) error {
 		err = fmt.Errorf("correlate: %d chains not written to the store (they are rebuilt from the spool on the next start): %w", n, err)
 	}
 	if co.tracer != nil {
+		// The final chains still held could yet be reclassified by a late record; this process
+		// will not see one, so they are traced as they stand.
+		co.mu.Lock()
+		for r := co.j.done.head; r != 0; {
+			cs := co.j.at(r)
+			r = cs.next
+			co.traceLeaving(cs)
+		}
+		co.mu.Unlock()
 		if terr := co.tracer.Shutdown(ctx); terr != nil && err == nil {
 			err = fmt.Errorf("correlate: flushing traces: %w", terr)
 		}
@@ -597,7 +608,8 @@ func (co *Correlator) recheckRecentLocked(ctx context.Context) {
 }
 
 // apply makes ch, the classification of cs, its result: counted in the metrics and the
-// window (taking back prev, its earlier result, if any), traced and handed to the sink.
+// window (taking back prev, its earlier result, if any) and handed to the sink. It is traced
+// when it leaves memory (traceLeaving).
 func (co *Correlator) apply(ctx context.Context, cs *chainState, ch *Chain, prev *result) {
 	// What the window counted of prev is read before its verdict is let go.
 	var old tally
@@ -636,15 +648,24 @@ func (co *Correlator) apply(ctx context.Context, cs *chainState, ch *Chain, prev
 	if cs.evicted {
 		co.m.evictions.WithLabelValues(string(ch.Class)).Inc()
 	}
-	if co.tracer != nil {
-		co.tracer.Emit(ctx, ch)
-	}
 	if co.sink != nil {
 		if len(co.pending) == 0 || cs.firstPos < co.pendFirst {
 			co.pendFirst = cs.firstPos
 		}
 		co.pending = append(co.pending, *ch)
 	}
+}
+
+// traceLeaving traces a final chain as it leaves memory (Joiner.leaving, and Close for those
+// still held): only then is its verdict settled. Tracing it when it first became final would
+// give a chain that a late record reclassifies two sets of spans under one trace ID, the
+// entry's twice, each with another class; so every chain is traced once, in its final class
+// and revision, a late window after it became final. co.mu is held.
+func (co *Correlator) traceLeaving(cs *chainState) {
+	if co.tracer == nil || !cs.final || !cs.res.set {
+		return
+	}
+	co.tracer.Emit(context.Background(), co.view(cs))
 }
 
 // flush hands the pending chains to the sink, flushBatch at a time. co.mu is not held while

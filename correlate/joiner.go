@@ -206,6 +206,9 @@ type Joiner struct {
 	// Dropped counts records not joined because their chain, or their auditID, already had
 	// MaxChainRecords (see there).
 	Dropped int64
+	// leaving, when set, is called with each final chain just before it leaves memory for good
+	// (past the late window, or beyond MaxRecent): from then on nothing changes its verdict.
+	leaving func(*chainState)
 }
 
 // MaxChainRecords bounds the records one chain takes, and the chains one auditID has in memory
@@ -749,6 +752,9 @@ func (j *Joiner) expireRecent() {
 		c := j.at(j.done.head)
 		if c.last >= j.now-late && j.nDone <= j.opts.MaxRecent {
 			return
+		}
+		if j.leaving != nil {
+			j.leaving(c)
 		}
 		j.forget(c)
 	}
