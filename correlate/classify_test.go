@@ -23,7 +23,7 @@ const (
 var t0 = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
 
 // req describes one client request; the helpers below turn it into the audit records real
-// apiservers write (see KUBERNETES-FACTS.md, "The two audit records of one proxied request").
+// apiservers write (see test/testdata/real/README.md, "What the capture shows").
 type req struct {
 	id       string
 	verb     string
