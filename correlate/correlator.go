@@ -56,7 +56,7 @@ var ErrBacklog = errors.New("too many chains waiting for the store")
 // Correlator is the spool consumer that joins records into chains. Its methods are safe for
 // concurrent use: the spool's runner calls Consume while API handlers read chains.
 type Correlator struct {
-	opts       Options
+	opts       JoinOptions
 	codec      *record.Codec
 	classifier Classifier
 	caps       *Capabilities
@@ -65,7 +65,7 @@ type Correlator struct {
 	log        *slog.Logger
 	m          *correlateMetrics
 	now        func() time.Time
-	// MaxPending bounds the final chains waiting for the sink before Consume pushes back.
+	// maxPending bounds the final chains waiting for the sink before Consume pushes back.
 	maxPending int
 	// flushBatch is the most chains one WriteChains gets, and the chunk in which Consume
 	// classifies the chains a Due closed (finishDueLocked).
@@ -115,7 +115,7 @@ type Correlator struct {
 
 // Config assembles a Correlator.
 type Config struct {
-	Options    Options
+	Join       JoinOptions // the joiner's windows and bounds
 	Codec      *record.Codec
 	Caps       *Capabilities
 	Classifier Classifier // nil: NewClassifier(Caps)
@@ -140,9 +140,9 @@ func New(cfg Config) *Correlator {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
 	co := &Correlator{
-		opts: cfg.Options, codec: cfg.Codec, classifier: cfg.Classifier, caps: cfg.Caps, sink: cfg.Sink,
+		opts: cfg.Join, codec: cfg.Codec, classifier: cfg.Classifier, caps: cfg.Caps, sink: cfg.Sink,
 		tracer: cfg.Tracer, log: cfg.Log, m: newCorrelateMetrics(), now: time.Now, maxPending: cfg.MaxPending, flushBatch: defaultFlushBatch,
-		j: NewJoiner(cfg.Options), stateFile: cfg.StateFile,
+		j: NewJoiner(cfg.Join), stateFile: cfg.StateFile,
 		versionErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: metrics.APIServerVersionUnparseableTotal,
 			Help: "Loopback requests of the apiserver whose user agent named no version peertrail could parse.",

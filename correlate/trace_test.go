@@ -24,7 +24,7 @@ import (
 // auditID, an entry span with the peer's span as its child, timed by the audit timestamps.
 func TestProxiedChainBecomesATrace(t *testing.T) {
 	rec := tracetest.NewSpanRecorder()
-	h := newHarness(t, DefaultOptions())
+	h := newHarness(t, DefaultJoinOptions())
 	h.co.tracer = NewTracerWith(rec)
 	r := podgroups("0f0e0d0c-0b0a-4908-8706-050403020100", t0)
 	h.feed(r.entry("kas-a", 200), r.peer("kas-c", addrA, 200))
@@ -161,7 +161,7 @@ func TestEveryClassBecomesATrace(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(string(tc.class), func(t *testing.T) {
 			rec := tracetest.NewSpanRecorder()
-			h := newHarness(t, DefaultOptions())
+			h := newHarness(t, DefaultJoinOptions())
 			h.co.tracer = NewTracerWith(rec)
 			id := tc.records(h)
 			h.settle()
@@ -251,7 +251,7 @@ func (h *harness) pastLateWindow() {
 // under its trace ID, not the first verdict's spans beside the second's.
 func TestReclassifiedChainIsTracedOnce(t *testing.T) {
 	rec := tracetest.NewSpanRecorder()
-	h := newHarness(t, DefaultOptions())
+	h := newHarness(t, DefaultJoinOptions())
 	h.co.tracer = NewTracerWith(rec)
 	r := podgroups("0f0e0d0c-0b0a-4908-8706-0504030201ff", t0)
 	h.feed(r.peer("kas-c", addrA, 200))
@@ -295,7 +295,7 @@ func TestReclassifiedChainIsTracedOnce(t *testing.T) {
 // when serve stops.
 func TestCloseTracesTheChainsStillHeld(t *testing.T) {
 	rec := tracetest.NewSpanRecorder()
-	h := newHarness(t, DefaultOptions())
+	h := newHarness(t, DefaultJoinOptions())
 	h.co.tracer = NewTracerWith(rec)
 	r := podgroups("0f0e0d0c-0b0a-4908-8706-0504030201fe", t0)
 	h.feed(r.entry("kas-a", 200), r.peer("kas-c", addrA, 200))
@@ -348,7 +348,7 @@ func TestTracerExportsOverOTLP(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := newHarness(t, DefaultOptions())
+	h := newHarness(t, DefaultJoinOptions())
 	h.co.tracer = tr
 	r := podgroups("0f0e0d0c-0b0a-4908-8706-050403020100", t0)
 	h.feed(r.entry("kas-a", 200), r.peer("kas-c", addrA, 200))
@@ -420,7 +420,7 @@ func TestTracerHonoursOTELEnvironment(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := newHarness(t, DefaultOptions())
+	h := newHarness(t, DefaultJoinOptions())
 	h.co.tracer = tr
 	r := podgroups("0f0e0d0c-0b0a-4908-8706-050403020101", t0)
 	h.feed(r.peer("kas-c", addrA, 201)) // broken: the entry's record is missing
