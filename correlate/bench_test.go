@@ -104,7 +104,7 @@ func (s *stream) each(p int, f func(*record.Record)) {
 // core (-cpu 1).
 func BenchmarkJoiner(b *testing.B) {
 	s := newStream(b, 20_000, 50)
-	j := NewJoiner(DefaultOptions())
+	j := NewJoiner(DefaultJoinOptions())
 	b.ReportAllocs()
 	events, p := 0, 0
 	for b.Loop() {
@@ -119,7 +119,7 @@ func BenchmarkJoiner(b *testing.B) {
 		if p%50 == 0 {
 			// The stream starts over in time: drain so that chains do not meet their past selves.
 			j.Due(1 << 62)
-			j = NewJoiner(DefaultOptions())
+			j = NewJoiner(DefaultJoinOptions())
 		}
 	}
 	b.ReportMetric(float64(events)/b.Elapsed().Seconds(), "events/s")
@@ -130,7 +130,7 @@ func BenchmarkJoiner(b *testing.B) {
 // correlator does per final chain (still without decoding frames or writing to a store).
 func BenchmarkCorrelate(b *testing.B) {
 	s := newStream(b, 20_000, 50)
-	h := newHarness(&testing.T{}, DefaultOptions())
+	h := newHarness(&testing.T{}, DefaultJoinOptions())
 	co := h.co
 	b.ReportAllocs()
 	events, p := 0, 0
@@ -151,7 +151,7 @@ func BenchmarkCorrelate(b *testing.B) {
 			for _, c := range co.j.Due(1 << 62) {
 				co.finishLocked(b.Context(), c)
 			}
-			co.j = NewJoiner(DefaultOptions())
+			co.j = NewJoiner(DefaultJoinOptions())
 		}
 		co.pending = co.pending[:0]
 	}
@@ -174,7 +174,7 @@ func TestBytesPerOpenChain(t *testing.T) {
 	// The records themselves are the decoder's output, not the joiner's; keep them out of the
 	// measurement by measuring with them already allocated.
 	before := heap()
-	j := NewJoiner(DefaultOptions())
+	j := NewJoiner(DefaultJoinOptions())
 	for i := range recs {
 		j.Add(&recs[i], 0)
 	}
@@ -250,7 +250,7 @@ func TestBytesPerChain(t *testing.T) {
 	}
 	// A store that is down: the final chains wait for it (Correlator.pending), as Chain
 	// values, which is measured apart.
-	co := New(Config{Options: DefaultOptions(), Caps: caps, Sink: refusingSink{}})
+	co := New(Config{Join: DefaultJoinOptions(), Caps: caps, Sink: refusingSink{}})
 	ctx := t.Context()
 	before := liveHeap()
 	for i := range recs {
@@ -270,7 +270,7 @@ func TestBytesPerChain(t *testing.T) {
 	// The stream moves one chain window on: every chain becomes final, is classified, and is
 	// kept for the late window.
 	last := recs[len(recs)-1].ReceivedAt
-	for _, c := range co.j.Due(last.Add(DefaultOptions().Window + time.Second).UnixNano()) {
+	for _, c := range co.j.Due(last.Add(DefaultJoinOptions().Window + time.Second).UnixNano()) {
 		co.finishLocked(ctx, c)
 	}
 	final := co.j.nDone
@@ -322,7 +322,7 @@ func holdChains(tb testing.TB) *Correlator {
 	for name, addr := range map[string]string{"kas-a": addrA, "kas-b": addrB, "kas-c": addrC} {
 		caps.NoteServer(name, "", addr, t0)
 	}
-	co := New(Config{Options: DefaultOptions(), Caps: caps})
+	co := New(Config{Join: DefaultJoinOptions(), Caps: caps})
 	ctx := context.Background()
 	n := 0
 	// 50 passes of 6 s of stream: 5 minutes, the late window.

@@ -44,7 +44,7 @@ func isProxyError(msg string) bool {
 }
 
 // DefaultClassifier classifies chains by the facts measured on real kube-apiservers
-// (KUBERNETES-FACTS.md): the peer's sourceIPs carry one more hop, only the entry records
+// (test/testdata/real/README.md): the peer's sourceIPs carry one more hop, only the entry records
 // impersonation, the entry's record of a forwarded request has a bare status, and what each
 // apiserver serves is learned from the chains (Capabilities).
 type DefaultClassifier struct {

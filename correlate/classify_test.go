@@ -23,7 +23,7 @@ const (
 var t0 = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
 
 // req describes one client request; the helpers below turn it into the audit records real
-// apiservers write (see KUBERNETES-FACTS.md, "The two audit records of one proxied request").
+// apiservers write (see test/testdata/real/README.md, "What the capture shows").
 type req struct {
 	id       string
 	verb     string
@@ -152,7 +152,7 @@ func (s *memSink) WriteChains(_ context.Context, cs []Chain) error {
 	return nil
 }
 
-func newHarness(t *testing.T, opts Options) *harness {
+func newHarness(t *testing.T, opts JoinOptions) *harness {
 	t.Helper()
 	codec, err := record.NewCodec()
 	if err != nil {
@@ -164,7 +164,7 @@ func newHarness(t *testing.T, opts Options) *harness {
 		caps.NoteServer(name, "", addr, t0)
 	}
 	sink := &memSink{}
-	co := New(Config{Options: opts, Codec: codec, Caps: caps, Sink: sink})
+	co := New(Config{Join: opts, Codec: codec, Caps: caps, Sink: sink})
 	co.now = func() time.Time { return t0.Add(time.Hour) }
 	return &harness{t: t, co: co, sink: sink}
 }
@@ -513,7 +513,7 @@ func TestClassesAndFindings(t *testing.T) {
 	}}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			h := newHarness(t, DefaultOptions())
+			h := newHarness(t, DefaultJoinOptions())
 			id := c.records(h)
 			h.settle()
 			ch := h.chain(id)
@@ -526,7 +526,7 @@ func TestClassesAndFindings(t *testing.T) {
 }
 
 func TestReusedAuditIDMakesSeparateChains(t *testing.T) {
-	h := newHarness(t, DefaultOptions())
+	h := newHarness(t, DefaultJoinOptions())
 	a := pods("same-id", t0)
 	b := podgroups("same-id", t0.Add(2*time.Minute)) // another request with the client's own Audit-ID
 	c := pods("same-id", t0.Add(10*time.Second))     // the same request again, a little later
@@ -544,7 +544,7 @@ func TestReusedAuditIDMakesSeparateChains(t *testing.T) {
 }
 
 func TestLateRecordReopensAndReclassifies(t *testing.T) {
-	h := newHarness(t, DefaultOptions())
+	h := newHarness(t, DefaultJoinOptions())
 	r := podgroups("late", t0)
 	h.feed(r.peer("kas-c", addrA, 200))
 	// The chain window passes on the stream: other traffic 40 s later.
@@ -570,7 +570,7 @@ func TestLateRecordReopensAndReclassifies(t *testing.T) {
 }
 
 func TestEvictionFinalisesOldestAndCountsIt(t *testing.T) {
-	opts := DefaultOptions()
+	opts := DefaultJoinOptions()
 	opts.MaxOpen = 2
 	h := newHarness(t, opts)
 	for i := range 3 {
@@ -591,7 +591,7 @@ func TestEvictionFinalisesOldestAndCountsIt(t *testing.T) {
 }
 
 func TestRunningWatchStaysOpen(t *testing.T) {
-	h := newHarness(t, DefaultOptions())
+	h := newHarness(t, DefaultJoinOptions())
 	r := podgroups("w1", t0)
 	r.verb, r.uri = "watch", "/apis/scheduling.k8s.io/v1alpha2/namespaces/ml/podgroups?watch=true"
 	started := r.records(sideOpts{apiserver: "kas-a", sourceIPs: []string{client}, code: 200, stages: []string{"RequestReceived", "ResponseStarted"}, end: time.Millisecond})
@@ -618,7 +618,7 @@ func TestRunningWatchStaysOpen(t *testing.T) {
 }
 
 func TestSinkOutageLosesNoChain(t *testing.T) {
-	h := newHarness(t, DefaultOptions())
+	h := newHarness(t, DefaultJoinOptions())
 	h.sink.fail = 2
 	for i := range 5 {
 		r := pods(fmt.Sprintf("s%d", i), t0)

@@ -12,9 +12,9 @@ import (
 // nothing of them stays: the slots are reused and the tables hold no value for them. A long
 // stream holds at most what one late window of it needs.
 func TestMemoryDoesNotGrowWithWhatWasSeen(t *testing.T) {
-	opts := DefaultOptions()
+	opts := DefaultJoinOptions()
 	opts.Window, opts.LateWindow = 10*time.Second, 30*time.Second
-	co := New(Config{Options: opts, Caps: NewCapabilities(15 * time.Minute)})
+	co := New(Config{Join: opts, Caps: NewCapabilities(15 * time.Minute)})
 	ctx := context.Background()
 	templates := benchRecords(t, 1000) // 0.3 s of stream
 	span := templates[len(templates)-1].ReceivedAt.Sub(t0) + time.Millisecond
@@ -77,7 +77,7 @@ func TestMemoryDoesNotGrowWithWhatWasSeen(t *testing.T) {
 // it, whether it is a canonical UUID (kept as 16 bytes), an uppercase one, or no UUID at all;
 // a chain of three apiservers keeps every side.
 func TestChainKeepsTheAuditIDAsWritten(t *testing.T) {
-	h := newHarness(t, DefaultOptions())
+	h := newHarness(t, DefaultJoinOptions())
 	ids := []string{"0a1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c4d", "0A1B2C3D-4E5F-4A6B-8C7D-9E0F1A2B3C4D", "client-chosen id", "0a1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c4"}
 	for _, id := range ids {
 		h.feed(pods(id, t0).local("kas-a", 200, ""))

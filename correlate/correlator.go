@@ -7,7 +7,8 @@
 //
 // Data flow: the spool delivers frames to the Correlator (a spool.Consumer), which feeds their
 // records to the Joiner; chains whose window has passed are classified by the Classifier,
-// counted in metrics, traced, and handed to the Sink (the store).
+// counted in metrics and handed to the Sink (the store), and traced once their verdict is settled
+// (when they leave memory, a late window later).
 package correlate
 
 import (
@@ -55,7 +56,7 @@ var ErrBacklog = errors.New("too many chains waiting for the store")
 // Correlator is the spool consumer that joins records into chains. Its methods are safe for
 // concurrent use: the spool's runner calls Consume while API handlers read chains.
 type Correlator struct {
-	opts       Options
+	opts       JoinOptions
 	codec      *record.Codec
 	classifier Classifier
 	caps       *Capabilities
@@ -64,7 +65,7 @@ type Correlator struct {
 	log        *slog.Logger
 	m          *correlateMetrics
 	now        func() time.Time
-	// MaxPending bounds the final chains waiting for the sink before Consume pushes back.
+	// maxPending bounds the final chains waiting for the sink before Consume pushes back.
 	maxPending int
 	// flushBatch is the most chains one WriteChains gets, and the chunk in which Consume
 	// classifies the chains a Due closed (finishDueLocked).
@@ -114,7 +115,7 @@ type Correlator struct {
 
 // Config assembles a Correlator.
 type Config struct {
-	Options    Options
+	Join       JoinOptions // the joiner's windows and bounds
 	Codec      *record.Codec
 	Caps       *Capabilities
 	Classifier Classifier // nil: NewClassifier(Caps)
@@ -139,15 +140,16 @@ func New(cfg Config) *Correlator {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
 	co := &Correlator{
-		opts: cfg.Options, codec: cfg.Codec, classifier: cfg.Classifier, caps: cfg.Caps, sink: cfg.Sink,
+		opts: cfg.Join, codec: cfg.Codec, classifier: cfg.Classifier, caps: cfg.Caps, sink: cfg.Sink,
 		tracer: cfg.Tracer, log: cfg.Log, m: newCorrelateMetrics(), now: time.Now, maxPending: cfg.MaxPending, flushBatch: defaultFlushBatch,
-		j: NewJoiner(cfg.Options), stateFile: cfg.StateFile,
+		j: NewJoiner(cfg.Join), stateFile: cfg.StateFile,
 		versionErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: metrics.APIServerVersionUnparseableTotal,
 			Help: "Loopback requests of the apiserver whose user agent named no version peertrail could parse.",
 		}, []string{metrics.LabelAPIServer}),
 		reportedAgents: map[string]struct{}{},
 	}
+	co.j.leaving = co.traceLeaving
 	if cfg.StateFile != "" {
 		b, err := os.ReadFile(cfg.StateFile)
 		if err == nil {
@@ -213,6 +215,15 @@ func (co *Correlator) Close(ctx context.Context) error {
 		err = fmt.Errorf("correlate: %d chains not written to the store (they are rebuilt from the spool on the next start): %w", n, err)
 	}
 	if co.tracer != nil {
+		// The final chains still held could yet be reclassified by a late record; this process
+		// will not see one, so they are traced as they stand.
+		co.mu.Lock()
+		for r := co.j.done.head; r != 0; {
+			cs := co.j.at(r)
+			r = cs.next
+			co.traceLeaving(cs)
+		}
+		co.mu.Unlock()
 		if terr := co.tracer.Shutdown(ctx); terr != nil && err == nil {
 			err = fmt.Errorf("correlate: flushing traces: %w", terr)
 		}
@@ -597,7 +608,8 @@ func (co *Correlator) recheckRecentLocked(ctx context.Context) {
 }
 
 // apply makes ch, the classification of cs, its result: counted in the metrics and the
-// window (taking back prev, its earlier result, if any), traced and handed to the sink.
+// window (taking back prev, its earlier result, if any) and handed to the sink. It is traced
+// when it leaves memory (traceLeaving).
 func (co *Correlator) apply(ctx context.Context, cs *chainState, ch *Chain, prev *result) {
 	// What the window counted of prev is read before its verdict is let go.
 	var old tally
@@ -636,15 +648,24 @@ func (co *Correlator) apply(ctx context.Context, cs *chainState, ch *Chain, prev
 	if cs.evicted {
 		co.m.evictions.WithLabelValues(string(ch.Class)).Inc()
 	}
-	if co.tracer != nil {
-		co.tracer.Emit(ctx, ch)
-	}
 	if co.sink != nil {
 		if len(co.pending) == 0 || cs.firstPos < co.pendFirst {
 			co.pendFirst = cs.firstPos
 		}
 		co.pending = append(co.pending, *ch)
 	}
+}
+
+// traceLeaving traces a final chain as it leaves memory (Joiner.leaving, and Close for those
+// still held): only then is its verdict settled. Tracing it when it first became final would
+// give a chain that a late record reclassifies two sets of spans under one trace ID, the
+// entry's twice, each with another class; so every chain is traced once, in its final class
+// and revision, a late window after it became final. co.mu is held.
+func (co *Correlator) traceLeaving(cs *chainState) {
+	if co.tracer == nil || !cs.final || !cs.res.set {
+		return
+	}
+	co.tracer.Emit(context.Background(), co.view(cs))
 }
 
 // flush hands the pending chains to the sink, flushBatch at a time. co.mu is not held while

@@ -63,7 +63,7 @@ func serverInfo(c *Capabilities, name string) ServerInfo {
 // shows up as a new epoch, told apart by the loopback UID and the version. Peer-discovery
 // fetches (system:apiserver without system:masters) teach nothing.
 func TestRealCapturesShowRestartsAndUpgrades(t *testing.T) {
-	co := New(Config{Options: DefaultOptions(), Caps: NewCapabilities(15 * time.Minute)})
+	co := New(Config{Join: DefaultJoinOptions(), Caps: NewCapabilities(15 * time.Minute)})
 	replayCapture(t, co, "peer-stopped")
 	c := serverInfo(co.caps, "kas-c")
 	if len(c.History) != 2 || c.History[1].Cause != CauseRestart || c.History[1].Version != "v1.36.3" ||
@@ -74,7 +74,7 @@ func TestRealCapturesShowRestartsAndUpgrades(t *testing.T) {
 		t.Fatalf("kas-a never restarted: %+v", got)
 	}
 
-	co = New(Config{Options: DefaultOptions(), Caps: NewCapabilities(15 * time.Minute)})
+	co = New(Config{Join: DefaultJoinOptions(), Caps: NewCapabilities(15 * time.Minute)})
 	replayCapture(t, co, "rolling-upgrade-step")
 	b := serverInfo(co.caps, "kas-b")
 	if b.Version != "v1.36.3" || len(b.History) != 2 || b.History[0].Version != "v1.35.4" || b.History[1].Cause != CauseVersionChange {
@@ -90,7 +90,7 @@ func TestRealCapturesShowRestartsAndUpgrades(t *testing.T) {
 // logged once, naming the agent; calls that only look similar teach nothing.
 func TestLoopbackCallsOfAnyBinary(t *testing.T) {
 	var logs bytes.Buffer
-	co := New(Config{Options: DefaultOptions(), Caps: NewCapabilities(15 * time.Minute),
+	co := New(Config{Join: DefaultJoinOptions(), Caps: NewCapabilities(15 * time.Minute),
 		Log: slog.New(slog.NewTextHandler(&logs, nil))})
 	loop := func(apiserver, agent, uid string, at time.Time, ips ...string) *record.Record {
 		if ips == nil {

@@ -51,7 +51,7 @@ func (r req) metadataLocal(apiserver string, code int32) []record.Record {
 // no objects) and with objects, are local: what the 1.35 process did is no evidence about the
 // 1.36 process (measured: 13 such requests were reported broken before this rule).
 func TestRestartedEntryIsJudgedOnItsOwnEvidence(t *testing.T) {
-	h := newHarness(t, DefaultOptions())
+	h := newHarness(t, DefaultJoinOptions())
 	alive(h, "kas-a", addrA, "uid-a1", "v1.35.4", t0, t0.Add(5*time.Second))
 	forwards(h, "fw1", t0.Add(2*time.Second))
 	forwards(h, "fw2", t0.Add(4*time.Second))
@@ -70,7 +70,7 @@ func TestRestartedEntryIsJudgedOnItsOwnEvidence(t *testing.T) {
 // process's later loopback call can arrive before its first. Its epoch begins at its first
 // call all the same, and a request in between is judged as the new process's.
 func TestReorderedBatchesOfANewProcess(t *testing.T) {
-	h := newHarness(t, DefaultOptions())
+	h := newHarness(t, DefaultJoinOptions())
 	alive(h, "kas-a", addrA, "uid-a1", "v1.35.4", t0, t0.Add(3*time.Second))
 	forwards(h, "fw1", t0.Add(2*time.Second))
 	restart := t0.Add(10 * time.Second)
@@ -91,7 +91,7 @@ func TestReorderedBatchesOfANewProcess(t *testing.T) {
 // not serve the resource is broken [peer_audit_missing] only when that process forwarded the
 // resource; objects in the record make it local whatever the view says.
 func TestBrokenNeedsTheEntrysOwnForwarding(t *testing.T) {
-	h := newHarness(t, DefaultOptions())
+	h := newHarness(t, DefaultJoinOptions())
 	at := t0.Add(time.Minute)
 	alive(h, "kas-c", addrC, "uid-c", "v1.36.3", at, at.Add(10*time.Second)) // up all along: a lost record, not a restart
 	forwards(h, "fw", at)
@@ -115,7 +115,7 @@ func TestBrokenNeedsTheEntrysOwnForwarding(t *testing.T) {
 // own. An apiserver never forwards to itself, and a plain client has one sourceIP: the entry's
 // record is missing, whatever the view believes the receiving apiserver serves.
 func TestLonePeerRecordFromAnAddressOnTheSameHost(t *testing.T) {
-	h := newHarness(t, DefaultOptions())
+	h := newHarness(t, DefaultJoinOptions())
 	const host = "127.0.0.1"
 	h.co.caps.NoteServer("kas-x", "", host, time.Time{})
 	h.co.caps.NoteServer("kas-y", "", host, time.Time{})
@@ -139,7 +139,7 @@ func TestLonePeerRecordFromAnAddressOnTheSameHost(t *testing.T) {
 // an apiserver's (here its own host's, shared with another apiserver), the record is a
 // peer's; if not, it is a client's behind a proxy that added X-Forwarded-For (local).
 func TestUnknownAddressWaitsForEvidence(t *testing.T) {
-	h := newHarness(t, DefaultOptions())
+	h := newHarness(t, DefaultJoinOptions())
 	at := t0.Add(time.Minute)
 	r := podgroups("later-known", at)
 	h.feed(r.records(sideOpts{apiserver: "kas-d", sourceIPs: []string{client, "10.0.0.99"}, code: 200, objects: true, end: 10 * time.Millisecond}))
@@ -172,7 +172,7 @@ func TestUnknownAddressWaitsForEvidence(t *testing.T) {
 // chain taught the view who serves the resource waits for that evidence (the demo reported
 // such a 404 local in some runs and misleading in others, by arrival order).
 func TestEarlyMisleading404WaitsForWhoServes(t *testing.T) {
-	h := newHarness(t, DefaultOptions())
+	h := newHarness(t, DefaultJoinOptions())
 	at := t0.Add(time.Minute)
 	m := podgroups("early-404", at)
 	h.feed(m.local("kas-b", 404, msgResourceNotFound))
@@ -196,7 +196,7 @@ func TestEarlyMisleading404WaitsForWhoServes(t *testing.T) {
 // TestRolesPreferRecordsOverBelief: when the view (out of date for a restarted server) says
 // the other way round, the objects in the records decide who served the request.
 func TestRolesPreferRecordsOverBelief(t *testing.T) {
-	h := newHarness(t, DefaultOptions())
+	h := newHarness(t, DefaultJoinOptions())
 	at := t0.Add(time.Minute)
 	// The view: kas-a serves podgroups, kas-c does not (stale).
 	a := podgroups("a-serves", at)
@@ -220,7 +220,7 @@ func TestRolesPreferRecordsOverBelief(t *testing.T) {
 // caches not synced) and its 404s before its peer discovery syncs are restart noise; the same
 // answers later are not.
 func TestEntryStarting(t *testing.T) {
-	h := newHarness(t, DefaultOptions())
+	h := newHarness(t, DefaultJoinOptions())
 	forwards(h, "fw", t0.Add(time.Second))
 	alive(h, "kas-b", addrB, "uid-b1", "v1.35.4", t0, t0.Add(3*time.Second))
 	restart := t0.Add(20 * time.Second)
@@ -250,7 +250,7 @@ func TestEntryStarting(t *testing.T) {
 // stream (SIGKILLed, restarting): restart noise with the peer named. A 503 after the peer is
 // back is not.
 func TestPeerDown(t *testing.T) {
-	h := newHarness(t, DefaultOptions())
+	h := newHarness(t, DefaultJoinOptions())
 	alive(h, "kas-a", addrA, "uid-a", "v1.35.4", t0, t0.Add(40*time.Second))
 	alive(h, "kas-c", addrC, "uid-c1", "v1.36.3", t0, t0.Add(10*time.Second))
 	forwards(h, "fw", t0.Add(5*time.Second))
@@ -283,7 +283,7 @@ func TestPeerDown(t *testing.T) {
 // stream falls silent and comes back (a replacement) is entry_stopping. The same records
 // while the apiservers stay up are not noise.
 func TestEntryDownAndStopping(t *testing.T) {
-	h := newHarness(t, DefaultOptions())
+	h := newHarness(t, DefaultJoinOptions())
 	alive(h, "kas-a", addrA, "uid-a1", "v1.35.4", t0, t0.Add(10*time.Second))
 	alive(h, "kas-c", addrC, "uid-c1", "v1.36.3", t0, t0.Add(40*time.Second))
 	forwards(h, "fw", t0.Add(time.Second))
@@ -315,7 +315,7 @@ func TestEntryDownAndStopping(t *testing.T) {
 // until they have its new process's discovery: restart noise (peer_down) while it starts, a
 // real misleading 404 while it is away.
 func TestMisleading404WhilePeerStarts(t *testing.T) {
-	h := newHarness(t, DefaultOptions())
+	h := newHarness(t, DefaultJoinOptions())
 	alive(h, "kas-b", addrB, "uid-b", "v1.35.4", t0, t0.Add(40*time.Second))
 	alive(h, "kas-c", addrC, "uid-c1", "v1.36.3", t0, t0.Add(10*time.Second))
 	forwards(h, "fw", t0.Add(time.Second))
@@ -339,7 +339,7 @@ func TestMisleading404WhilePeerStarts(t *testing.T) {
 // served a request fails it when it dies, after a start when it was alive. Both are restart
 // noise (peer_down); the same failures long after the peer came back are not.
 func TestForwardsWhilePeerStartsOrDies(t *testing.T) {
-	h := newHarness(t, DefaultOptions())
+	h := newHarness(t, DefaultJoinOptions())
 	alive(h, "kas-a", addrA, "uid-a", "v1.35.4", t0, t0.Add(50*time.Second))
 	alive(h, "kas-c", addrC, "uid-c1", "v1.36.3", t0, t0.Add(10*time.Second))
 	forwards(h, "fw", t0.Add(5*time.Second))

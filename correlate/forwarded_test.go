@@ -14,7 +14,7 @@ import (
 // (labelled apiserver, as the apiservers' own apiserver_rerouted_request_total), from 0 for
 // every apiserver known at registration.
 func TestForwardedCountsPerEntryAPIServer(t *testing.T) {
-	h := newHarness(t, DefaultOptions())
+	h := newHarness(t, DefaultJoinOptions())
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(h.co.Collectors()...)
 	if n, err := testutil.GatherAndCount(reg, metrics.CorrelateForwardedTotal); err != nil || n != 3*len(ForwardedClasses) {

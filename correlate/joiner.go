@@ -15,8 +15,9 @@ import (
 	"github.com/peertrail/peertrail/ingest/spool"
 )
 
-// Options tune the joiner.
-type Options struct {
+// JoinOptions tune the Joiner: when a chain is final, how long it stays amendable, and how many
+// chains memory holds. (Config assembles the whole Correlator and carries these as Join.)
+type JoinOptions struct {
 	// Window is how long a chain stays open after its last record arrived (receipt time).
 	// Records of one request from different apiservers arrive up to one webhook batch wait apart
 	// (30 s by default), more when a webhook backs off.
@@ -34,9 +35,9 @@ type Options struct {
 	MaxRecent int
 }
 
-// DefaultOptions are the defaults of peertrail serve.
-func DefaultOptions() Options {
-	return Options{
+// DefaultJoinOptions are the defaults of peertrail serve.
+func DefaultJoinOptions() JoinOptions {
+	return JoinOptions{
 		Window:      30 * time.Second,
 		WatchWindow: time.Hour,
 		LateWindow:  5 * time.Minute,
@@ -177,7 +178,7 @@ func (j *Joiner) remove(l *list, c *chainState) {
 // Its memory is bounded by the chains it holds (MaxOpen open, MaxRecent final), not by what it
 // has seen: the tables hold a value only while a chain refers to it.
 type Joiner struct {
-	opts Options
+	opts JoinOptions
 	// chains holds the open and the recent final (amendable) chains by auditID key, each the
 	// head of a sameID list.
 	chains map[[16]byte]ref
@@ -212,6 +213,9 @@ type Joiner struct {
 	// Dropped counts records not joined because their chain, or their auditID, already had
 	// MaxChainRecords (see there).
 	Dropped int64
+	// leaving, when set, is called with each final chain just before it leaves memory for good
+	// (past the late window, or beyond MaxRecent): from then on nothing changes its verdict.
+	leaving func(*chainState)
 }
 
 // MaxChainRecords bounds the records one chain takes, and the chains one auditID has in memory
@@ -228,7 +232,7 @@ type Joiner struct {
 const MaxChainRecords = 64
 
 // NewJoiner returns an empty joiner.
-func NewJoiner(opts Options) *Joiner {
+func NewJoiner(opts JoinOptions) *Joiner {
 	return &Joiner{opts: opts, chains: map[[16]byte]ref{}, more: map[ref][]side{},
 		strs: newTable[text](), ids: newTable[identity](), addrs: newTable[addrList](), targets: newTable[target](), verdicts: newTable[verdict]()}
 }
@@ -803,6 +807,9 @@ func (j *Joiner) expireRecent() {
 		c := j.at(j.done.head)
 		if c.last >= j.now-late && j.nDone <= j.opts.MaxRecent {
 			return
+		}
+		if j.leaving != nil {
+			j.leaving(c)
 		}
 		j.forget(c)
 	}

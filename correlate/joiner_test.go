@@ -13,7 +13,7 @@ import (
 // TestSafePositionIsTheOldestOpenChain checks the position the correlator commits as chains
 // open, close, reopen and watch.
 func TestSafePositionIsTheOldestOpenChain(t *testing.T) {
-	j := NewJoiner(DefaultOptions())
+	j := NewJoiner(DefaultJoinOptions())
 	add := func(id string, pos spool.Position, at time.Duration, stage string) {
 		r := pods(id, t0).local("kas-a", 200, "")[1]
 		r.Stage, r.ReceivedAt = stage, t0.Add(at)
@@ -60,7 +60,7 @@ func TestSafePositionIsTheOldestOpenChain(t *testing.T) {
 func TestReusedAuditIDIsBounded(t *testing.T) {
 	// One request more than an auditID keeps chains for, and a flood.
 	for _, n := range []int{MaxChainRecords + 1, 60_000} {
-		h := newHarness(t, DefaultOptions())
+		h := newHarness(t, DefaultJoinOptions())
 		for i := 0; i < n; i += 1000 {
 			batch := make([]record.Record, 0, 1000)
 			for k := i; k < min(i+1000, n); k++ {
@@ -99,7 +99,7 @@ func TestReusedAuditIDIsBounded(t *testing.T) {
 	}
 
 	// One request, many records (distinct stage times, so none is a duplicate at ingest).
-	h2 := newHarness(t, DefaultOptions())
+	h2 := newHarness(t, DefaultJoinOptions())
 	one := pods("one", t0)
 	var recs []record.Record
 	for k := range 1000 {
@@ -119,7 +119,7 @@ func TestReusedAuditIDIsBounded(t *testing.T) {
 // TestDropReclassifiesAFinalChainOnce: the first record a final chain has no room for gives it
 // the finding (re-emitted once); later ones change nothing and do not keep reopening it.
 func TestDropReclassifiesAFinalChainOnce(t *testing.T) {
-	h := newHarness(t, DefaultOptions())
+	h := newHarness(t, DefaultJoinOptions())
 	one := pods("full", t0)
 	rec := func(k int, at time.Duration) record.Record {
 		r := one.local("kas-a", 200, "")[1]

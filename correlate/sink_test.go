@@ -56,7 +56,7 @@ func gateHarness(t *testing.T, maxPending int) (*harness, *gateSink) {
 		caps.NoteServer(name, "", addr, t0)
 	}
 	sink := newGateSink()
-	co := New(Config{Options: DefaultOptions(), Codec: codec, Caps: caps, Sink: sink, MaxPending: maxPending})
+	co := New(Config{Join: DefaultJoinOptions(), Codec: codec, Caps: caps, Sink: sink, MaxPending: maxPending})
 	// Past the chain window of the test's records, within the late window: final chains stay
 	// in memory.
 	co.now = func() time.Time { return t0.Add(time.Minute) }
@@ -240,7 +240,7 @@ func (s *batchSink) WriteChains(ctx context.Context, cs []Chain) error {
 // the same: a misleading 404 closing with the forwards that teach who serves its resource.
 func TestChunksKeepVerdicts(t *testing.T) {
 	run := func(batch int) (map[string]Class, []int) {
-		h := newHarness(t, DefaultOptions())
+		h := newHarness(t, DefaultJoinOptions())
 		sink := &batchSink{}
 		h.co.sink = sink
 		h.co.flushBatch = batch

@@ -10,7 +10,7 @@ import (
 // a 404 18 ms before). That answer is the new process's start too; an answer a few seconds
 // before the restart is the old process's and is not noise.
 func TestEntryStartingJustBeforeItsFirstLoopbackRequest(t *testing.T) {
-	h := newHarness(t, DefaultOptions())
+	h := newHarness(t, DefaultJoinOptions())
 	forwards(h, "fw", t0.Add(time.Second))
 	alive(h, "kas-b", addrB, "uid-b1", "v1.35.4", t0, t0.Add(3*time.Second))
 	restart := t0.Add(20 * time.Second)

@@ -30,7 +30,9 @@ import (
 // name (http.request.method, http.response.status_code, url.path, url.query, user.name,
 // client.address, user_agent.original, k8s.namespace.name, error.type) and peertrail.* or k8s.*
 // names otherwise. The trace ID is the auditID itself (a UUID is 16 bytes, like a trace ID), so
-// a trace is found by auditID.
+// a trace is found by auditID. The Correlator emits a chain once, when it leaves memory (a late
+// window after it became final, or when serve stops), so its trace has the final verdict and one
+// span per side even when a late record reclassified it.
 type Tracer struct {
 	tp     *sdktrace.TracerProvider
 	tracer trace.Tracer

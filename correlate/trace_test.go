@@ -24,13 +24,14 @@ import (
 // auditID, an entry span with the peer's span as its child, timed by the audit timestamps.
 func TestProxiedChainBecomesATrace(t *testing.T) {
 	rec := tracetest.NewSpanRecorder()
-	h := newHarness(t, DefaultOptions())
+	h := newHarness(t, DefaultJoinOptions())
 	h.co.tracer = NewTracerWith(rec)
 	r := podgroups("0f0e0d0c-0b0a-4908-8706-050403020100", t0)
 	h.feed(r.entry("kas-a", 200), r.peer("kas-c", addrA, 200))
 	local := pods("11111111-2222-4333-8444-555555555555", t0)
 	h.feed(local.local("kas-b", 200, ""))
 	h.settle()
+	h.pastLateWindow()
 	if err := h.co.tracer.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -160,10 +161,11 @@ func TestEveryClassBecomesATrace(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(string(tc.class), func(t *testing.T) {
 			rec := tracetest.NewSpanRecorder()
-			h := newHarness(t, DefaultOptions())
+			h := newHarness(t, DefaultJoinOptions())
 			h.co.tracer = NewTracerWith(rec)
 			id := tc.records(h)
 			h.settle()
+			h.pastLateWindow()
 			ch := h.chain(id)
 			if ch.Class != tc.class {
 				t.Fatalf("class %s, want %s (%s)", ch.Class, tc.class, ch.Explanation)
@@ -234,6 +236,87 @@ func TestEveryClassBecomesATrace(t *testing.T) {
 	}
 }
 
+// pastLateWindow moves the stream's clock past the late window, so that the final chains leave
+// memory and are traced.
+func (h *harness) pastLateWindow() {
+	h.t.Helper()
+	next := h.co.now().Add(h.co.opts.LateWindow + time.Minute)
+	h.co.now = func() time.Time { return next }
+	if _, err := h.co.Consume(context.Background(), nil); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+// A chain that a late record reclassifies is traced once, in its final class: a span per side
+// under its trace ID, not the first verdict's spans beside the second's.
+func TestReclassifiedChainIsTracedOnce(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	h := newHarness(t, DefaultJoinOptions())
+	h.co.tracer = NewTracerWith(rec)
+	r := podgroups("0f0e0d0c-0b0a-4908-8706-0504030201ff", t0)
+	h.feed(r.peer("kas-c", addrA, 200))
+	// The chain window passes on the stream: other traffic 40 s later.
+	other := pods("other", t0.Add(40*time.Second))
+	h.feed(other.records(sideOpts{apiserver: "kas-b", sourceIPs: []string{client}, code: 200, received: t0.Add(41 * time.Second)}))
+	if c := h.chain(r.id); c.Class != ClassBroken || c.Revision != 1 {
+		t.Fatalf("before the late record: %s revision %d", c.Class, c.Revision)
+	}
+	// kas-a's webhook was backing off; its record arrives two minutes late.
+	h.feed(r.records(sideOpts{apiserver: "kas-a", sourceIPs: []string{client}, code: 200, end: 20 * time.Millisecond, received: t0.Add(2 * time.Minute)}))
+	h.settle()
+	if c := h.chain(r.id); c.Class != ClassProxied || c.Revision != 2 {
+		t.Fatalf("after the late record: %s revision %d", c.Class, c.Revision)
+	}
+	h.pastLateWindow()
+	var spans []sdktrace.ReadOnlySpan
+	for _, s := range rec.Ended() {
+		if s.SpanContext().TraceID() == TraceID(r.id) {
+			spans = append(spans, s)
+		}
+	}
+	if got := names(spans); len(got) != 2 || got[0] == got[1] {
+		t.Fatalf("spans %v, want one entry and one peer span", got)
+	}
+	for _, s := range spans {
+		for _, a := range s.Attributes() {
+			switch {
+			case a.Key == "peertrail.chain.class" && a.Value.AsString() != string(ClassProxied),
+				a.Key == "peertrail.chain.revision" && a.Value.AsInt64() != 2:
+				t.Errorf("%s: %s=%s, want the final verdict (proxied, revision 2)", s.Name(), a.Key, a.Value.String())
+			}
+		}
+		if s.Status().Code != codes.Unset {
+			t.Errorf("%s: status %v, want unset (proxied)", s.Name(), s.Status())
+		}
+	}
+}
+
+// Close traces the final chains still held (their late window has not passed), so none is lost
+// when serve stops.
+func TestCloseTracesTheChainsStillHeld(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	h := newHarness(t, DefaultJoinOptions())
+	h.co.tracer = NewTracerWith(rec)
+	r := podgroups("0f0e0d0c-0b0a-4908-8706-0504030201fe", t0)
+	h.feed(r.entry("kas-a", 200), r.peer("kas-c", addrA, 200))
+	h.settle()
+	if n := len(rec.Ended()); n != 0 {
+		t.Fatalf("%d spans while the chain can still be reclassified, want none yet", n)
+	}
+	if err := h.co.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, s := range rec.Ended() {
+		if s.SpanContext().TraceID() == TraceID(r.id) {
+			n++
+		}
+	}
+	if n != 2 {
+		t.Fatalf("%d spans of the proxied chain after Close, want 2", n)
+	}
+}
+
 func names(spans []sdktrace.ReadOnlySpan) []string {
 	var out []string
 	for _, s := range spans {
@@ -265,11 +348,12 @@ func TestTracerExportsOverOTLP(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := newHarness(t, DefaultOptions())
+	h := newHarness(t, DefaultJoinOptions())
 	h.co.tracer = tr
 	r := podgroups("0f0e0d0c-0b0a-4908-8706-050403020100", t0)
 	h.feed(r.entry("kas-a", 200), r.peer("kas-c", addrA, 200))
 	h.settle()
+	h.pastLateWindow()
 	if err := tr.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -336,11 +420,12 @@ func TestTracerHonoursOTELEnvironment(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := newHarness(t, DefaultOptions())
+	h := newHarness(t, DefaultJoinOptions())
 	h.co.tracer = tr
 	r := podgroups("0f0e0d0c-0b0a-4908-8706-050403020101", t0)
 	h.feed(r.peer("kas-c", addrA, 201)) // broken: the entry's record is missing
 	h.settle()
+	h.pastLateWindow()
 	if err := tr.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
 	}

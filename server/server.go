@@ -189,12 +189,12 @@ func (s *Server) newCorrelator(ctx context.Context, cfg config.File) error {
 			return err
 		}
 	}
-	opts := correlate.DefaultOptions()
+	opts := correlate.DefaultJoinOptions()
 	opts.Window = time.Duration(cfg.Correlate.ChainWindow)
 	opts.LateWindow = time.Duration(cfg.Correlate.LateWindow)
 	opts.MaxOpen = cfg.Correlate.MaxOpenChains
 	ccfg := correlate.Config{
-		Options: opts, Codec: s.codec, Caps: caps, Tracer: tracer, Log: s.log,
+		Join: opts, Codec: s.codec, Caps: caps, Tracer: tracer, Log: s.log,
 		StateFile: filepath.Join(cfg.DataDir, "correlate", "capabilities.json"),
 	}
 	if s.writer != nil {

@@ -68,7 +68,7 @@ func TestChainReadsTheSameFromStoreAsFromMemory(t *testing.T) {
 	posts = append(posts, post{"kas-b", loop[len(loop)-1].ReceivedAt, loop})
 
 	w := store.NewWriter(s, codec, store.WriterOptions{})
-	co := correlate.New(correlate.Config{Options: correlate.DefaultOptions(), Codec: codec,
+	co := correlate.New(correlate.Config{Join: correlate.DefaultJoinOptions(), Codec: codec,
 		Caps: correlate.NewCapabilities(24 * time.Hour), Sink: w})
 	var pos spool.Position
 	feed := func(p post) {

@@ -153,7 +153,7 @@ func pipeline(ctx context.Context, log *slog.Logger, s store.Store, codec *recor
 	}
 	w := store.NewWriter(s, codec, store.WriterOptions{Logger: log})
 	co := correlate.New(correlate.Config{
-		Options: correlate.DefaultOptions(), Codec: codec, Caps: correlate.NewCapabilities(15 * time.Minute), Sink: w, Log: log,
+		Join: correlate.DefaultJoinOptions(), Codec: codec, Caps: correlate.NewCapabilities(15 * time.Minute), Sink: w, Log: log,
 	})
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()

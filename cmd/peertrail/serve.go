@@ -190,7 +190,8 @@ func bindServeFlags(f *pflag.FlagSet, cfg *config.File) {
 	f.StringVar(&cfg.Store.KeyFile, "clickhouse-key-file", "", "client certificate key for ClickHouse (PEM)")
 	f.StringVar(&cfg.Store.Cluster, "clickhouse-cluster", "", "ClickHouse cluster name: create replicated tables ON CLUSTER with Distributed tables in front")
 	f.BoolVar(&cfg.EnablePprof, "enable-pprof", false, "serve Go's profiler under /debug/pprof/ on the API address, to readers only (performance investigations)")
-	f.StringVar(&cfg.Tracing.OTLPEndpoint, "otlp-endpoint", "", "OTLP/HTTP endpoint (e.g. http://otel-collector:4318) to export every final chain as a trace (the trace ID is the auditID);\n"+
+	f.StringVar(&cfg.Tracing.OTLPEndpoint, "otlp-endpoint", "", "OTLP/HTTP endpoint (e.g. http://otel-collector:4318) to export every final chain as a trace (the trace ID is the auditID), once in its final class,\n"+
+		"when --late-window has passed and no late record can reclassify it;\n"+
 		"without it, OTEL_EXPORTER_OTLP_ENDPOINT turns tracing on; the rest of the standard OTEL_* environment (headers, TLS, OTEL_RESOURCE_ATTRIBUTES) applies either way")
 	f.Var((*commaList)(&cfg.RedactResources), "redact-resources", "comma-separated resources whose events keep no requestObject or responseObject, as resource[.group][/subresource]\n"+
 		"(e.g. widgets.example.com,serviceaccounts), besides secrets, tokenreviews.authentication.k8s.io and serviceaccounts/token, always redacted")

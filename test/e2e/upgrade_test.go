@@ -852,7 +852,7 @@ func (r *ruTest) verify() {
 }
 
 // checkImpersonationRecords: the entry's record keeps admin impersonating bob; the peer's
-// shows bob only (KUBERNETES-FACTS.md).
+// shows bob only (test/testdata/real/README.md).
 func (r *ruTest) checkImpersonationRecords(auditID string) {
 	type row struct {
 		APIServer        string `json:"apiserver"`
@@ -1124,7 +1124,7 @@ var ruKlogTime = regexp.MustCompile(`^[IWE](\d{4} \d{2}:\d{2}:\d{2}\.\d{6})`)
 //   - at most the fetches logged up to the cutoff (a fetch is received after it is logged);
 //   - at least those logged a second before the cutoff, less the failed ones and those to a
 //     server that was going down (a SIGKILL loses up to a second of its audit events, and a
-//     graceful shutdown may drop its last ones: KUBERNETES-FACTS.md).
+//     graceful shutdown may drop its last ones: test/testdata/real/README.md).
 func (r *ruTest) checkDiscoveryCounts(cutoff time.Time) {
 	t := r.t
 	var rows []struct {

@@ -84,7 +84,7 @@ func expectation(l label) (correlate.Class, []correlate.Finding, bool) {
 		if strings.Contains(l.Note, "x-kubernetes-peer-proxied") {
 			// The client asked not to be forwarded; audit records cannot show the header, so
 			// this 404 for a resource a peer serves is indistinguishable from a misleading one
-			// (KUBERNETES-FACTS.md), and is one for the client.
+			// (test/testdata/real/README.md, "What the capture shows"), and is one for the client.
 			return correlate.ClassMisleading404, nil, true
 		}
 		return correlate.ClassLocal, nil, true
