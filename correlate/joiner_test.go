@@ -154,7 +154,7 @@ func TestDropReclassifiesAFinalChainOnce(t *testing.T) {
 // the oldest open chain found by walking every open one.
 func TestSafePositionWithChainsOpenedAgain(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
-	j := NewJoiner(DefaultOptions())
+	j := NewJoiner(DefaultJoinOptions())
 	pos, at := spool.Position(0), time.Duration(0)
 	var ids []string
 	inBack := 0
