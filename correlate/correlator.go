@@ -272,6 +272,16 @@ func (co *Correlator) Consume(ctx context.Context, entries []spool.Entry) (spool
 		if !more {
 			break
 		}
+		if ctx.Err() != nil {
+			// Stopping: the rest of a burst's chains would take minutes to classify and
+			// store. The spool commits no position of this call, so the next start
+			// replays their records and closes them again.
+			co.mu.Lock()
+			clear(co.due)
+			co.due = nil
+			co.mu.Unlock()
+			return 0, fmt.Errorf("correlate: stopped with chains still to classify: %w", ctx.Err())
+		}
 		co.mu.Lock()
 		if err != nil {
 			// The store refuses: classify the rest now, to wait in pending, rather than

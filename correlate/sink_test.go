@@ -281,3 +281,47 @@ func TestChunksKeepVerdicts(t *testing.T) {
 		t.Errorf("404-0 is %s, want misleading_404", whole["404-0"])
 	}
 }
+
+// stoppingSink takes the first batch, then the process is stopped (cancel) and the store
+// refuses what comes after, as an insert does once its context is cancelled.
+type stoppingSink struct {
+	memSink
+	cancel  context.CancelFunc
+	batches int
+}
+
+func (s *stoppingSink) WriteChains(ctx context.Context, cs []Chain) error {
+	s.batches++
+	if s.batches > 1 {
+		return ctx.Err()
+	}
+	s.cancel()
+	return s.memSink.WriteChains(ctx, cs)
+}
+
+// TestStopLeavesTheRestToTheReplay: a stop in the middle of the chains one Due closed (after a
+// burst, hundreds of thousands) ends Consume at once with the context's error, rather than
+// classifying the rest only to find the store gone, so the spool commits nothing of it and
+// the next start replays those chains.
+func TestStopLeavesTheRestToTheReplay(t *testing.T) {
+	h := newHarness(t, DefaultJoinOptions())
+	ctx, cancel := context.WithCancel(context.Background())
+	sink := &stoppingSink{cancel: cancel}
+	h.co.sink, h.co.flushBatch = sink, 2
+	for i := range 10 {
+		h.feed(pods(fmt.Sprintf("s-%d", i), t0.Add(time.Duration(i)*time.Millisecond)).local("kas-a", 200, ""))
+	}
+	_, err := h.co.Consume(ctx, nil)
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("Consume after the stop: %v, want context.Canceled", err)
+	}
+	if sink.batches > 2 || len(sink.chains) != 2 {
+		t.Fatalf("%d batches offered, %d chains stored: the rest should be left to the replay", sink.batches, len(sink.chains))
+	}
+	h.co.mu.Lock()
+	due, pending := len(h.co.due), len(h.co.pending)
+	h.co.mu.Unlock()
+	if due != 0 || pending > 2 {
+		t.Fatalf("%d chains still due, %d pending after the stop", due, pending)
+	}
+}
