@@ -58,6 +58,10 @@ type File struct {
 	Store                   Store       `json:"store,omitempty"`
 	// EnablePprof serves Go's profiler under /debug/pprof/ (for performance investigations).
 	EnablePprof bool `json:"enablePprof,omitempty"`
+	// MemoryLimit is the memory the whole process may use (0: its cgroup's limit, or the
+	// host's RAM). The embedded engine gets half (unless Store.MaxMemory) and Go's garbage
+	// collector keeps the rest under a soft limit (see server.MemoryBudget).
+	MemoryLimit ByteSize `json:"memoryLimit,omitempty"`
 	// RedactResources are resources whose events keep no requestObject or responseObject, in
 	// addition to Secrets, TokenReviews and TokenRequests, which are always redacted. Each is
 	// resource[.group][/subresource], e.g. "widgets.example.com" (record.NewRedaction).
@@ -235,6 +239,9 @@ func (f File) Validate() error {
 	}
 	if f.Limits.MaxReadingBytes > 0 && f.Limits.MaxReadingBytes < f.Limits.MaxBodyBytes {
 		errs = append(errs, fmt.Errorf("limits: maxReadingBytes (%s) is below maxBodyBytes (%s): a body of the largest size could never be read", f.Limits.MaxReadingBytes, f.Limits.MaxBodyBytes))
+	}
+	if f.MemoryLimit > 0 && f.Store.MaxMemory >= f.MemoryLimit {
+		errs = append(errs, fmt.Errorf("store.maxMemory (%s) is not below memoryLimit (%s): the engine's cap is part of the process's memory", f.Store.MaxMemory, f.MemoryLimit))
 	}
 	switch f.Store.Engine {
 	case "", "embedded", "none":

@@ -60,6 +60,7 @@ type Server struct {
 	cancel    context.CancelFunc
 	consumers sync.WaitGroup
 	errc      chan error
+	budget    Budget
 }
 
 // New opens the data directory and prepares everything; Start begins serving.
@@ -74,6 +75,9 @@ func New(ctx context.Context, cfg config.File, log *slog.Logger) (_ *Server, err
 		}
 	}()
 	s.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), version.Collector())
+
+	s.budget = MemoryBudget(cfg)
+	applyGoLimit(s.budget, log)
 
 	policy, err := spool.ParseSyncPolicy(cfg.Spool.Fsync)
 	if err != nil {

@@ -180,7 +180,9 @@ func bindServeFlags(f *pflag.FlagSet, cfg *config.File) {
 	f.IntVar(&cfg.Store.SQLMaxConcurrentQueries, "sql-max-concurrent-queries", 0, "SQL queries that run at once, beside the store writer; more wait up to 10s, then get 503 (default 2)")
 	f.Var(&cfg.Store.SQLMaxQueryMemory, "sql-max-query-memory", "memory one SQL query may use, enforced by the engine (default 1Gi)")
 	f.Var(&cfg.Store.SQLMaxExecutionTime, "sql-max-execution-time", "time one SQL query may run before the engine stops it (default 30s; a client may ask for less)")
-	f.Var(&cfg.Store.MaxMemory, "store-max-memory", "memory the embedded engine may use in all, writer and queries together (default: half of what the process may use, from its cgroup's limit or the host's RAM)")
+	f.Var(&cfg.MemoryLimit, "memory-limit", "memory the whole process may use (default: its cgroup's limit, or the host's RAM): the embedded engine gets half (--store-max-memory),\n"+
+		"and Go's garbage collector keeps its heap under 90% of it less the engine's share (a soft limit; GOMEMLIMIT in the environment wins)")
+	f.Var(&cfg.Store.MaxMemory, "store-max-memory", "memory the embedded engine may use in all, writer and queries together, a hard cap (default: half of --memory-limit)")
 	f.Var(&cfg.Store.Retention, "retention", "how long events and chains are kept in the store (TTL)")
 	f.StringVar(&cfg.Store.DSN, "clickhouse-dsn", "", "ClickHouse server to use with --store clickhouse: clickhouse://host:9000 (native protocol), http(s)://host:8123 (HTTP); ?secure=true for TLS")
 	f.StringVar(&cfg.Store.User, "clickhouse-user", "", "ClickHouse user (default: the DSN's, or $CLICKHOUSE_USER)")

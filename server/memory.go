@@ -1,0 +1,57 @@
+package server
+
+import (
+	"log/slog"
+	"os"
+	"runtime/debug"
+
+	"github.com/peertrail/peertrail/config"
+	"github.com/peertrail/peertrail/store"
+)
+
+// Budget is how the process's memory is shared: the embedded engine's hard cap (its
+// max_server_memory_usage) and the Go runtime's soft limit. Without a soft limit Go lets the
+// heap grow to twice what was live at the last collection, and after a burst it kept that
+// much (over a gigabyte in peertrail bench) while the process sat idle; with one, the
+// collector runs more often as the heap nears it, which cost no measurable rate in the bench
+// (BENCHMARKS.md). It is soft: a live heap above it is never refused, only collected harder.
+type Budget struct {
+	// Total is what the process may use: config.File.MemoryLimit, or its cgroup's limit or
+	// the host's RAM.
+	Total int64
+	// Engine caps the embedded engine (0 for another store): Store.MaxMemory, or half of Total.
+	Engine int64
+	// Go is the runtime's soft limit: 90% of Total less Engine (the rest is stacks, the
+	// runtime's own and the kernel's page cache of the spool), at least 256 MiB.
+	Go int64
+}
+
+// minGoLimit keeps a small Total from starving the receiver and the correlator.
+const minGoLimit = 256 << 20
+
+// MemoryBudget shares cfg's memory between the engine and Go.
+func MemoryBudget(cfg config.File) Budget {
+	b := Budget{Total: int64(cfg.MemoryLimit)}
+	if b.Total <= 0 {
+		b.Total = store.AvailableMemory()
+	}
+	if cfg.Store.Engine == "" || cfg.Store.Engine == "embedded" {
+		b.Engine = int64(cfg.Store.MaxMemory)
+		if b.Engine <= 0 {
+			b.Engine = b.Total / 2
+		}
+	}
+	b.Go = max(b.Total/10*9-b.Engine, minGoLimit)
+	return b
+}
+
+// applyGoLimit sets the runtime's soft memory limit to b.Go, unless GOMEMLIMIT is set: the
+// environment is Go's own way to say it, and wins.
+func applyGoLimit(b Budget, log *slog.Logger) {
+	if v := os.Getenv("GOMEMLIMIT"); v != "" {
+		log.Info("memory budget", "total", b.Total, "engine", b.Engine, "go_soft_limit", "GOMEMLIMIT="+v)
+		return
+	}
+	debug.SetMemoryLimit(b.Go)
+	log.Info("memory budget", "total", b.Total, "engine", b.Engine, "go_soft_limit", b.Go)
+}
