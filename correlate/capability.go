@@ -175,6 +175,32 @@ func (c *Capabilities) epochLocked(apiserver string, t time.Time) (from, to time
 	return from, time.Time{}
 }
 
+// VersionAt returns the version apiserver ran at t: that of the entry of its version history
+// that began last at or before t. Before the first entry it is the first entry's version when
+// that entry is the first sighting (the process peertrail first saw ran before it was seen, as
+// epochLocked counts it), "" when the first entry kept is a restart (older history was
+// dropped). An apiserver with no history has its configured version, if any.
+func (c *Capabilities) VersionAt(apiserver string, t time.Time) string {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	info := c.seen[apiserver]
+	if info == nil {
+		return ""
+	}
+	h := info.History
+	if len(h) == 0 {
+		return info.Version
+	}
+	i := sort.Search(len(h), func(i int) bool { return h[i].Since.After(t) }) // first entry after t
+	if i > 0 {
+		return h[i-1].Version
+	}
+	if h[0].Cause == CauseFirstSeen {
+		return h[0].Version
+	}
+	return ""
+}
+
 // Learn records that apiserver did (served) or did not serve g at t.
 func (c *Capabilities) Learn(apiserver string, g GVR, t time.Time, served bool) {
 	if g.Resource == "" || t.IsZero() {

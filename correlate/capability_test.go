@@ -302,3 +302,35 @@ func TestObservedForwardsOutrankAssumedServing(t *testing.T) {
 		})
 	}
 }
+
+// VersionAt names the version of the process that ran at a time, from the version history:
+// the first process seen ran before its first sighting too; a restart's version holds from its
+// first loopback call, also when a later batch of it arrived first; an unknown apiserver has
+// its configured version or none.
+func TestVersionAtFollowsTheHistory(t *testing.T) {
+	c := NewCapabilities(15 * time.Minute)
+	c.NoteServer("kas-z", "v1.36", "", time.Time{}) // configured only
+	c.Note("kas-b", Sighting{Version: "v1.35.4", Process: "old", At: t0})
+	c.Note("kas-b", Sighting{Version: "v1.35.4", Process: "old", At: t0.Add(20 * time.Second)})
+	c.Note("kas-b", Sighting{Version: "v1.36.3", Process: "new", At: t0.Add(45 * time.Second)})
+	// The new process's first call arrives after a later one of it.
+	c.Note("kas-b", Sighting{Version: "v1.36.3", Process: "new", At: t0.Add(40 * time.Second)})
+	for _, tc := range []struct {
+		apiserver string
+		at        time.Duration
+		want      string
+	}{
+		{"kas-b", -time.Minute, "v1.35.4"},
+		{"kas-b", 15 * time.Second, "v1.35.4"},
+		{"kas-b", 39 * time.Second, "v1.35.4"},
+		{"kas-b", 40 * time.Second, "v1.36.3"},
+		{"kas-b", 42 * time.Second, "v1.36.3"},
+		{"kas-b", time.Hour, "v1.36.3"},
+		{"kas-z", 0, "v1.36"},
+		{"kas-unknown", 0, ""},
+	} {
+		if got := c.VersionAt(tc.apiserver, t0.Add(tc.at)); got != tc.want {
+			t.Errorf("%s at t0%+v: %q, want %q", tc.apiserver, tc.at, got, tc.want)
+		}
+	}
+}

@@ -77,6 +77,12 @@ const (
 // Side is one apiserver's view of a request: what its audit records say.
 type Side struct {
 	APIServer string `json:"apiserver"`
+	// APIServerVersion is the version the apiserver ran when it received the request, as the
+	// correlator's version history had it when it last classified the chain (the epoch that
+	// holds RequestReceived, see Capabilities.VersionAt): "" when unknown. It is the
+	// apiserver's version (v1.36.3), not the resource's (Chain.Version). The capability
+	// history counts what each version served or forwarded by it.
+	APIServerVersion string `json:"apiserver_version,omitempty"`
 	// Code is the response code it recorded (0 if no ResponseComplete/ResponseStarted arrived).
 	Code   int32    `json:"code"`
 	User   string   `json:"user"`

@@ -630,12 +630,20 @@ func (co *Correlator) apply(ctx context.Context, cs *chainState, ch *Chain, prev
 	counted := tallyOf(ch)
 	res := result{verdict: co.j.verdicts.add(hashVerdict(&co.j.h, &v), v), code: ch.Code, entry: -1, peer: -1,
 		set: true, resource: counted.resource, noise: counted.noise}
+	sides := co.j.sidesOf(cs)
 	for i, s := range ch.sides {
 		switch s {
 		case ch.Entry:
 			res.entry = int8(i)
 		case ch.Peer:
 			res.peer = int8(i)
+		}
+		// The versions go to the sink with the chain: the API shows the same of it later,
+		// whatever the version history learns meanwhile.
+		if i < len(sides) {
+			v := co.j.str(s.APIServerVersion)
+			co.j.strs.release(sides[i].version)
+			sides[i].version = v
 		}
 	}
 	// The new verdict is taken before the old is let go, so that an unchanged one stays.
@@ -772,6 +780,16 @@ func (co *Correlator) build(cs *chainState) *Chain {
 			u := j.ids.get(s.imp)
 			side.ImpersonatedUser, side.ImpersonatedGroups, side.ImpersonatedExtra = u.name, u.groups, u.extra
 		}
+		// The version of the process that received the request, so that the store credits
+		// what each version served or forwarded to it, also in the minute of a restart.
+		at := side.RequestReceived
+		if at.IsZero() {
+			at = side.Completed
+		}
+		if at.IsZero() {
+			at = ch.FirstReceived
+		}
+		side.APIServerVersion = co.caps.VersionAt(side.APIServer, at)
 		ch.sides = append(ch.sides, side)
 	}
 	return ch
@@ -808,7 +826,9 @@ func (co *Correlator) view(cs *chainState) *Chain {
 	}
 	v := co.j.verdicts.get(res.verdict)
 	ch.Class, ch.Findings, ch.Explanation = v.class, slices.Clone(v.findings), v.explanation
+	sides := co.j.sidesOf(cs)
 	for i, s := range ch.sides {
+		s.APIServerVersion = co.j.text(sides[i].version) // as given to the sink (apply)
 		switch int8(i) {
 		case res.entry:
 			ch.Entry = s

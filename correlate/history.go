@@ -6,9 +6,11 @@ import (
 )
 
 // CapabilityRecord is one line of the capability history: an apiserver, in the version it ran
-// (its own loopback requests tell it; "" before the first), served or forwarded a
-// group/version/resource from From to Until (the first and the end of the last minute it was
-// seen doing so), Requests times. The store keeps the history for as long as its rollups.
+// (Side.APIServerVersion of the chains: its own loopback requests tell it; "" before the
+// first), served or forwarded a group/version/resource from From to Until (the first and the
+// end of the last minute it was seen doing so), Requests times. In the minute of a restart into
+// another version, each version has a line of what it did. The store keeps the history for as
+// long as its rollups.
 type CapabilityRecord struct {
 	APIServer string `json:"apiserver"`
 	// Version is the apiserver's version (v1.36.3), not the resource's.

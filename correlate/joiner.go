@@ -83,6 +83,10 @@ type side struct {
 	code       int32
 	stages     uint8
 	hasObjects bool
+	// version (strs) is the apiserver's version the chain's result was given with
+	// (Correlator.apply), so that a final chain shows from memory the version the store
+	// has. It fits in the struct's padding.
+	version sym
 }
 
 // result is a final chain's classification, kept with its state for the API and for taking
@@ -790,6 +794,7 @@ func (j *Joiner) forget(c *chainState) {
 		j.strs.release(s.userAgent)
 		j.strs.release(s.message)
 		j.strs.release(s.reason)
+		j.strs.release(s.version)
 		j.ids.release(s.user)
 		j.ids.release(s.imp)
 		j.addrs.release(s.sourceIPs)

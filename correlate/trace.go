@@ -229,6 +229,9 @@ func (t *Tracer) Emit(ctx context.Context, c *Chain) {
 		if s.UserAgent != "" {
 			attrs = append(attrs, semconv.UserAgentOriginal(s.UserAgent))
 		}
+		if s.APIServerVersion != "" {
+			attrs = append(attrs, attribute.String("k8s.apiserver.version", s.APIServerVersion))
+		}
 		var span trace.Span
 		ctx, span = t.tracer.Start(ctx, r.name+" "+s.APIServer,
 			trace.WithTimestamp(start), trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(attrs...))

@@ -26,6 +26,7 @@ func TestProxiedChainBecomesATrace(t *testing.T) {
 	rec := tracetest.NewSpanRecorder()
 	h := newHarness(t, DefaultJoinOptions())
 	h.co.tracer = NewTracerWith(rec)
+	h.co.caps.Note("kas-a", Sighting{Version: "v1.35.4", Process: "kas-a-1", At: t0}) // its own call: its version
 	r := podgroups("0f0e0d0c-0b0a-4908-8706-050403020100", t0)
 	h.feed(r.entry("kas-a", 200), r.peer("kas-c", addrA, 200))
 	local := pods("11111111-2222-4333-8444-555555555555", t0)
@@ -75,8 +76,13 @@ func TestProxiedChainBecomesATrace(t *testing.T) {
 	if attrs["k8s.audit_id"].AsString() != r.id || attrs["k8s.resource"].AsString() != "podgroups" ||
 		attrs["user.name"].AsString() != "alice" || attrs["http.response.status_code"].AsInt64() != 200 ||
 		attrs["http.request.method"].AsString() != "GET" || attrs["url.path"].AsString() != "/apis/scheduling.k8s.io/v1alpha2/namespaces/ml/podgroups" ||
-		attrs["peertrail.chain.class"].AsString() != "proxied" {
+		attrs["peertrail.chain.class"].AsString() != "proxied" || attrs["k8s.apiserver.version"].AsString() != "v1.35.4" {
 		t.Errorf("entry span attributes %v", entry.Attributes())
+	}
+	for _, a := range peer.Attributes() {
+		if a.Key == "k8s.apiserver.version" {
+			t.Errorf("peer span: %s %s, but kas-c's version is unknown", a.Key, a.Value.Emit())
+		}
 	}
 }
 

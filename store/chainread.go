@@ -257,6 +257,7 @@ func (d *rowDecoder) side(prefix string) *correlate.Side {
 		UserAgent: d.str(p + "user_agent"), Message: d.str(p + "message"), Reason: d.str(p + "reason"),
 		RequestReceived: d.time(p + "request_received"), Completed: d.time(p + "completed"),
 		Stages: d.strs(p + "stages"), HasObjects: d.bool(p + "has_objects"),
+		APIServerVersion: d.str(p + "apiserver_version"),
 	}
 }
 

@@ -158,6 +158,10 @@ func TestChainReadsTheSameFromStoreAsFromMemory(t *testing.T) {
 		t.Errorf("loop %s from memory: others %+v, want kas-b's record in full", c.AuditID, c.Others)
 	}
 
+	if c := fromMemory[correlate.ClassProxied]; c.Entry == nil || c.Peer == nil || c.Entry.APIServerVersion == "" || c.Peer.APIServerVersion == "" {
+		t.Errorf("proxied %s from memory: entry %+v, peer %+v: want both with their apiserver's version", c.AuditID, c.Entry, c.Peer)
+	}
+
 	// Past the late window the correlator forgets them; the API reads the store.
 	tick(last.Add(time.Hour))
 	for class, want := range fromMemory {

@@ -137,7 +137,8 @@ func appendSideRow(b []byte, s *correlate.Side) []byte {
 	b = rbTime(b, s.RequestReceived)
 	b = rbTime(b, s.Completed)
 	b = rbStrings(b, s.Stages)
-	return rbBool(b, s.HasObjects)
+	b = rbBool(b, s.HasObjects)
+	return rbString(b, s.APIServerVersion)
 }
 
 func rbString(b []byte, s string) []byte {

@@ -20,8 +20,9 @@ func TestChainRowBinaryMatchesChainRow(t *testing.T) {
 		ImpersonatedUser: "bob", ImpersonatedGroups: []string{"ops"}, ImpersonatedExtra: map[string][]string{"k": {"v"}},
 		SourceIPs: []string{"10.0.0.1"}, UserAgent: strings.Repeat("kubectl/v1.34 ", 20), Message: "ünïcødé\ttab\nline", Reason: "NotFound",
 		RequestReceived: at, Completed: at.Add(3 * time.Millisecond), Stages: []string{"RequestReceived", "ResponseComplete"}, HasObjects: true,
+		APIServerVersion: "v1.35.4+k3s1",
 	}
-	peer := &correlate.Side{APIServer: "b", Code: 404, User: "bob", SourceIPs: []string{"10.0.0.1", "10.0.0.2"}, Completed: at.Add(time.Millisecond)}
+	peer := &correlate.Side{APIServer: "b", APIServerVersion: "v1.36.3", Code: 404, User: "bob", SourceIPs: []string{"10.0.0.1", "10.0.0.2"}, Completed: at.Add(time.Millisecond)}
 	full := correlate.Chain{
 		ID: "id\x00a\x001", AuditID: "4a1b", State: correlate.StateFinal, Class: correlate.ClassLoop,
 		Findings:    []correlate.Finding{correlate.FindingStatusMismatch, correlate.FindingIdentityMismatch},

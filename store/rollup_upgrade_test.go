@@ -54,14 +54,18 @@ func rollupUpgradeHelper(ctx context.Context, fail func(string, ...any) int) int
 		at := base.Add(time.Duration(i) * time.Second)
 		chains = append(chains, chainAt(fmt.Sprintf("upgrade-%02d", i), at, correlate.StateFinal, at.Add(2*time.Second)))
 	}
-	// Inserted with the columns of that schema (other_sides came with 0005).
-	cols := slices.DeleteFunc(slices.Clone(store.ChainColumns), func(c store.Column) bool { return c.Name == "other_sides" })
+	// Inserted with the columns of that schema (other_sides came with 0005, the sides'
+	// versions with 0011).
+	later := func(c store.Column) bool {
+		return c.Name == "other_sides" || c.Name == "entry_apiserver_version" || c.Name == "peer_apiserver_version"
+	}
+	cols := slices.DeleteFunc(slices.Clone(store.ChainColumns), later)
 	var rows [][]any
 	for i := range chains {
 		full := store.ChainRow(&chains[i])
 		var row []any
 		for j, c := range store.ChainColumns {
-			if c.Name != "other_sides" {
+			if !later(c) {
 				row = append(row, full[j])
 			}
 		}

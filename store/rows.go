@@ -165,6 +165,7 @@ var sideColumns = []Column{
 	{"completed", "DateTime64(6, 'UTC')"},
 	{"stages", "Array(LowCardinality(String))"},
 	{"has_objects", "Bool"},
+	{"apiserver_version", "LowCardinality(String)"}, // migration 0011
 }
 
 func init() {
@@ -259,9 +260,9 @@ func appendSide(row []any, s *correlate.Side) []any {
 	if s == nil {
 		var zero time.Time
 		return append(row, false, "", int32(0), "", "", []string{}, map[string][]string{}, "", []string{}, map[string][]string{},
-			[]string{}, "", "", "", zero, zero, []string{}, false)
+			[]string{}, "", "", "", zero, zero, []string{}, false, "")
 	}
 	return append(row, true, s.APIServer, s.Code, s.User, s.UID, strs(s.Groups), extra(s.Extra),
 		s.ImpersonatedUser, strs(s.ImpersonatedGroups), extra(s.ImpersonatedExtra), strs(s.SourceIPs), s.UserAgent, s.Message, s.Reason,
-		s.RequestReceived.UTC(), s.Completed.UTC(), strs(s.Stages), s.HasObjects)
+		s.RequestReceived.UTC(), s.Completed.UTC(), strs(s.Stages), s.HasObjects, s.APIServerVersion)
 }

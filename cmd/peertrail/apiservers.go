@@ -25,10 +25,11 @@ func newAPIServersCommand(_ *globalFlags) *cobra.Command {
 		Use:   "apiservers",
 		Short: "Show what each apiserver served or forwarded, per version, from when to when",
 		Long: `apiservers asks a running peertrail serve for the capability history its store keeps: per
-apiserver and the version it ran (from its own loopback requests), each group/version/resource
-it served (answered itself, or as the peer of a forward) or forwarded to a peer, from the first
-to the end of the last minute it was seen doing so. During a rolling upgrade an apiserver's
-lines change at its replacement: what the old version forwarded, the new one serves.
+apiserver and the version it ran when it received each request (from its own loopback
+requests), each group/version/resource it served (answered itself, or as the peer of a forward)
+or forwarded to a peer, from the first to the end of the last minute it was seen doing so.
+During a rolling upgrade an apiserver's lines change at its replacement: what the old version
+forwarded, the new one serves; in the minute of the restart each version has its own lines.
 
 --at TIME shows the version epoch of each apiserver that holds TIME; --since (default 24h)
 and --until a time range. TIME is RFC 3339 or a duration ago (15m). The API answers readers

@@ -100,14 +100,22 @@ func printChain(w io.Writer, c *correlate.Chain) {
 			fmt.Fprintf(tw, "%s:\t(no record)\n", s.role)
 			continue
 		}
-		fmt.Fprintf(tw, "%s:\t%s answered %d in %s, sourceIPs %v, stages %v\n", s.role, s.side.APIServer, s.side.Code,
+		fmt.Fprintf(tw, "%s:\t%s%s answered %d in %s, sourceIPs %v, stages %v\n", s.role, s.side.APIServer, onVersion(s.side), s.side.Code,
 			s.side.Duration().Round(time.Microsecond), s.side.SourceIPs, s.side.Stages)
 	}
 	for _, o := range c.Others {
-		fmt.Fprintf(tw, "also:\t%s answered %d, sourceIPs %v\n", o.APIServer, o.Code, o.SourceIPs)
+		fmt.Fprintf(tw, "also:\t%s%s answered %d, sourceIPs %v\n", o.APIServer, onVersion(o), o.Code, o.SourceIPs)
 	}
 	if c.Class == correlate.ClassProxied {
 		fmt.Fprintf(tw, "forwarding overhead:\t%s\n", time.Duration(c.ForwardingOverheadSeconds*float64(time.Second)).Round(time.Microsecond))
 	}
 	tw.Flush()
+}
+
+// onVersion is " (v1.36.3)", the version the side's apiserver ran then, or "" when unknown.
+func onVersion(s *correlate.Side) string {
+	if s.APIServerVersion == "" {
+		return ""
+	}
+	return " (" + s.APIServerVersion + ")"
 }

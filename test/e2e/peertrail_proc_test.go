@@ -42,6 +42,9 @@ type ptProc struct {
 	stop    func()
 	done    chan struct{}
 	exitErr error // valid once done is closed
+	// caFile verifies its serving certificate; tokenFile holds a reader's token (empty when
+	// the caller gave --reader-token-file).
+	caFile, tokenFile string
 }
 
 // exited returns an error when the process has ended on its own (before stop).
@@ -84,10 +87,10 @@ func buildPeertrail(t *testing.T, dir string) string {
 // present (the API answers readers only).
 func startPT(ctx context.Context, t *testing.T, bin string, args []string, logFile string, ca *harness.CA) *ptProc {
 	t.Helper()
-	token := ""
+	token, tf := "", ""
 	if !slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--reader-token-file") }) {
 		token = rand.Text()
-		tf := logFile + ".reader-token"
+		tf = logFile + ".reader-token"
 		if err := os.WriteFile(tf, []byte(token+"\n"), 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -105,7 +108,7 @@ func startPT(ctx context.Context, t *testing.T, bin string, args []string, logFi
 		t.Fatal(err)
 	}
 	done := make(chan struct{})
-	p := &ptProc{bin: bin, LogFile: logFile, done: done}
+	p := &ptProc{bin: bin, LogFile: logFile, done: done, caFile: ca.CertFile, tokenFile: tf}
 	go func() {
 		p.exitErr = cmd.Wait()
 		lf.Close()
@@ -167,6 +170,24 @@ func startPT(ctx context.Context, t *testing.T, bin string, args []string, logFi
 		t.Fatalf("peertrail not ready: %v\n%s", err, lastLinesOf(logFile, 40))
 	}
 	return p
+}
+
+// cli runs a reader's command of the peertrail binary (apiservers, chain, ...) against the
+// running serve, as a user would: its URL, its CA and the reader's token.
+func (p *ptProc) cli(ctx context.Context, args ...string) (string, error) {
+	if p.tokenFile == "" {
+		return "", fmt.Errorf("peertrail %s: no reader token file of this serve", args[0])
+	}
+	args = append(slices.Clip(args), "--server", p.URL, "--ca-file", p.caFile, "--token-file", p.tokenFile)
+	out, err := exec.CommandContext(ctx, p.bin, args...).Output()
+	if err != nil {
+		var stderr []byte
+		if ee, ok := err.(*exec.ExitError); ok {
+			stderr = ee.Stderr
+		}
+		return "", fmt.Errorf("peertrail %s: %w\n%s", strings.Join(args, " "), err, stderr)
+	}
+	return string(out), nil
 }
 
 // chain returns the chain API's view of auditID (nil, 404 when unknown).

@@ -203,7 +203,8 @@ func TestRollingUpgrade(t *testing.T) {
 	r.scenario = "proxied old->new"
 	r.expect(r.do(ruA, "admin", "GET", ruPG, "", nil), ruWant{what: "list", class: correlate.ClassProxied, entry: ruA, peers: toC, code: 200})
 	r.expect(r.do(ruA, "admin", "POST", ruPG, pg("pg-1"), nil), ruWant{what: "create", class: correlate.ClassProxied, entry: ruA, peers: toC, code: 201})
-	r.expect(r.do(ruB, "admin", "GET", ruPG+"/pg-1", "", nil), ruWant{what: "get", class: correlate.ClassProxied, entry: ruB, peers: toC, code: 200})
+	oldForward := r.do(ruB, "admin", "GET", ruPG+"/pg-1", "", nil)
+	r.expect(oldForward, ruWant{what: "get", class: correlate.ClassProxied, entry: ruB, peers: toC, code: 200})
 	r.expect(r.do(ruA, "admin", "GET", ruPG+"?watch=true&timeoutSeconds=1", "", nil), ruWant{what: "watch ended by the server (timeoutSeconds=1)", class: correlate.ClassProxied, entry: ruA, peers: toC, code: 200})
 	r.expect(r.watchCancel(ruB, "admin", ruPG+"?watch=1"), ruWant{what: "watch cancelled by the client after its first event", class: correlate.ClassProxied, entry: ruB, peers: toC, code: 200, entryPanic: true})
 	r.expect(r.do(ruB, "admin", "GET", ruPG+"/does-not-exist", "", nil), ruWant{what: "get of a missing object: the peer's 404, proxied", class: correlate.ClassProxied, entry: ruB, peers: toC, code: 404, peerReason: "NotFound"})
@@ -323,7 +324,8 @@ func TestRollingUpgrade(t *testing.T) {
 		t.Errorf("%s /version after the upgrade: %s", ruB, st)
 	}
 	r.waitProxying()
-	r.expect(r.do(ruB, "admin", "GET", ruPG, "", nil), ruWant{what: "the upgraded server lists podgroups itself", class: correlate.ClassLocal, entry: ruB, code: 200})
+	newServe := r.do(ruB, "admin", "GET", ruPG, "", nil)
+	r.expect(newServe, ruWant{what: "the upgraded server lists podgroups itself", class: correlate.ClassLocal, entry: ruB, code: 200})
 	r.expect(r.do(ruB, "admin", "POST", ruPG, pg("pg-upgraded"), nil), ruWant{what: "creates one itself", class: correlate.ClassLocal, entry: ruB, code: 201})
 	r.expect(r.do(ruB, "bob", "GET", ruPG+"/pg-1", "", nil), ruWant{what: "reads one kas-c created", class: correlate.ClassLocal, entry: ruB, code: 200, user: "bob"})
 	r.expect(r.do(ruB, "admin", "GET", ruJobs+"/job-1", "", nil), ruWant{what: "and still serves jobs", class: correlate.ClassLocal, entry: ruB, code: 200})
@@ -352,6 +354,7 @@ func TestRollingUpgrade(t *testing.T) {
 	r.checkImpersonationRecords(imp1.auditID)
 	r.checkDiscovery()
 	r.checkVersionsInStore()
+	r.checkCapabilityHistory(start, oldForward.sentAt, newServe.sentAt)
 	r.checkIngest()
 	r.compareRerouted(cutoff)
 	t.Logf("TestRollingUpgrade took %s", time.Since(start).Round(time.Millisecond))
@@ -928,6 +931,94 @@ func (r *ruTest) checkVersionsInStore() {
 	if fmt.Sprint(rows) != fmt.Sprint(want) {
 		r.t.Errorf("peertrail.apiserver_versions_per_minute: %+v, want %+v", rows, want)
 	}
+}
+
+// checkCapabilityHistory: `peertrail apiservers`, the capability history the store keeps, shows
+// kas-b's upgrade: on v1.35.4 it forwarded podgroups (to kas-c) and never served them, on
+// v1.36.3 it served them and never forwarded them, though its last forwards and its new
+// process's first requests fall in the same minutes. --at a time of each epoch shows that
+// epoch's line. kas-a only ever ran v1.35.4 and never served podgroups; kas-c only v1.36.3,
+// with batch/v1 off, and never served jobs.
+func (r *ruTest) checkCapabilityHistory(since, oldAt, newAt time.Time) {
+	t := r.t
+	history := func(args ...string) []correlate.CapabilityRecord {
+		t.Helper()
+		out, err := r.pt.cli(r.ctx, append([]string{"apiservers", "-o", "json"}, args...)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var doc struct {
+			History []correlate.CapabilityRecord `json:"history"`
+		}
+		if err := json.Unmarshal([]byte(out), &doc); err != nil {
+			t.Fatalf("peertrail apiservers -o json: %v\n%s", err, out)
+		}
+		return doc.History
+	}
+	const pgGroup, pgVersion, pgResource = "scheduling.k8s.io", "v1alpha2", "podgroups"
+	lines := func(recs []correlate.CapabilityRecord) map[string]int64 {
+		m := map[string]int64{}
+		for _, rec := range recs {
+			m[fmt.Sprintf("%s %s %s %s", rec.APIServer, rec.Version, rec.Role, correlate.GVR{Group: rec.Group, Version: rec.APIVersion, Resource: rec.Resource})] += rec.Requests
+		}
+		return m
+	}
+	pg := correlate.GVR{Group: pgGroup, Version: pgVersion, Resource: pgResource}.String()
+	jobs := correlate.GVR{Group: "batch", Version: "v1", Resource: "jobs"}.String()
+	all := history("--since", since.Add(-time.Minute).UTC().Format(time.RFC3339))
+	got := lines(all)
+	versions := map[string]map[string]bool{}
+	for _, rec := range all {
+		if versions[rec.APIServer] == nil {
+			versions[rec.APIServer] = map[string]bool{}
+		}
+		versions[rec.APIServer][rec.Version] = true
+	}
+	want := map[string][]string{ruA: {harness.OldVersion}, ruB: {harness.OldVersion, harness.NewVersion}, ruC: {harness.NewVersion}}
+	for n, vs := range want {
+		if fmt.Sprint(slices.Sorted(maps.Keys(versions[n]))) != fmt.Sprint(vs) {
+			t.Errorf("peertrail apiservers: %s's lines are of versions %v, want %v", n, slices.Sorted(maps.Keys(versions[n])), vs)
+		}
+	}
+	for _, l := range []string{
+		ruB + " " + harness.OldVersion + " " + correlate.RoleForwarded + " " + pg,
+		ruB + " " + harness.NewVersion + " " + correlate.RoleServed + " " + pg,
+		ruC + " " + harness.NewVersion + " " + correlate.RoleServed + " " + pg,
+		ruA + " " + harness.OldVersion + " " + correlate.RoleForwarded + " " + pg,
+		ruC + " " + harness.NewVersion + " " + correlate.RoleForwarded + " " + jobs,
+	} {
+		if got[l] <= 0 {
+			t.Errorf("peertrail apiservers has no line %q", l)
+		}
+	}
+	for _, l := range []string{
+		ruB + " " + harness.OldVersion + " " + correlate.RoleServed + " " + pg,
+		ruB + " " + harness.NewVersion + " " + correlate.RoleForwarded + " " + pg,
+		ruA + " " + harness.OldVersion + " " + correlate.RoleServed + " " + pg,
+		ruC + " " + harness.NewVersion + " " + correlate.RoleServed + " " + jobs,
+	} {
+		if got[l] != 0 {
+			t.Errorf("peertrail apiservers says %q (%d requests)", l, got[l])
+		}
+	}
+	// At a time of each of kas-b's epochs.
+	for _, tc := range []struct {
+		at            time.Time
+		version, line string
+	}{
+		{oldAt, harness.OldVersion, ruB + " " + harness.OldVersion + " " + correlate.RoleForwarded + " " + pg},
+		{newAt, harness.NewVersion, ruB + " " + harness.NewVersion + " " + correlate.RoleServed + " " + pg},
+	} {
+		at := lines(history("--at", tc.at.UTC().Format(time.RFC3339Nano)))
+		if at[tc.line] <= 0 {
+			t.Errorf("peertrail apiservers --at %s (kas-b on %s) lacks %q: %v", tc.at.UTC().Format(time.RFC3339), tc.version, tc.line, at)
+		}
+	}
+	out, err := r.pt.cli(r.ctx, "apiservers", "--since", since.Add(-time.Minute).UTC().Format(time.RFC3339), "--resource", pgResource)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("peertrail apiservers --resource podgroups:\n%s", out)
 }
 
 // checkIngest: every batch was accepted under its apiserver's own name.
