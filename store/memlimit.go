@@ -19,8 +19,14 @@ func DefaultMaxMemory() int64 {
 // v1 memory.limit_in_bytes) when there is one and it is below the host's RAM, else the
 // host's RAM (MemTotal). It returns 4 GiB when neither can be read.
 func AvailableMemory() int64 {
-	host := memTotal()
-	lim := cgroupLimit()
+	return availableMemory([]string{"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"}, "/proc/meminfo")
+}
+
+// availableMemory is AvailableMemory with the files it reads named: the cgroup limit files
+// (v2 first) and meminfo.
+func availableMemory(cgroupFiles []string, meminfo string) int64 {
+	host := memTotal(meminfo)
+	lim := cgroupLimit(cgroupFiles)
 	switch {
 	case lim > 0 && (host <= 0 || lim < host):
 		return lim
@@ -30,8 +36,8 @@ func AvailableMemory() int64 {
 	return 4 << 30
 }
 
-func cgroupLimit() int64 {
-	for _, f := range []string{"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"} {
+func cgroupLimit(files []string) int64 {
+	for _, f := range files {
 		b, err := os.ReadFile(f)
 		if err != nil {
 			continue
@@ -47,8 +53,8 @@ func cgroupLimit() int64 {
 	return 0
 }
 
-func memTotal() int64 {
-	f, err := os.Open("/proc/meminfo")
+func memTotal(meminfo string) int64 {
+	f, err := os.Open(meminfo)
 	if err != nil {
 		return 0
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"reflect"
 	"strings"
@@ -62,6 +63,15 @@ func (o *ServerOptions) ClickHouseOptions() (*clickhouse.Options, error) {
 		} else {
 			dsn += "?secure=true"
 		}
+	}
+	// https:// says TLS by itself; clickhouse-go also wants secure=true, and refuses the DSN
+	// without it ("https without TLS"), which is how peertrail sql and report name a TLS SQL
+	// interface (serve's off loopback).
+	if u, err := url.Parse(dsn); err == nil && u.Scheme == "https" && !u.Query().Has("secure") {
+		q := u.Query()
+		q.Set("secure", "true")
+		u.RawQuery = q.Encode()
+		dsn = u.String()
 	}
 	opts, err := clickhouse.ParseDSN(dsn)
 	if err != nil {

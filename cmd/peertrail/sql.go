@@ -103,7 +103,10 @@ func probeSQL(ctx context.Context, base string, o store.ServerOptions) error {
 	}
 	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: tc}}
 	get := func(path string) (*http.Response, string, error) {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(base, "/")+path, nil)
+		// The path goes on the URL's path: base may carry DSN parameters (?secure=true).
+		p := *u
+		p.Path, p.RawQuery = strings.TrimRight(u.Path, "/")+path, ""
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.String(), nil)
 		if err != nil {
 			return nil, "", err
 		}

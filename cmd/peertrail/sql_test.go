@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
+	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -141,5 +143,23 @@ func TestSQLReportSchemaCommands(t *testing.T) {
 	out, err = runCLI(t, "schema", "--retention-days", "7")
 	if err != nil || !strings.Contains(out, "TTL toDateTime(received_at) + toIntervalDay(7)") || strings.Contains(out, " \n") {
 		t.Fatalf("schema: %v", err)
+	}
+}
+
+// TestProbeSQLKeepsTheURLsParameters: --sql-server may carry DSN parameters
+// (https://host:8443?secure=true); the probe still asks the interface's /ping.
+func TestProbeSQLKeepsTheURLsParameters(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/ping" && r.URL.RawQuery == "" {
+			io.WriteString(w, "Ok.\n")
+			return
+		}
+		http.Error(w, "a query", http.StatusUnauthorized)
+	}))
+	defer srv.Close()
+	for _, base := range []string{srv.URL, srv.URL + "/", srv.URL + "?dial_timeout=5s", srv.URL + "/?dial_timeout=5s"} {
+		if err := probeSQL(context.Background(), base, store.ServerOptions{}); err != nil {
+			t.Errorf("%s: %v", base, err)
+		}
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -90,6 +91,9 @@ func startSQLTarget(t *testing.T, extra ...string) *sqlTarget {
 		"--accept-unknown-apiservers", "--data-dir", st.dataDir, "--reader-token-file", tokenFile,
 		"--chain-window", "1s", "--late-window", "2s"}, extra...)
 	st.cmd = exec.Command(bin, args...)
+	// Killed with the test binary: a run cut short (a timeout, a closed pipe) skips Cleanup, and
+	// an orphaned serve would keep the test's files and inherited locks.
+	st.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	st.cmd.Stdout = st.logs
 	stderr, err := st.cmd.StderrPipe()
 	if err != nil {
@@ -436,6 +440,10 @@ func TestSQLNoRequestSeesAnotherRequestsOutput(t *testing.T) {
 func TestSQLBombsAreBoundedAndTheRestGoesOn(t *testing.T) {
 	st := startSQLTarget(t, "--sql-max-query-memory", "256Mi", "--sql-max-execution-time", "4s", "--store-max-memory", "2Gi")
 	ctx := context.Background()
+	// The engine as a whole is capped where --store-max-memory says.
+	if got := st.mustQuery(t, "SELECT value FROM system.server_settings WHERE name = 'max_server_memory_usage'"); got != fmt.Sprint(2<<30)+"\n" {
+		t.Errorf("the engine's max_server_memory_usage is %q with --store-max-memory 2Gi", got)
+	}
 	st.loadEvents(t, 11, 100)
 
 	code, exc, body, err := st.query(ctx, "SELECT length(groupArray(number)) FROM numbers(1e10)", nil)
@@ -453,8 +461,11 @@ func TestSQLBombsAreBoundedAndTheRestGoesOn(t *testing.T) {
 
 	// The time bomb runs while the rest of the service is used.
 	bomb := make(chan string, 1)
+	bombStart := time.Now()
+	var bombTook time.Duration
 	go func() {
 		code, exc, body, err := st.query(ctx, slowQuery, nil)
+		bombTook = time.Since(bombStart)
 		bomb <- fmt.Sprintf("%d %s %v %.200s", code, exc, err, body)
 	}()
 	time.Sleep(500 * time.Millisecond)
@@ -470,9 +481,32 @@ func TestSQLBombsAreBoundedAndTheRestGoesOn(t *testing.T) {
 	} else {
 		resp.Body.Close()
 	}
+	// The reads the issue saw time out behind a long query: /metrics, the chain API, the gate.
+	for _, path := range []string{"/metrics", "/api/v1/chains?limit=5", "/api/v1/gate"} {
+		req, _ := http.NewRequest(http.MethodGet, st.url+path, nil)
+		req.Header.Set("Authorization", "Bearer attack-suite-reader-token")
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Errorf("%s during the time bomb: %v", path, err)
+			continue
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Errorf("%s during the time bomb: %d", path, resp.StatusCode)
+		}
+	}
+	if len(bomb) > 0 {
+		t.Error("the time bomb ended before the webhook and the reads were tried: they proved nothing")
+	}
 	st.waitCount(t, "SELECT count() FROM peertrail.events", 150)
 	if got := <-bomb; !strings.HasPrefix(got, "500 159") {
 		t.Errorf("time bomb: %s", got)
+	}
+	// It ends at the 4 s limit, give or take the engine's check between blocks and the kill a
+	// second after it (the issue saw a 30 s limit overrun by 75 s).
+	t.Logf("the time bomb answered after %s", bombTook.Round(time.Millisecond))
+	if bombTook > 8*time.Second {
+		t.Errorf("the time bomb ran %s with a 4 s limit", bombTook)
 	}
 
 	// A client that goes away: its query is killed, long before the time limit would stop it.
@@ -593,4 +627,161 @@ func peakRSS(t *testing.T, pid int) int64 {
 	}
 	t.Fatal("no VmHWM")
 	return 0
+}
+
+// readonlyTableFunctions are the table functions the engine lets a readonly=1 user call
+// (system.table_functions.allow_readonly), each reviewed: none reaches a file, a URL, another
+// server or a process. An engine that adds one fails TestSQLEveryTableFunctionIsRefused until
+// it is reviewed here.
+var readonlyTableFunctions = map[string]string{
+	"SQLStandardValues":           "literal rows of a VALUES clause",
+	"cluster":                     "shards of a configured cluster: the embedded engine has none (system.clusters is empty)",
+	"clusterAllReplicas":          "as cluster",
+	"eval":                        "runs a SELECT built from a constant, as the same readonly user; experimental, off, and its setting cannot be changed",
+	"fuzzJSON":                    "perturbs a JSON string given as an argument",
+	"fuzzQuery":                   "perturbs a query string given as an argument (returns text, runs nothing)",
+	"generateRandom":              "random rows",
+	"generateSeries":              "integers",
+	"generate_series":             "integers",
+	"input":                       "the data of an INSERT, which a read has none of",
+	"merge":                       "local tables the reader can read anyway",
+	"mergeTreeAnalyzeIndexes":     "index analysis of a local table",
+	"mergeTreeAnalyzeIndexesUUID": "index analysis of a local table",
+	"mergeTreeIndex":              "index and marks of a local table",
+	"mergeTreeProjection":         "a projection of a local table",
+	"mergeTreeTextIndex":          "a text index of a local table",
+	"null":                        "an empty table",
+	"numbers":                     "integers",
+	"numbers_mt":                  "integers",
+	"primes":                      "integers",
+	"values":                      "literal rows",
+	"view":                        "a subquery, run as the same readonly user",
+	"viewIfPermitted":             "a subquery, run as the same readonly user",
+}
+
+// refusedBeforeTheReadonlyCheck are table functions whose every call fails before the engine's
+// access check, for lack of something no read can create: its expected exception code and why.
+var refusedBeforeTheReadonlyCheck = map[string]struct {
+	code string
+	why  string
+}{
+	"arrowstream":          {"47", "reads an Arrow stream registered through chdb's C API; peertrail registers none"},
+	"timeSeriesData":       {"727", "reads a TimeSeries table; the store has none and a read cannot create one"},
+	"timeSeriesTags":       {"727", "as timeSeriesData"},
+	"timeSeriesMetrics":    {"727", "as timeSeriesData"},
+	"timeSeriesSamples":    {"727", "as timeSeriesData"},
+	"timeSeriesSelector":   {"727", "as timeSeriesData"},
+	"prometheusQuery":      {"727", "as timeSeriesData"},
+	"prometheusQueryRange": {"727", "as timeSeriesData"},
+}
+
+// TestSQLEveryTableFunctionIsRefused asks the engine for every table function it has and calls
+// each with argument shapes that pass its argument check (files, URLs, servers, processes, a
+// cluster, a local table), aimed at a secret file and at a listener that counts requests:
+//   - a function the engine does not allow a readonly user is refused, by the readonly check
+//     itself (164) for at least one shape, or, when no call of it can pass its argument check,
+//     with the reason listed in refusedBeforeTheReadonlyCheck; none answers 200;
+//   - a function it allows is one reviewed in readonlyTableFunctions;
+//   - no call reads the secret or reaches the listener, and the embedded engine has no cluster
+//     for cluster() and the *Cluster functions to reach.
+func TestSQLEveryTableFunctionIsRefused(t *testing.T) {
+	st := startSQLTarget(t)
+	ctx := context.Background()
+	watch := t.TempDir()
+	secret := filepath.Join(watch, "tls.key")
+	const secretText = "PEERTRAIL-TABLE-FUNCTION-SECRET"
+	if err := os.WriteFile(secret, []byte(secretText+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var hits atomic.Int64
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			hits.Add(1)
+			io.WriteString(c, "HTTP/1.0 200 OK\r\n\r\n"+secretText+"\n")
+			c.Close()
+		}
+	}()
+	defer ln.Close()
+	addr := ln.Addr().String()
+	q := func(s string) string { return "'" + strings.ReplaceAll(s, "'", "\\'") + "'" }
+	azure := q("DefaultEndpointsProtocol=http;AccountName=a;AccountKey=a;BlobEndpoint=http://" + addr + "/a")
+	shapes := []string{
+		q(secret) + ", 'LineAsString'",
+		q("http://"+addr+"/b/k") + ", 'LineAsString'",
+		q("http://"+addr) + ", '//x', 'tok', 'line String'",
+		q("http://" + addr + "/b/k"),
+		q(addr),
+		q(addr) + ", 'db', 't', 'u', 'p'",
+		q(addr) + ", 'db', 'c', 'u', 'p', 'line String'",
+		q(addr) + ", 'k', 'k String'",
+		q("hdfs://"+addr+"/x") + ", 'LineAsString'",
+		azure + ", 'c', 'b', 'LineAsString'",
+		"'cat " + secret + "', 'LineAsString', 'line String'",
+		"'default', " + q(secret) + ", 'LineAsString'",
+		"'default', " + q("http://"+addr+"/b/k") + ", 'LineAsString'",
+		"'default', system.one",
+		"'peertrail', 'events'",
+		"peertrail.events",
+		"peertrail.events, 'up', now()",
+		"peertrail.events, 'up', now() - 60, now()",
+		"peertrail.events, 'up', now() - 60, now(), 15",
+		"'EXPLAIN', '', (SELECT 1)",
+		"LineAsString, 'x'",
+		"numbers(3)",
+		"",
+	}
+	if n := st.count(t, "SELECT count() FROM system.clusters"); n != 0 {
+		t.Errorf("the embedded engine has %d clusters: cluster() and the *Cluster table functions could reach them", n)
+	}
+	fns := strings.Fields(st.mustQuery(t, "SELECT name || ':' || toString(allow_readonly) FROM system.table_functions ORDER BY name"))
+	if len(fns) < 50 {
+		t.Fatalf("the engine lists %d table functions", len(fns))
+	}
+	for _, f := range fns {
+		name, allowed, _ := strings.Cut(f, ":")
+		if allowed == "1" {
+			if _, ok := readonlyTableFunctions[name]; !ok {
+				t.Errorf("table function %s is allowed to a readonly user and not reviewed: see what it reaches, then list it in readonlyTableFunctions", name)
+			}
+		}
+		codes := map[string]bool{}
+		for _, s := range shapes {
+			stmt := "SELECT * FROM " + name + "(" + s + ") LIMIT 3"
+			code, exc, body, err := st.query(ctx, stmt, nil)
+			if err != nil {
+				t.Fatalf("%s: %v", stmt, err)
+			}
+			if strings.Contains(body, secretText) {
+				t.Errorf("%s read the secret", stmt)
+			}
+			if allowed == "0" && code == http.StatusOK {
+				t.Errorf("%s answered 200: %.200s", stmt, body)
+			}
+			codes[exc] = true
+			if allowed == "0" && exc == "164" {
+				break // the readonly check refused it
+			}
+		}
+		if allowed == "1" || codes["164"] {
+			continue
+		}
+		if want, ok := refusedBeforeTheReadonlyCheck[name]; ok && codes[want.code] {
+			continue
+		}
+		if strings.HasSuffix(name, "Cluster") && codes["701"] {
+			continue // CLUSTER_DOESNT_EXIST: there is no cluster (checked above)
+		}
+		t.Errorf("table function %s: no argument shape reached the readonly check (exception codes %v): add one that passes its argument check", name, codes)
+	}
+	if n := hits.Load(); n != 0 {
+		t.Errorf("table functions reached the listener %d times", n)
+	}
 }
