@@ -103,6 +103,26 @@ func TestCLIErrors(t *testing.T) {
 		// Refused and not found.
 		{"chain without a token", []string{"chain", "x", "--server", apiPort.URL}, "PEERTRAIL_TOKEN=", exitRefused, []string{"401", "--token-file"}},
 		{"chain of an unknown auditID", []string{"chain", "nope", "--server", apiPort.URL}, tok, exitNotFound, []string{`no chain with auditID "nope"`}},
+		// The other commands: apiservers asks the API, simulate and loadgen post to the
+		// receiver (checked before the run, not after --duration of posting into nothing).
+		{"apiservers with an argument", []string{"apiservers", "x"}, "", exitUsage, []string{"takes no arguments", "usage: peertrail apiservers"}},
+		{"apiservers at no time", []string{"apiservers", "--at", "yesterday", "--server", down}, tok, exitUsage, []string{`--at "yesterday"`, "RFC 3339"}},
+		{"apiservers, server down", []string{"apiservers", "--server", down}, tok, exitUnreachable, []string{"nothing answers at " + down, "--server"}},
+		{"apiservers at the SQL port", []string{"apiservers", "--server", sqlPort.URL}, tok, exitUnreachable, []string{"SQL interface", "--listen"}},
+		{"simulate with an argument", []string{"simulate", "x"}, "", exitUsage, []string{"takes no arguments", "usage: peertrail simulate"}},
+		{"simulate one apiserver", []string{"simulate", "--apiservers", "1", "--url", down}, "", exitUsage, []string{"--apiservers must be at least 2", "usage:"}},
+		{"simulate to no URL", []string{"simulate", "--url", "127.0.0.1:8443"}, "", exitUsage, []string{"not an http:// or https:// URL", "--url takes"}},
+		{"simulate, receiver down", []string{"simulate", "--url", down}, "", exitUnreachable, []string{"nothing answers at " + down, "--url"}},
+		{"simulate to the SQL port", []string{"simulate", "--url", sqlPort.URL}, "", exitUnreachable, []string{"SQL interface", "--listen"}},
+		{"loadgen with an argument", []string{"loadgen", "x"}, "", exitUsage, []string{"takes no arguments", "usage: peertrail loadgen"}},
+		{"loadgen at no rate", []string{"loadgen", "--rate", "0"}, "", exitUsage, []string{"must be positive", "usage:"}},
+		{"loadgen, receiver down", []string{"loadgen", "--url", down}, "", exitUnreachable, []string{"nothing answers at " + down, "--url"}},
+		{"loadgen to the SQL port", []string{"loadgen", "--url", sqlPort.URL}, "", exitUnreachable, []string{"SQL interface", "--listen"}},
+		{"bench with an argument", []string{"bench", "x"}, "", exitUsage, []string{"takes no arguments"}},
+		{"demo with an argument", []string{"demo", "x"}, "", exitUsage, []string{"takes no arguments"}},
+		{"deploy of an unknown file", []string{"deploy", "kubeconfig"}, "", exitUsage, []string{`unknown command "kubeconfig"`, "peertrail deploy --help"}},
+		{"deploy webhook-config without its flags", []string{"deploy", "webhook-config"}, "", exitUsage, []string{`"apiserver"`, "usage: peertrail deploy webhook-config"}},
+		{"generate something unknown", []string{"generate", "grafana"}, "", exitUsage, []string{`unknown command "grafana"`, "peertrail generate --help"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

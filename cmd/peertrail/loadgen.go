@@ -43,8 +43,11 @@ receiver does not slow the schedule, its latency shows). It reports accepted eve
 and the acknowledge latency distribution. Use it to size a deployment or to check a change.`,
 		Example: `  peertrail loadgen --url https://peertrail:8443 --ca-file ca.crt --rate 10000 --duration 60s
   peertrail loadgen --url http://127.0.0.1:18443 --warmup 60s --duration 30s   # steady state`,
-		Args: cobra.NoArgs,
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if f.rate <= 0 || f.batch <= 0 || strings.TrimSpace(f.apiservers) == "" {
+				return usageError(cmd, "--rate, --batch and --apiservers must be positive")
+			}
 			return runLoadgen(cmd.Context(), f, cmd.OutOrStdout())
 		},
 	}
@@ -78,6 +81,9 @@ func runLoadgen(ctx context.Context, f *loadgenFlags, out io.Writer) error {
 	}
 	client, token, err := loadgenClient(f)
 	if err != nil {
+		return err
+	}
+	if err := probeReceiver(ctx, client, f.url, "--url"); err != nil {
 		return err
 	}
 	var tokens map[string]string
