@@ -29,6 +29,7 @@ type loadgenFlags struct {
 	certFile    string
 	keyFile     string
 	jsonOut     bool
+	output      string
 }
 
 func newLoadgenCommand(_ *globalFlags) *cobra.Command {
@@ -45,6 +46,12 @@ and the acknowledge latency distribution. Use it to size a deployment or to chec
   peertrail loadgen --url http://127.0.0.1:18443 --warmup 60s --duration 30s   # steady state`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkOutput(cmd, f.output); err != nil {
+				return err
+			}
+			if f.jsonOut {
+				f.output = "json"
+			}
 			if f.rate <= 0 || f.batch <= 0 || strings.TrimSpace(f.apiservers) == "" {
 				return usageError(cmd, "--rate, --batch and --apiservers must be positive")
 			}
@@ -67,7 +74,7 @@ and the acknowledge latency distribution. Use it to size a deployment or to chec
 	fl.StringVar(&f.keyFile, "client-key-file", "", "client certificate key (PEM)")
 	fl.BoolVar(&f.jsonOut, "json", false, "same as -o json")
 	fl.MarkHidden("json")
-	fl.VarP(&jsonOrTable{json: &f.jsonOut}, "output", "o", "output format: table or json")
+	addOutputFlag(cmd, &f.output)
 	return cmd
 }
 
@@ -104,10 +111,15 @@ func runLoadgen(ctx context.Context, f *loadgenFlags, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if f.jsonOut {
-		enc := json.NewEncoder(out)
-		enc.SetIndent("", "  ")
-		return enc.Encode(res)
+	if f.output == "json" || f.output == "yaml" {
+		b, err := json.Marshal(res)
+		if err != nil {
+			return err
+		}
+		if err := printJSON(out, f.output, b); err != nil {
+			return err
+		}
+		return res.Err()
 	}
 	fmt.Fprintf(out, "sent %d events in %d batches over %.1fs; acknowledged %d (%.0f events/s)\n",
 		res.EventsSent, res.Batches, res.Seconds, res.EventsAcked, res.AckedPerSec)
