@@ -11,6 +11,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
 // closedPort returns an address on loopback where nothing listens.
@@ -244,6 +247,40 @@ func TestServeRefusesBeforeSideEffects(t *testing.T) {
 		}
 		if _, err := os.Stat(dataDir); err == nil {
 			t.Errorf("%v: refused (%s) after creating the data directory", args, strings.TrimSpace(errOut.String()))
+		}
+	}
+}
+
+// TestHelpTexts walks every command's flags: pflag shows a backquoted word of a flag's usage
+// as its value type (sql --help once read "--server peertrail serve"), and the commands that
+// only read must not list the store's DDL or migration flags.
+func TestHelpTexts(t *testing.T) {
+	readOnly := map[string]bool{"chain": true, "gate": true, "apiservers": true, "sql": true, "report": true, "version": true}
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		c.LocalFlags().VisitAll(func(f *pflag.Flag) {
+			if name, _ := pflag.UnquoteUsage(f); strings.ContainsAny(name, " ,.") {
+				t.Errorf("%s --%s: a backquoted phrase in its usage became its value type %q", c.CommandPath(), f.Name, name)
+			}
+			if f.Hidden {
+				return
+			}
+			if readOnly[c.Name()] && (strings.Contains(f.Name, "cluster") || strings.Contains(f.Name, "migrat")) {
+				t.Errorf("%s only reads, yet has --%s", c.CommandPath(), f.Name)
+			}
+		})
+		for _, s := range c.Commands() {
+			walk(s)
+		}
+	}
+	walk(newRootCommand())
+	for _, c := range []string{"sql", "report"} {
+		var out, errOut bytes.Buffer
+		if code := run(context.Background(), []string{c, "--help"}, strings.NewReader(""), &out, &errOut); code != exitOK {
+			t.Fatalf("%s --help: exit %d: %s", c, code, errOut.String())
+		}
+		if !strings.Contains(out.String(), "--sql-server URL") {
+			t.Errorf("%s --help lacks \"--sql-server URL\":\n%s", c, out.String())
 		}
 	}
 }
