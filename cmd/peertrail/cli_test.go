@@ -125,6 +125,8 @@ func TestCLIErrors(t *testing.T) {
 		{"bench -o xml", []string{"bench", "-o", "xml"}, "", exitUsage, []string{`-o "xml"`, "table, json or yaml"}},
 		{"loadgen to the SQL port", []string{"loadgen", "--url", sqlPort.URL}, "", exitUnreachable, []string{"SQL interface", "--listen"}},
 		{"bench with an argument", []string{"bench", "x"}, "", exitUsage, []string{"takes no arguments"}},
+		{"demo on no address", []string{"demo", "--listen", "8443"}, "", exitUsage, []string{`--listen "8443"`, "127.0.0.1:0"}},
+		{"demo off loopback", []string{"demo", "--sql-listen", "0.0.0.0:0"}, "", exitUsage, []string{"--sql-listen 0.0.0.0:0 is not loopback"}},
 		{"demo with an argument", []string{"demo", "x"}, "", exitUsage, []string{"takes no arguments"}},
 		{"deploy of an unknown file", []string{"deploy", "kubeconfig"}, "", exitUsage, []string{`unknown command "kubeconfig"`, "peertrail deploy --help"}},
 		{"deploy webhook-config without its flags", []string{"deploy", "webhook-config"}, "", exitUsage, []string{`"apiserver"`, "usage: peertrail deploy webhook-config"}},
@@ -282,5 +284,23 @@ func TestHelpTexts(t *testing.T) {
 		if !strings.Contains(out.String(), "--sql-server URL") {
 			t.Errorf("%s --help lacks \"--sql-server URL\":\n%s", c, out.String())
 		}
+	}
+}
+
+// The demo on a busy port it was told to use says which flag changes it, before it starts
+// anything.
+func TestDemoOnABusyPortItWasGiven(t *testing.T) {
+	requireEngine(t)
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	var out, errOut bytes.Buffer
+	code := run(context.Background(), []string{"demo", "--sql-listen", busy.Addr().String()}, strings.NewReader(""), &out, &errOut)
+	msg := errOut.String()
+	if code != exitFailure || strings.Count(msg, "\n") != 1 || !strings.Contains(msg, "--sql-listen "+busy.Addr().String()+": address already in use") ||
+		!strings.Contains(msg, "give --sql-listen another address") {
+		t.Fatalf("exit %d, stderr %q", code, msg)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -82,6 +83,17 @@ ${PEERTRAIL_CACHE:-~/.cache/peertrail}; later runs use that copy.`,
 }
 
 func runDemo(ctx context.Context, f *demoFlags, out, errOut io.Writer) error {
+	// A mistyped address is said before the engine is fetched, and a busy one before anything
+	// starts (preflight, below).
+	for _, a := range []struct{ flag, addr string }{{"--listen", f.listen}, {"--sql-listen", f.sqlListen}} {
+		if _, _, err := net.SplitHostPort(a.addr); err != nil {
+			return errorf(exitUsage, a.flag+" takes host:port, e.g. 127.0.0.1:0 for a free port", "%s %q: %v", a.flag, a.addr, err)
+		}
+		if !loopbackAddr(a.addr) {
+			return errorf(exitUsage, "the demo serves plain HTTP without credentials for the apiservers: loopback only, e.g. 127.0.0.1:0",
+				"%s %s is not loopback", a.flag, a.addr)
+		}
+	}
 	if err := ensureEngine(ctx, errOut); err != nil {
 		return err
 	}
@@ -97,6 +109,9 @@ func runDemo(ctx context.Context, f *demoFlags, out, errOut io.Writer) error {
 	cfg := config.Defaults()
 	cfg.Listen, cfg.InsecureHTTP, cfg.AcceptUnknownAPIServers = f.listen, true, true
 	cfg.DataDir, cfg.Store.SQLListen = dataDir, f.sqlListen
+	if err := preflight(cfg); err != nil {
+		return err
+	}
 	// The API answers readers only, even on loopback: the demo makes a reader token and uses it
 	// as the commands it prints do.
 	token, tokenFile, err := demoReaderToken(dataDir)
