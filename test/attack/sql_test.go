@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -90,6 +91,10 @@ func startSQLTarget(t *testing.T, extra ...string) *sqlTarget {
 		"--accept-unknown-apiservers", "--data-dir", st.dataDir, "--reader-token-file", tokenFile,
 		"--chain-window", "1s", "--late-window", "2s"}, extra...)
 	st.cmd = exec.Command(bin, args...)
+	// Killed with the test binary (a timeout, an interrupt), which skips t.Cleanup: an orphaned
+	// serve kept running for hours, and it held whatever it inherited (a flock(1) lock
+	// that serialises test runs, with it).
+	st.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	st.cmd.Stdout = st.logs
 	stderr, err := st.cmd.StderrPipe()
 	if err != nil {
