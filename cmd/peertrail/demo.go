@@ -122,8 +122,10 @@ func runDemo(ctx context.Context, f *demoFlags, out, errOut io.Writer) error {
 	reader := &http.Client{Transport: withBearer(nil, token), Timeout: time.Minute}
 	// The simulated apiservers send a batch every second: a short window closes chains quickly.
 	cfg.Correlate.ChainWindow = config.Duration(5 * time.Second)
-	// Only warnings: the demo's own output is the point.
-	log := slog.New(slog.NewTextHandler(errOut, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	// Only warnings: the demo's own output is the point. Not the warning that any local client
+	// may post as any apiserver: the demo's simulated apiservers have no credentials on purpose,
+	// and the first line a newcomer read was that warning.
+	log := slog.New(dropMessage{slog.NewTextHandler(errOut, &slog.HandlerOptions{Level: slog.LevelWarn}), server.WarnNoAPIServerAuth})
 	srv, err := server.New(ctx, cfg, log)
 	if err != nil {
 		return addrInUse(err)
@@ -417,4 +419,25 @@ func simulatedDemo(ctx context.Context, f *demoFlags, url string, reader *http.C
 		return nil, nil, err
 	}
 	return truths, &sc, nil
+}
+
+// dropMessage is a slog.Handler that leaves out the records with one message.
+type dropMessage struct {
+	slog.Handler
+	msg string
+}
+
+func (d dropMessage) Handle(ctx context.Context, r slog.Record) error {
+	if r.Message == d.msg {
+		return nil
+	}
+	return d.Handler.Handle(ctx, r)
+}
+
+func (d dropMessage) WithAttrs(as []slog.Attr) slog.Handler {
+	return dropMessage{d.Handler.WithAttrs(as), d.msg}
+}
+
+func (d dropMessage) WithGroup(name string) slog.Handler {
+	return dropMessage{d.Handler.WithGroup(name), d.msg}
 }
