@@ -59,7 +59,7 @@ func TestReadmeMatchesManifests(t *testing.T) {
 		}
 		local[string(m[3])] = true
 	}
-	clients := regexp.MustCompile(`peertrail (?:gate|chain <Audit-Id>|apiservers)[^\n` + "`" + `]*--server https://localhost:(\d+)`).FindAllSubmatch(readme, -1)
+	clients := regexp.MustCompile(`peertrail (?:gate|chain <Audit-Id>|apiservers)[^\n`+"`"+`]*--server https://localhost:(\d+)`).FindAllSubmatch(readme, -1)
 	if len(clients) == 0 {
 		t.Fatal("deploy/README.md gives no peertrail gate --server https://localhost:PORT")
 	}
