@@ -63,6 +63,11 @@ type Server struct {
 	budget    Budget
 }
 
+// WarnNoAPIServerAuth is the warning New logs when no apiserver has to authenticate (no
+// client CA, no apiserver token); the demo, whose apiservers have no credentials on purpose,
+// leaves it out.
+const WarnNoAPIServerAuth = "no client CA and no apiserver token configured: any client that reaches the listener can post audit events as any apiserver"
+
 // New opens the data directory and prepares everything; Start begins serving.
 func New(ctx context.Context, cfg config.File, log *slog.Logger) (_ *Server, err error) {
 	if err := cfg.Validate(); err != nil {
@@ -126,7 +131,7 @@ func New(ctx context.Context, cfg config.File, log *slog.Logger) (_ *Server, err
 	}
 	s.auth = opts.Auth
 	if !opts.RequireAuth {
-		log.Warn("no client CA and no apiserver token configured: any client that reaches the listener can post audit events as any apiserver")
+		log.Warn(WarnNoAPIServerAuth)
 	}
 	if !s.auth.HasReaderCredentials() {
 		log.Warn("no reader credential configured: /metrics, the chain, apiserver and gate APIs and pprof refuse every request; give --reader-token-file or --reader-client-ca-file to read them")

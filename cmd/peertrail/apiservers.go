@@ -42,6 +42,19 @@ only: give a reader's token (--token-file, or $PEERTRAIL_TOKEN) or certificate.`
 			if err := checkOutput(cmd, output); err != nil {
 				return err
 			}
+			// The API reads these times; a wrong one is the command line's error, said before
+			// anything is asked.
+			for _, t := range []struct{ flag, v string }{{"--at", at}, {"--since", since}, {"--until", until}} {
+				if t.v == "" {
+					continue
+				}
+				if _, err := time.ParseDuration(t.v); err == nil {
+					continue
+				}
+				if _, err := time.Parse(time.RFC3339Nano, t.v); err != nil {
+					return usageError(cmd, "%s %q: want an RFC 3339 time (2026-11-30T10:00:00Z) or a duration ago (15m)", t.flag, t.v)
+				}
+			}
 			q := url.Values{}
 			if at != "" {
 				q.Set("at", at)

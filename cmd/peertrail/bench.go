@@ -66,8 +66,8 @@ same events), or a list of names (kas-a,kas-b).`,
   peertrail bench --apiservers 2,5,20 --events 500000 -o json    # cost against apiservers`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if f.output != "table" && f.output != "json" {
-				return usageError(cmd, "-o %q: want table or json", f.output)
+			if err := checkOutput(cmd, f.output); err != nil {
+				return err
 			}
 			if f.rate < 0 || f.batch <= 0 || f.events < 0 || f.proxied < 0 || f.proxied > 1 {
 				return usageError(cmd, "--rate and --events must not be negative, --batch positive, --proxied-fraction within 0..1")
@@ -103,7 +103,7 @@ same events), or a list of names (kas-a,kas-b).`,
 	fl.IntVar(&f.profileSecs, "profile-seconds", 30, "length of the CPU profile")
 	fl.DurationVar(&f.stall, "stall", 5*time.Minute, "give up when nothing more was stored for this long")
 	fl.StringArrayVar(&f.serveArgs, "serve-flag", nil, "a flag for serve, such as --serve-flag=--store=none (repeatable; wins over bench's)")
-	fl.StringVarP(&f.output, "output", "o", "table", "output format: table or json")
+	fl.StringVarP(&f.output, "output", "o", "table", "output format: table, json or yaml")
 	return cmd
 }
 
@@ -170,13 +170,16 @@ func runBench(ctx context.Context, f *benchFlags, runs [][]string, log *slog.Log
 		}
 		results = append(results, res)
 	}
-	if f.output == "json" {
-		enc := json.NewEncoder(out)
-		enc.SetIndent("", "  ")
+	if f.output == "json" || f.output == "yaml" {
+		var doc any = results
 		if len(results) == 1 {
-			return enc.Encode(results[0])
+			doc = results[0]
 		}
-		return enc.Encode(results)
+		b, err := json.Marshal(doc)
+		if err != nil {
+			return err
+		}
+		return printJSON(out, f.output, b)
 	}
 	printBench(out, results)
 	return nil

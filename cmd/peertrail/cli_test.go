@@ -11,6 +11,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
 // closedPort returns an address on loopback where nothing listens.
@@ -103,6 +106,31 @@ func TestCLIErrors(t *testing.T) {
 		// Refused and not found.
 		{"chain without a token", []string{"chain", "x", "--server", apiPort.URL}, "PEERTRAIL_TOKEN=", exitRefused, []string{"401", "--token-file"}},
 		{"chain of an unknown auditID", []string{"chain", "nope", "--server", apiPort.URL}, tok, exitNotFound, []string{`no chain with auditID "nope"`}},
+		// The other commands: apiservers asks the API, simulate and loadgen post to the
+		// receiver (checked before the run, not after --duration of posting into nothing).
+		{"apiservers with an argument", []string{"apiservers", "x"}, "", exitUsage, []string{"takes no arguments", "usage: peertrail apiservers"}},
+		{"apiservers at no time", []string{"apiservers", "--at", "yesterday", "--server", down}, tok, exitUsage, []string{`--at "yesterday"`, "RFC 3339"}},
+		{"apiservers, server down", []string{"apiservers", "--server", down}, tok, exitUnreachable, []string{"nothing answers at " + down, "--server"}},
+		{"apiservers at the SQL port", []string{"apiservers", "--server", sqlPort.URL}, tok, exitUnreachable, []string{"SQL interface", "--listen"}},
+		{"simulate with an argument", []string{"simulate", "x"}, "", exitUsage, []string{"takes no arguments", "usage: peertrail simulate"}},
+		{"simulate one apiserver", []string{"simulate", "--apiservers", "1", "--url", down}, "", exitUsage, []string{"--apiservers must be at least 2", "usage:"}},
+		{"simulate to no URL", []string{"simulate", "--url", "127.0.0.1:8443"}, "", exitUsage, []string{"not an http:// or https:// URL", "--url takes"}},
+		{"simulate, receiver down", []string{"simulate", "--url", down}, "", exitUnreachable, []string{"nothing answers at " + down, "--url"}},
+		{"simulate to the SQL port", []string{"simulate", "--url", sqlPort.URL}, "", exitUnreachable, []string{"SQL interface", "--listen"}},
+		{"loadgen with an argument", []string{"loadgen", "x"}, "", exitUsage, []string{"takes no arguments", "usage: peertrail loadgen"}},
+		{"loadgen at no rate", []string{"loadgen", "--rate", "0"}, "", exitUsage, []string{"must be positive", "usage:"}},
+		{"loadgen, receiver down", []string{"loadgen", "--url", down}, "", exitUnreachable, []string{"nothing answers at " + down, "--url"}},
+		{"loadgen -o yaml, receiver down", []string{"loadgen", "-o", "yaml", "--url", down}, "", exitUnreachable, []string{"nothing answers at " + down}},
+		{"loadgen -o xml", []string{"loadgen", "-o", "xml"}, "", exitUsage, []string{`-o "xml"`, "table, json or yaml"}},
+		{"bench -o xml", []string{"bench", "-o", "xml"}, "", exitUsage, []string{`-o "xml"`, "table, json or yaml"}},
+		{"loadgen to the SQL port", []string{"loadgen", "--url", sqlPort.URL}, "", exitUnreachable, []string{"SQL interface", "--listen"}},
+		{"bench with an argument", []string{"bench", "x"}, "", exitUsage, []string{"takes no arguments"}},
+		{"demo on no address", []string{"demo", "--listen", "8443"}, "", exitUsage, []string{`--listen "8443"`, "127.0.0.1:0"}},
+		{"demo off loopback", []string{"demo", "--sql-listen", "0.0.0.0:0"}, "", exitUsage, []string{"--sql-listen 0.0.0.0:0 is not loopback"}},
+		{"demo with an argument", []string{"demo", "x"}, "", exitUsage, []string{"takes no arguments"}},
+		{"deploy of an unknown file", []string{"deploy", "kubeconfig"}, "", exitUsage, []string{`unknown command "kubeconfig"`, "peertrail deploy --help"}},
+		{"deploy webhook-config without its flags", []string{"deploy", "webhook-config"}, "", exitUsage, []string{`"apiserver"`, "usage: peertrail deploy webhook-config"}},
+		{"generate something unknown", []string{"generate", "grafana"}, "", exitUsage, []string{`unknown command "grafana"`, "peertrail generate --help"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -222,5 +250,57 @@ func TestServeRefusesBeforeSideEffects(t *testing.T) {
 		if _, err := os.Stat(dataDir); err == nil {
 			t.Errorf("%v: refused (%s) after creating the data directory", args, strings.TrimSpace(errOut.String()))
 		}
+	}
+}
+
+// TestHelpTexts walks every command's flags: pflag shows a backquoted word of a flag's usage
+// as its value type (sql --help once read "--server peertrail serve"), and the commands that
+// only read must not list the store's DDL or migration flags.
+func TestHelpTexts(t *testing.T) {
+	readOnly := map[string]bool{"chain": true, "gate": true, "apiservers": true, "sql": true, "report": true, "version": true}
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		c.LocalFlags().VisitAll(func(f *pflag.Flag) {
+			if name, _ := pflag.UnquoteUsage(f); strings.ContainsAny(name, " ,.") {
+				t.Errorf("%s --%s: a backquoted phrase in its usage became its value type %q", c.CommandPath(), f.Name, name)
+			}
+			if f.Hidden {
+				return
+			}
+			if readOnly[c.Name()] && (strings.Contains(f.Name, "cluster") || strings.Contains(f.Name, "migrat")) {
+				t.Errorf("%s only reads, yet has --%s", c.CommandPath(), f.Name)
+			}
+		})
+		for _, s := range c.Commands() {
+			walk(s)
+		}
+	}
+	walk(newRootCommand())
+	for _, c := range []string{"sql", "report"} {
+		var out, errOut bytes.Buffer
+		if code := run(context.Background(), []string{c, "--help"}, strings.NewReader(""), &out, &errOut); code != exitOK {
+			t.Fatalf("%s --help: exit %d: %s", c, code, errOut.String())
+		}
+		if !strings.Contains(out.String(), "--sql-server URL") {
+			t.Errorf("%s --help lacks \"--sql-server URL\":\n%s", c, out.String())
+		}
+	}
+}
+
+// The demo on a busy port it was told to use says which flag changes it, before it starts
+// anything.
+func TestDemoOnABusyPortItWasGiven(t *testing.T) {
+	requireEngine(t)
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	var out, errOut bytes.Buffer
+	code := run(context.Background(), []string{"demo", "--sql-listen", busy.Addr().String()}, strings.NewReader(""), &out, &errOut)
+	msg := errOut.String()
+	if code != exitFailure || strings.Count(msg, "\n") != 1 || !strings.Contains(msg, "--sql-listen "+busy.Addr().String()+": address already in use") ||
+		!strings.Contains(msg, "give --sql-listen another address") {
+		t.Fatalf("exit %d, stderr %q", code, msg)
 	}
 }

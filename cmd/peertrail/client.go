@@ -4,9 +4,11 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"strings"
 	"time"
@@ -165,4 +167,38 @@ func apiGet(ctx context.Context, c *http.Client, base, path string) ([]byte, err
 // system's when empty), whether to skip that, and an optional client certificate.
 func clientTLS(caFile string, insecure bool, certFile, keyFile string) (*tls.Config, error) {
 	return tlsconfig.Client(caFile, insecure, certFile, keyFile)
+}
+
+// probeReceiver asks base once whether anything answers there before a command spends its
+// whole run posting to it: without it, simulate posted for minutes into a refused port (the
+// webhook backend's retries printed screens of events, and it exited 0) and loadgen reported
+// only that no event was acknowledged. Any HTTP answer will do (the receiver's path for a
+// probe depends on serve's listeners), except the SQL interface's: a wrong port.
+func probeReceiver(ctx context.Context, c *http.Client, base, flag string) error {
+	const hint = " takes the receiver's base URL, e.g. http://127.0.0.1:8443"
+	if u, err := url.Parse(base); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return errorf(exitUsage, flag+hint, "%s %q is not an http:// or https:// URL", flag, base)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(base, "/")+"/healthz", nil)
+	if err != nil {
+		return errorf(exitUsage, flag+hint, "%s %q: %v", flag, base, err)
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		if errors.Is(err, context.Canceled) {
+			return err // interrupted
+		}
+		if ue := unreachable(err, base, "peertrail serve's webhook receiver", flag); ue != nil {
+			return ue
+		}
+		return errorf(exitUnreachable, "is peertrail serve running there? "+flag+" sets its address", "ask %s: %v", base, err)
+	}
+	resp.Body.Close()
+	if resp.Header.Get("X-ClickHouse-Exception-Code") != "" || resp.Header.Get("X-ClickHouse-Server-Display-Name") != "" {
+		return errorf(exitUnreachable, flag+" takes serve's --listen address, e.g. http://127.0.0.1:8443",
+			"%s is a ClickHouse SQL interface (serve's --sql-listen), not peertrail serve's webhook receiver", base)
+	}
+	return nil
 }

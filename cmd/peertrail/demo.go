@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -82,6 +83,17 @@ ${PEERTRAIL_CACHE:-~/.cache/peertrail}; later runs use that copy.`,
 }
 
 func runDemo(ctx context.Context, f *demoFlags, out, errOut io.Writer) error {
+	// A mistyped address is said before the engine is fetched, and a busy one before anything
+	// starts (preflight, below).
+	for _, a := range []struct{ flag, addr string }{{"--listen", f.listen}, {"--sql-listen", f.sqlListen}} {
+		if _, _, err := net.SplitHostPort(a.addr); err != nil {
+			return errorf(exitUsage, a.flag+" takes host:port, e.g. 127.0.0.1:0 for a free port", "%s %q: %v", a.flag, a.addr, err)
+		}
+		if !loopbackAddr(a.addr) {
+			return errorf(exitUsage, "the demo serves plain HTTP without credentials for the apiservers: loopback only, e.g. 127.0.0.1:0",
+				"%s %s is not loopback", a.flag, a.addr)
+		}
+	}
 	if err := ensureEngine(ctx, errOut); err != nil {
 		return err
 	}
@@ -97,6 +109,9 @@ func runDemo(ctx context.Context, f *demoFlags, out, errOut io.Writer) error {
 	cfg := config.Defaults()
 	cfg.Listen, cfg.InsecureHTTP, cfg.AcceptUnknownAPIServers = f.listen, true, true
 	cfg.DataDir, cfg.Store.SQLListen = dataDir, f.sqlListen
+	if err := preflight(cfg); err != nil {
+		return err
+	}
 	// The API answers readers only, even on loopback: the demo makes a reader token and uses it
 	// as the commands it prints do.
 	token, tokenFile, err := demoReaderToken(dataDir)
@@ -107,8 +122,10 @@ func runDemo(ctx context.Context, f *demoFlags, out, errOut io.Writer) error {
 	reader := &http.Client{Transport: withBearer(nil, token), Timeout: time.Minute}
 	// The simulated apiservers send a batch every second: a short window closes chains quickly.
 	cfg.Correlate.ChainWindow = config.Duration(5 * time.Second)
-	// Only warnings: the demo's own output is the point.
-	log := slog.New(slog.NewTextHandler(errOut, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	// Only warnings: the demo's own output is the point. Not the warning that any local client
+	// may post as any apiserver: the demo's simulated apiservers have no credentials on purpose,
+	// and the first line a newcomer read was that warning.
+	log := slog.New(dropMessage{slog.NewTextHandler(errOut, &slog.HandlerOptions{Level: slog.LevelWarn}), server.WarnNoAPIServerAuth})
 	srv, err := server.New(ctx, cfg, log)
 	if err != nil {
 		return addrInUse(err)
@@ -402,4 +419,25 @@ func simulatedDemo(ctx context.Context, f *demoFlags, url string, reader *http.C
 		return nil, nil, err
 	}
 	return truths, &sc, nil
+}
+
+// dropMessage is a slog.Handler that leaves out the records with one message.
+type dropMessage struct {
+	slog.Handler
+	msg string
+}
+
+func (d dropMessage) Handle(ctx context.Context, r slog.Record) error {
+	if r.Message == d.msg {
+		return nil
+	}
+	return d.Handler.Handle(ctx, r)
+}
+
+func (d dropMessage) WithAttrs(as []slog.Attr) slog.Handler {
+	return dropMessage{d.Handler.WithAttrs(as), d.msg}
+}
+
+func (d dropMessage) WithGroup(name string) slog.Handler {
+	return dropMessage{d.Handler.WithGroup(name), d.msg}
 }

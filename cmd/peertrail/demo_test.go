@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"os"
 	"os/exec"
@@ -14,6 +15,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/peertrail/peertrail/server"
 )
 
 // openPTY returns the master and the slave of a new pseudo-terminal.
@@ -151,6 +154,9 @@ func TestDemoOnBusyDefaultPortsPrintsWorkingCommands(t *testing.T) {
 			t.Errorf("the engine's log reached the terminal: %q", l)
 		}
 	}
+	if strings.Contains(out, server.WarnNoAPIServerAuth) {
+		t.Errorf("the demo warns that its apiservers have no credentials, which it chose:\n%s", out)
+	}
 	for _, want := range []string{"What peertrail saw", "The upgrade gate", "press Ctrl-C"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("the demo's output lacks %q:\n%s", want, out)
@@ -167,4 +173,15 @@ func (l lockedWriter) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.w.Write(p)
+}
+
+// The demo's logger leaves out the one warning the demo chose to earn, and nothing else.
+func TestDemoLoggerDropsOnlyTheNoAuthWarning(t *testing.T) {
+	var b bytes.Buffer
+	log := slog.New(dropMessage{slog.NewTextHandler(&b, nil), server.WarnNoAPIServerAuth}).With("k", "v")
+	log.Warn(server.WarnNoAPIServerAuth)
+	log.Warn("the spool is full")
+	if strings.Contains(b.String(), "no client CA") || !strings.Contains(b.String(), "the spool is full") || !strings.Contains(b.String(), "k=v") {
+		t.Fatalf("logged %q", b.String())
+	}
 }

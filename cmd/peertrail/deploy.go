@@ -19,6 +19,7 @@ func newDeployCommand(_ *globalFlags) *cobra.Command {
 audit webhook kubeconfig and the audit policy. The Kustomize base and overlays, the
 kube-apiserver flags per version and the runbook are in the repository's deploy/ directory.`,
 		Args: noArgs,
+		RunE: group,
 	}
 	cmd.AddCommand(newDeployWebhookConfigCommand(), newDeployAuditPolicyCommand(), newDeployGenerateCommand(), newDeployClickHouseInitCommand(), newDeployAPIServerMonitorCommand())
 	return cmd

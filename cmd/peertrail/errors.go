@@ -83,6 +83,16 @@ func noArgs(cmd *cobra.Command, args []string) error {
 	return nil
 }
 
+// group is the RunE of a command that only holds subcommands: alone it prints its help, with an
+// argument it is a usage error (cobra would print the help and exit 0 for a mistyped
+// subcommand).
+func group(cmd *cobra.Command, args []string) error {
+	if len(args) > 0 {
+		return errorf(exitUsage, "see "+cmd.CommandPath()+" --help for its commands", "unknown command %q for %s", args[0], cmd.CommandPath())
+	}
+	return cmd.Help()
+}
+
 // exitCode and message turn any error a command returned into its exit status and one line.
 func exitCode(err error) int {
 	var ce *cliError

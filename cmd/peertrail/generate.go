@@ -23,6 +23,7 @@ promtool unit tests, a PrometheusRule and an example Alertmanager configuration
 (alerts/generated). Run it from the repository root after changing dashboards/ or alerts/;
 a test fails while the committed files differ from what the code generates.`,
 		Args: noArgs,
+		RunE: group,
 	}
 	cmd.AddCommand(newGenerateDashboardsCommand(), newGenerateAlertsCommand())
 	return cmd

@@ -29,6 +29,7 @@ type loadgenFlags struct {
 	certFile    string
 	keyFile     string
 	jsonOut     bool
+	output      string
 }
 
 func newLoadgenCommand(_ *globalFlags) *cobra.Command {
@@ -43,8 +44,17 @@ receiver does not slow the schedule, its latency shows). It reports accepted eve
 and the acknowledge latency distribution. Use it to size a deployment or to check a change.`,
 		Example: `  peertrail loadgen --url https://peertrail:8443 --ca-file ca.crt --rate 10000 --duration 60s
   peertrail loadgen --url http://127.0.0.1:18443 --warmup 60s --duration 30s   # steady state`,
-		Args: cobra.NoArgs,
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkOutput(cmd, f.output); err != nil {
+				return err
+			}
+			if f.jsonOut {
+				f.output = "json"
+			}
+			if f.rate <= 0 || f.batch <= 0 || strings.TrimSpace(f.apiservers) == "" {
+				return usageError(cmd, "--rate, --batch and --apiservers must be positive")
+			}
 			return runLoadgen(cmd.Context(), f, cmd.OutOrStdout())
 		},
 	}
@@ -64,7 +74,7 @@ and the acknowledge latency distribution. Use it to size a deployment or to chec
 	fl.StringVar(&f.keyFile, "client-key-file", "", "client certificate key (PEM)")
 	fl.BoolVar(&f.jsonOut, "json", false, "same as -o json")
 	fl.MarkHidden("json")
-	fl.VarP(&jsonOrTable{json: &f.jsonOut}, "output", "o", "output format: table or json")
+	addOutputFlag(cmd, &f.output)
 	return cmd
 }
 
@@ -78,6 +88,9 @@ func runLoadgen(ctx context.Context, f *loadgenFlags, out io.Writer) error {
 	}
 	client, token, err := loadgenClient(f)
 	if err != nil {
+		return err
+	}
+	if err := probeReceiver(ctx, client, f.url, "--url"); err != nil {
 		return err
 	}
 	var tokens map[string]string
@@ -98,10 +111,15 @@ func runLoadgen(ctx context.Context, f *loadgenFlags, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if f.jsonOut {
-		enc := json.NewEncoder(out)
-		enc.SetIndent("", "  ")
-		return enc.Encode(res)
+	if f.output == "json" || f.output == "yaml" {
+		b, err := json.Marshal(res)
+		if err != nil {
+			return err
+		}
+		if err := printJSON(out, f.output, b); err != nil {
+			return err
+		}
+		return res.Err()
 	}
 	fmt.Fprintf(out, "sent %d events in %d batches over %.1fs; acknowledged %d (%.0f events/s)\n",
 		res.EventsSent, res.Batches, res.Seconds, res.EventsAcked, res.AckedPerSec)

@@ -31,15 +31,22 @@ func run(ctx context.Context, args []string, in io.Reader, out, errOut io.Writer
 	root.SetIn(in)
 	root.SetOut(out)
 	root.SetErr(errOut)
-	err := root.ExecuteContext(ctx)
+	cmd, err := root.ExecuteContextC(ctx)
 	if err == nil {
 		return exitOK
 	}
+	if strings.HasPrefix(err.Error(), "required flag") {
+		// cobra's own check of MarkFlagRequired: a usage error, with the usage line.
+		err = usageError(cmd, "%s", err.Error())
+	}
 	code := exitCode(err)
 	var ee exitError
+	var ce *cliError
 	switch {
 	case errors.As(err, &ee):
 		// the command said what there was to say
+	case errors.As(err, &ce):
+		fmt.Fprintln(errOut, "peertrail:", oneLine(err.Error()))
 	case code == exitInterrupted:
 		fmt.Fprintln(errOut, "peertrail: interrupted")
 	case strings.HasPrefix(err.Error(), "unknown command"):

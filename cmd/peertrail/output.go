@@ -65,25 +65,3 @@ func printJSON(w io.Writer, format string, doc []byte) error {
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
 }
-
-// jsonOrTable is an -o flag for a command whose output is a table or JSON, set through a bool.
-type jsonOrTable struct{ json *bool }
-
-func (o *jsonOrTable) String() string {
-	if o.json != nil && *o.json {
-		return "json"
-	}
-	return "table"
-}
-func (o *jsonOrTable) Type() string { return "string" }
-func (o *jsonOrTable) Set(v string) error {
-	switch v {
-	case "table", "text":
-		*o.json = false
-	case "json":
-		*o.json = true
-	default:
-		return fmt.Errorf("want table or json")
-	}
-	return nil
-}

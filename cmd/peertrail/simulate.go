@@ -62,6 +62,9 @@ asks the receiver's chain API about each one and prints how peertrail did.`,
 			if err := checkOutput(cmd, f.output); err != nil {
 				return err
 			}
+			if err := checkSimulate(cmd, f); err != nil {
+				return err
+			}
 			return runSimulate(cmd.Context(), f, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
@@ -102,40 +105,51 @@ asks the receiver's chain API about each one and prints how peertrail did.`,
 	return cmd
 }
 
-func runSimulate(ctx context.Context, f *simulateFlags, out, errOut io.Writer) error {
+// checkSimulate checks simulate's command line, and that a receiver answers at --url, before
+// the run: a usage error is exit 2, a receiver not there exit 5, each at once rather than
+// after --duration of posting into nothing.
+func checkSimulate(cmd *cobra.Command, f *simulateFlags) error {
 	if f.cfg.APIServers < 2 {
-		return fmt.Errorf("--apiservers must be at least 2")
+		return usageError(cmd, "--apiservers must be at least 2")
 	}
 	if f.cfg.Rate <= 0 || f.cfg.Duration <= 0 {
-		return fmt.Errorf("--rate and --duration must be positive")
+		return usageError(cmd, "--rate and --duration must be positive")
 	}
 	for _, r := range f.resources {
 		res, err := simulate.ParseResource(r)
 		if err != nil {
-			return fmt.Errorf("--resource: %w", err)
+			return usageError(cmd, "--resource: %v", err)
 		}
 		f.cfg.Resources = append(f.cfg.Resources, res)
 	}
 	if f.mix != "" {
 		mix, err := simulate.ParseMix(f.mix)
 		if err != nil {
-			return fmt.Errorf("--mix: %w", err)
+			return usageError(cmd, "--mix: %v", err)
 		}
 		f.cfg.Mix = mix
 	}
 	if f.tokenFile != "" {
 		b, err := os.ReadFile(f.tokenFile)
 		if err != nil {
-			return err
+			return usageError(cmd, "--token-file: %v", err)
 		}
 		f.webhook.Token = strings.TrimSpace(string(b))
 	}
 	if f.tokenDir != "" {
 		var err error
 		if f.webhook.Tokens, err = readTokenDir(f.tokenDir); err != nil {
-			return err
+			return usageError(cmd, "--token-dir: %v", err)
 		}
 	}
+	tc, err := simulate.ClientTLS(f.webhook)
+	if err != nil {
+		return usageError(cmd, "%v", err)
+	}
+	return probeReceiver(cmd.Context(), &http.Client{Transport: &http.Transport{TLSClientConfig: tc}}, f.webhook.URL, "--url")
+}
+
+func runSimulate(ctx context.Context, f *simulateFlags, out, errOut io.Writer) error {
 	dir, err := os.MkdirTemp("", "peertrail-simulate")
 	if err != nil {
 		return err

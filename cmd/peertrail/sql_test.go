@@ -163,3 +163,25 @@ func TestProbeSQLKeepsTheURLsParameters(t *testing.T) {
 		}
 	}
 }
+
+// The table's last column, where the report puts a broken chain's explanation, is printed
+// whole, however long: a person needs all of it to act. Other columns are cut to keep the
+// table readable.
+func TestRenderTablePrintsTheLastColumnWhole(t *testing.T) {
+	explanation := "the peer kas-b never reported this forwarded request: " + strings.Repeat("its audit buffer was lost when it was killed; ", 4) + "look at kas-b's restart"
+	uri := "/apis/" + strings.Repeat("x", 100)
+	r := &store.Result{
+		Columns: []store.Column{{Name: "what", Type: "String"}, {Name: "code", Type: "UInt16"}, {Name: "explanation", Type: "String"}},
+		Rows:    [][]string{{uri, "404", explanation}},
+	}
+	var b bytes.Buffer
+	if err := render(&b, r, "table"); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), explanation+"\n") {
+		t.Errorf("the explanation is not whole:\n%s", b.String())
+	}
+	if strings.Contains(b.String(), uri) || !strings.Contains(b.String(), "…") {
+		t.Errorf("a long middle cell is not cut:\n%s", b.String())
+	}
+}

@@ -91,8 +91,9 @@ func startSQLTarget(t *testing.T, extra ...string) *sqlTarget {
 		"--accept-unknown-apiservers", "--data-dir", st.dataDir, "--reader-token-file", tokenFile,
 		"--chain-window", "1s", "--late-window", "2s"}, extra...)
 	st.cmd = exec.Command(bin, args...)
-	// Killed with the test binary: a run cut short (a timeout, a closed pipe) skips Cleanup, and
-	// an orphaned serve would keep the test's files and inherited locks.
+	// Killed with the test binary (a timeout, an interrupt), which skips t.Cleanup: an orphaned
+	// serve kept running for hours, and it held whatever it inherited (a flock(1) lock
+	// that serialises test runs, with it).
 	st.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	st.cmd.Stdout = st.logs
 	stderr, err := st.cmd.StderrPipe()
