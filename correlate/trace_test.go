@@ -81,7 +81,7 @@ func TestProxiedChainBecomesATrace(t *testing.T) {
 	}
 	for _, a := range peer.Attributes() {
 		if a.Key == "k8s.apiserver.version" {
-			t.Errorf("peer span: %s %s, but kas-c's version is unknown", a.Key, a.Value.Emit())
+			t.Errorf("peer span: %s %s, but kas-c's version is unknown", a.Key, a.Value.String())
 		}
 	}
 }
