@@ -63,3 +63,24 @@ func EpochsAt(records []CapabilityRecord, at time.Time) []CapabilityRecord {
 	}
 	return out
 }
+
+// exactEpochs narrows EpochsAt's answer with each apiserver's version history to the second:
+// the history's lines are by the minute, so in the minute of a restart into another version
+// both versions' lines hold at. Where versionAt (Capabilities.VersionAt) knows the version an
+// apiserver ran at at, only that version's lines are kept; where it does not (a time older
+// than this process remembers), the minute's answer stays.
+func exactEpochs(records []CapabilityRecord, at time.Time, versionAt func(apiserver string, t time.Time) string) []CapabilityRecord {
+	ran := map[string]string{}
+	for _, r := range records {
+		if _, ok := ran[r.APIServer]; !ok {
+			ran[r.APIServer] = versionAt(r.APIServer, at)
+		}
+	}
+	out := records[:0]
+	for _, r := range records {
+		if v := ran[r.APIServer]; v == "" || v == r.Version {
+			out = append(out, r)
+		}
+	}
+	return out
+}
