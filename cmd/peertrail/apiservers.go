@@ -31,7 +31,9 @@ or forwarded to a peer, from the first to the end of the last minute it was seen
 During a rolling upgrade an apiserver's lines change at its replacement: what the old version
 forwarded, the new one serves; in the minute of the restart each version has its own lines.
 
---at TIME shows the version epoch of each apiserver that holds TIME; --since (default 24h)
+--at TIME shows the version epoch of each apiserver that holds TIME, to the second as far as
+serve's version history reaches (each apiserver's last 32 starts, kept across restarts), else
+to the minute; --since (default 24h)
 and --until a time range. TIME is RFC 3339 or a duration ago (15m). The API answers readers
 only: give a reader's token (--token-file, or $PEERTRAIL_TOKEN) or certificate.`,
 		Example: `  PEERTRAIL_TOKEN=$(cat reader.token) peertrail apiservers --since 6h
