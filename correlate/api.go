@@ -298,7 +298,9 @@ func (a *API) capabilityHistory(w http.ResponseWriter, r *http.Request) {
 	}
 	if !at.IsZero() {
 		records = EpochsAt(records, at)
-		records = exactEpochs(records, at, a.co.caps.VersionAt)
+		if a.co != nil {
+			records = exactEpochs(records, at, a.co.caps.VersionAt)
+		}
 	}
 	if records == nil {
 		records = []CapabilityRecord{}
