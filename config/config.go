@@ -83,7 +83,8 @@ type Store struct {
 	// and keeps it in <dataDir>/sql-password (mode 0600), where peertrail sql finds it.
 	SQLPasswordFile string `json:"sqlPasswordFile,omitempty"`
 	// SQLMaxConcurrentQueries, SQLMaxQueryMemory (bytes) and SQLMaxExecutionTime bound the
-	// SQL interface's reads (0: 2 queries, 1 GiB, 30s); the engine enforces them.
+	// SQL interface's reads (0: 2 queries, 1 GiB or half the engine's cap shared by the
+	// queries, 30s); the engine enforces them.
 	SQLMaxConcurrentQueries int      `json:"sqlMaxConcurrentQueries,omitempty"`
 	SQLMaxQueryMemory       ByteSize `json:"sqlMaxQueryMemory,omitempty"`
 	SQLMaxExecutionTime     Duration `json:"sqlMaxExecutionTime,omitempty"`

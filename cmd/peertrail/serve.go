@@ -178,7 +178,7 @@ func bindServeFlags(f *pflag.FlagSet, cfg *config.File) {
 	f.StringVar(&cfg.Store.SQLUser, "sql-user", "", "user the SQL interface asks for (with --sql-password-file)")
 	f.StringVar(&cfg.Store.SQLPasswordFile, "sql-password-file", "", "file holding the password of the SQL interface (default: one made up and kept in <data-dir>/sql-password, mode 0600)")
 	f.IntVar(&cfg.Store.SQLMaxConcurrentQueries, "sql-max-concurrent-queries", 0, "SQL queries that run at once, beside the store writer; more wait up to 10s, then get 503 (default 2)")
-	f.Var(&cfg.Store.SQLMaxQueryMemory, "sql-max-query-memory", "memory one SQL query may use, enforced by the engine (default 1Gi)")
+	f.Var(&cfg.Store.SQLMaxQueryMemory, "sql-max-query-memory", "memory one SQL query may use, enforced by the engine (default 1Gi, or less when the engine's cap is small: the reads at once take at most half of it)")
 	f.Var(&cfg.Store.SQLMaxExecutionTime, "sql-max-execution-time", "time one SQL query may run before the engine stops it (default 30s; a client may ask for less)")
 	f.Var(&cfg.MemoryLimit, "memory-limit", "memory the whole process may use (default: its cgroup's limit, or the host's RAM): the embedded engine gets half (--store-max-memory),\n"+
 		"and Go's garbage collector keeps its heap under 90% of it less the engine's share (a soft limit; GOMEMLIMIT in the environment wins)")
