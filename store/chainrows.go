@@ -31,29 +31,35 @@ func (s *Embedded) insertRowBinaryStream(ctx context.Context, table string, colu
 	return embeddedError("insert", err)
 }
 
-// chainStream is an io.Reader of the RowBinary rows of chains, encoded a chunk at a time as it
-// is read.
-type chainStream struct {
-	chains []*correlate.Chain
-	next   int
-	buf    []byte
-	off    int
+// rowStream is an io.Reader of n RowBinary rows, row appending the i-th, encoded a chunk at a
+// time as it is read (the chains' and the events' streams).
+type rowStream struct {
+	n    int
+	row  func(b []byte, i int) []byte
+	next int
+	buf  []byte
+	off  int
 }
 
-func (r *chainStream) Read(p []byte) (int, error) {
+func (r *rowStream) Read(p []byte) (int, error) {
 	if r.off == len(r.buf) {
-		if r.next == len(r.chains) {
+		if r.next == r.n {
 			return 0, io.EOF
 		}
 		r.buf, r.off = r.buf[:0], 0
-		for r.next < len(r.chains) && len(r.buf) < rowReaderChunk {
-			r.buf = appendChainRow(r.buf, r.chains[r.next])
+		for r.next < r.n && len(r.buf) < rowReaderChunk {
+			r.buf = r.row(r.buf, r.next)
 			r.next++
 		}
 	}
 	n := copy(p, r.buf[r.off:])
 	r.off += n
 	return n, nil
+}
+
+// chainStream streams the rows of chains.
+func chainStream(chains []*correlate.Chain) *rowStream {
+	return &rowStream{n: len(chains), row: func(b []byte, i int) []byte { return appendChainRow(b, chains[i]) }}
 }
 
 // appendChainRow appends c's row of the chains table in RowBinary, the columns of ChainColumns
@@ -197,7 +203,7 @@ func rbExtra(b []byte, m map[string][]string) []byte {
 // part of it may have landed.
 func (w *Writer) insertChains(ctx context.Context, chains []*correlate.Chain) error {
 	if s, ok := w.store.(rowBinaryStreamer); ok {
-		return s.insertRowBinaryStream(ctx, ChainsTable, ChainColumns, &chainStream{chains: chains})
+		return s.insertRowBinaryStream(ctx, ChainsTable, ChainColumns, chainStream(chains))
 	}
 	for len(chains) > 0 {
 		n := min(len(chains), chainInsertChunk)

@@ -2,7 +2,6 @@ package store
 
 import (
 	"encoding/binary"
-	"io"
 	"slices"
 
 	"github.com/peertrail/peertrail/ingest/record"
@@ -16,29 +15,9 @@ import (
 // (TestEventRowBinaryMatchesEventRow keeps them equal), and eventStream encodes the rows as
 // the engine reads them, so a flush costs its records and a few hundred KiB.
 
-// eventStream is an io.Reader of the RowBinary rows of records, encoded a chunk at a time as
-// it is read.
-type eventStream struct {
-	records []record.Record
-	next    int
-	buf     []byte
-	off     int
-}
-
-func (r *eventStream) Read(p []byte) (int, error) {
-	if r.off == len(r.buf) {
-		if r.next == len(r.records) {
-			return 0, io.EOF
-		}
-		r.buf, r.off = r.buf[:0], 0
-		for r.next < len(r.records) && len(r.buf) < rowReaderChunk {
-			r.buf = appendEventRow(r.buf, &r.records[r.next])
-			r.next++
-		}
-	}
-	n := copy(p, r.buf[r.off:])
-	r.off += n
-	return n, nil
+// eventStream streams the rows of records.
+func eventStream(records []record.Record) *rowStream {
+	return &rowStream{n: len(records), row: func(b []byte, i int) []byte { return appendEventRow(b, &records[i]) }}
 }
 
 // appendEventRow appends r's row of the events table in RowBinary, the columns of

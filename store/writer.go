@@ -170,7 +170,7 @@ func (w *Writer) writeEvents(ctx context.Context, records []record.Record) error
 	}
 	start := time.Now()
 	if s, ok := w.store.(rowBinaryStreamer); ok {
-		err = s.insertRowBinaryStream(ctx, EventsTable, EventColumns, &eventStream{records: records})
+		err = s.insertRowBinaryStream(ctx, EventsTable, EventColumns, eventStream(records))
 	} else {
 		rows := make([][]any, len(records))
 		for i := range records {
@@ -193,7 +193,12 @@ func (w *Writer) writeEvents(ctx context.Context, records []record.Record) error
 // newestReceived is max(received_at) of the events table (zero when empty). ClickHouse answers
 // it from the parts' min/max index, without reading the column.
 func (w *Writer) newestReceived(ctx context.Context) (time.Time, error) {
-	res, err := w.store.Query(ctx, "SELECT max(received_at) AS newest, count() AS n FROM "+EventsTable, nil)
+	return w.newestIn(ctx, EventsTable, "received_at")
+}
+
+// newestIn is max(column) of table, zero when the table is empty.
+func (w *Writer) newestIn(ctx context.Context, table, column string) (time.Time, error) {
+	res, err := w.store.Query(ctx, "SELECT max("+column+") AS newest, count() AS n FROM "+table, nil)
 	if err != nil {
 		return time.Time{}, err
 	}
@@ -396,14 +401,7 @@ func (w *Writer) WriteChains(ctx context.Context, chains []correlate.Chain) erro
 // newestChainReceived is max(first_received) of the chains table (zero when empty), answered
 // from the parts' partition min/max (the table is partitioned by it).
 func (w *Writer) newestChainReceived(ctx context.Context) (time.Time, error) {
-	res, err := w.store.Query(ctx, "SELECT max(first_received) AS newest, count() AS n FROM "+ChainsTable, nil)
-	if err != nil {
-		return time.Time{}, err
-	}
-	if len(res.Rows) != 1 || res.Rows[0][1] == "0" {
-		return time.Time{}, nil
-	}
-	return ParseTime(res.Rows[0][0])
+	return w.newestIn(ctx, ChainsTable, "first_received")
 }
 
 // chainLookupChunk bounds the chains whose stored versions one query looks up: the ids travel
