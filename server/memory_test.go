@@ -46,22 +46,3 @@ func TestGoLimitAppliedUnlessGOMEMLIMIT(t *testing.T) {
 		t.Fatalf("with GOMEMLIMIT set the soft limit moved to %d", got)
 	}
 }
-
-func TestSQLQueryMemoryLeavesTheWriterHalfTheEngine(t *testing.T) {
-	const gi = 1 << 30
-	for _, tc := range []struct {
-		cfg    config.File
-		engine int64
-		want   int64
-	}{
-		{config.File{}, 12 * gi, gi},    // a big engine: 1 GiB
-		{config.File{}, 2 * gi, gi / 2}, // a 4 GiB pod: two reads take 1 GiB of 2
-		{config.File{}, gi / 2, gi / 8}, // a 1 GiB budget
-		{config.File{Store: config.Store{SQLMaxConcurrentQueries: 4}}, 2 * gi, gi / 4},
-		{config.File{Store: config.Store{SQLMaxQueryMemory: 3 * gi}}, 2 * gi, 3 * gi}, // configured: as given
-	} {
-		if got := sqlQueryMemory(tc.cfg, tc.engine); got != tc.want {
-			t.Errorf("engine %d, %+v: %d, want %d", tc.engine, tc.cfg.Store, got, tc.want)
-		}
-	}
-}

@@ -65,7 +65,8 @@ func (s *Server) sqlServer(ctx context.Context, cfg config.File, emb *store.Embe
 	}
 	opts := sqlhttp.Options{User: cfg.Store.SQLUser, Logger: s.log, Limits: sqlhttp.ReadLimits{
 		MaxConcurrent:    cfg.Store.SQLMaxConcurrentQueries,
-		MaxMemory:        sqlQueryMemory(cfg, s.budget.Engine),
+		MaxMemory:        int64(cfg.Store.SQLMaxQueryMemory),
+		EngineMemory:     s.budget.Engine,
 		MaxExecutionTime: time.Duration(cfg.Store.SQLMaxExecutionTime),
 	}}
 	var err error
@@ -136,20 +137,4 @@ func sqlPassword(cfg config.File) (string, error) {
 		return "", fmt.Errorf("keep the SQL password in %s: %w", path, err)
 	}
 	return pw, nil
-}
-
-// sqlQueryMemory is one SQL read's memory limit: the configured one, else 1 GiB or, when the
-// engine's cap is small, what keeps the reads running at once to half of it. The engine's cap
-// is shared with the writer's inserts and merges; reads that could take all of it would make
-// the writer's inserts fail (measured: a 1 GiB budget's 512 MiB engine refused a query of
-// 513 MiB, which with the old 1 GiB per query could have been the writer's insert instead).
-func sqlQueryMemory(cfg config.File, engine int64) int64 {
-	if cfg.Store.SQLMaxQueryMemory > 0 {
-		return int64(cfg.Store.SQLMaxQueryMemory)
-	}
-	n := int64(cfg.Store.SQLMaxConcurrentQueries)
-	if n <= 0 {
-		n = 2 // sqlhttp's default
-	}
-	return min(1<<30, engine/2/n)
 }

@@ -19,8 +19,13 @@ type ReadLimits struct {
 	// MaxExecutionTime bounds one query (max_execution_time; default 30s). A query still
 	// running a little after it (the engine checks between blocks) is killed.
 	MaxExecutionTime time.Duration
-	// MaxMemory bounds one query's memory (max_memory_usage; default 1 GiB).
+	// MaxMemory bounds one query's memory (max_memory_usage; default 1 GiB, or less when
+	// EngineMemory is small: the MaxConcurrent reads together take at most half of it).
 	MaxMemory int64
+	// EngineMemory is the engine's whole cap (0: not known), which the reads share with the
+	// store writer's inserts and merges: reads that could take all of it would make the
+	// writer's inserts fail.
+	EngineMemory int64
 	// MaxRowsToRead bounds the rows one query reads from tables (max_rows_to_read; default
 	// 10 billion: a full scan of a large store passes, a runaway numbers() does not).
 	MaxRowsToRead int64
@@ -38,9 +43,7 @@ func (l *ReadLimits) defaults() {
 	if l.MaxExecutionTime <= 0 {
 		l.MaxExecutionTime = 30 * time.Second
 	}
-	if l.MaxMemory <= 0 {
-		l.MaxMemory = 1 << 30
-	}
+
 	if l.MaxRowsToRead <= 0 {
 		l.MaxRowsToRead = 10_000_000_000
 	}
@@ -49,6 +52,12 @@ func (l *ReadLimits) defaults() {
 	}
 	if l.MaxConcurrent <= 0 {
 		l.MaxConcurrent = 2
+	}
+	if l.MaxMemory <= 0 {
+		l.MaxMemory = 1 << 30
+		if l.EngineMemory > 0 {
+			l.MaxMemory = min(l.MaxMemory, l.EngineMemory/2/int64(l.MaxConcurrent))
+		}
 	}
 	if l.QueueTimeout <= 0 {
 		l.QueueTimeout = 10 * time.Second
