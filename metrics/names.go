@@ -27,6 +27,8 @@ const (
 	IngestDeadLettersDroppedTotal = "peertrail_ingest_dead_letters_dropped_total"
 	// DedupKeys is the number of event keys remembered for duplicate detection.
 	DedupKeys = "peertrail_dedup_keys"
+	// DedupMemoryBytes is an estimate of the memory the duplicate index holds.
+	DedupMemoryBytes = "peertrail_dedup_memory_bytes"
 )
 
 // Spool: the on-disk write-ahead log between the receiver and its consumers.

@@ -2,9 +2,13 @@ package dedup
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"path/filepath"
+	"runtime"
+	"sync"
 	"testing"
 	"time"
 
@@ -131,5 +135,173 @@ func TestIndexSurvivesRestartAfterSegmentsAreGone(t *testing.T) {
 		if minute < 3 && ix.Contains(k) {
 			t.Fatalf("key of minute %d remembered past the horizon", minute)
 		}
+	}
+}
+
+func randomKeys(rng *rand.Rand, n int) []record.Key {
+	keys := make([]record.Key, n)
+	for i := range keys {
+		binary.LittleEndian.PutUint64(keys[i][:8], rng.Uint64())
+		binary.LittleEndian.PutUint64(keys[i][8:], rng.Uint64())
+	}
+	return keys
+}
+
+// TestSealedMinutesAnswerAsMapsDid fills minutes, seals them, and checks every key is still
+// found, keys never added are not, and keys crafted to share their leading bytes (a sender
+// choosing auditIDs) are found among them too.
+func TestSealedMinutesAnswerAsMapsDid(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	start := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	ix := NewIndex(10 * time.Minute)
+	var added []record.Key
+	for m := range 5 {
+		keys := randomKeys(rng, 1000+m*3000)
+		if m == 2 {
+			for i := range keys[:500] {
+				copy(keys[i][:12], make([]byte, 12)) // 500 keys in one directory slot
+			}
+		}
+		if _, n := ix.Filter(start.Add(time.Duration(m)*time.Minute), keys); n != 0 {
+			t.Fatalf("minute %d: %d fresh keys taken for duplicates", m, n)
+		}
+		added = append(added, keys...)
+	}
+	before := ix.Len()
+	ix.Expire(start.Add(5 * time.Minute))
+	if len(ix.open) != 0 || len(ix.runs) != 5 {
+		t.Fatalf("after Seal: %d minutes open, %d sealed; want 0 and 5", len(ix.open), len(ix.runs))
+	}
+	if ix.Len() != before {
+		t.Fatalf("Len %d after sealing, %d before", ix.Len(), before)
+	}
+	for i, k := range added {
+		if !ix.Contains(k) {
+			t.Fatalf("key %d lost by sealing", i)
+		}
+	}
+	for _, k := range randomKeys(rng, 20000) {
+		if ix.Contains(k) {
+			t.Fatalf("a key never added is found")
+		}
+	}
+	dup, n := ix.Filter(start.Add(5*time.Minute), added[100:110])
+	if n != 10 || !dup[0] {
+		t.Fatalf("sealed keys sent again: %d of 10 recognised", n)
+	}
+}
+
+// TestForgetAfterSeal: the minute of a batch that fails after Filter can be sealed before its
+// Forget; the keys must still be forgotten, and accepted (and remembered) when sent again.
+func TestForgetAfterSeal(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	start := time.Date(2026, 12, 1, 10, 0, 30, 0, time.UTC)
+	ix := NewIndex(10 * time.Minute)
+	keys := randomKeys(rng, 50)
+	dup, _ := ix.Filter(start, keys)
+	ix.Expire(start.Add(time.Minute)) // seals the batch's minute
+	ix.Forget(keys, dup)
+	for i, k := range keys {
+		if ix.Contains(k) {
+			t.Fatalf("key %d still remembered after Forget", i)
+		}
+	}
+	if ix.Len() != 0 {
+		t.Fatalf("Len %d after forgetting every key", ix.Len())
+	}
+	dup, n := ix.Filter(start.Add(time.Minute), keys)
+	if n != 0 {
+		t.Fatalf("resent batch: %d of %d taken for duplicates", n, len(keys))
+	}
+	ix.Expire(start.Add(2 * time.Minute))
+	for i, k := range keys {
+		if !ix.Contains(k) {
+			t.Fatalf("key %d of the resent batch not remembered", i)
+		}
+	}
+	if _, n := ix.Filter(start.Add(2*time.Minute), keys); n != len(keys) {
+		t.Fatalf("third copy: %d of %d recognised", n, len(keys))
+	}
+	// The forgotten marks go with their minute.
+	ix.Expire(start.Add(13 * time.Minute))
+	if len(ix.forgotten) != 0 || ix.Len() != 0 {
+		t.Fatalf("after the horizon: %d marks, %d keys", len(ix.forgotten), ix.Len())
+	}
+}
+
+// TestFilterWhileSealing runs batches against the index while it seals (go test -race).
+func TestFilterWhileSealing(t *testing.T) {
+	start := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	ix := NewIndex(10 * time.Minute)
+	var wg sync.WaitGroup
+	var seen [4][][]record.Key
+	for w := range 4 {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(w), 9))
+			for i := range 200 {
+				keys := randomKeys(rng, 50)
+				at := start.Add(time.Duration(i) * time.Second)
+				if _, n := ix.Filter(at, keys); n != 0 {
+					t.Errorf("fresh keys taken for duplicates")
+				}
+				if i%7 == 0 {
+					ix.Forget(keys, nil)
+					continue
+				}
+				seen[w] = append(seen[w], keys)
+			}
+		})
+	}
+	wg.Go(func() {
+		for i := range 200 {
+			ix.Expire(start.Add(time.Duration(i) * time.Second))
+		}
+	})
+	wg.Wait()
+	ix.Expire(start.Add(5 * time.Minute))
+	for w := range seen {
+		for _, keys := range seen[w] {
+			for _, k := range keys {
+				if !ix.Contains(k) {
+					t.Fatal("a key added while sealing is lost")
+				}
+			}
+		}
+	}
+}
+
+// TestBytesPerKey measures what a remembered key costs, in a minute still written and in a
+// sealed one, and holds the sealed minute to its 17 bytes and Bytes to what is measured.
+func TestBytesPerKey(t *testing.T) {
+	const n = 300_000
+	rng := rand.New(rand.NewPCG(5, 6))
+	keys := randomKeys(rng, n)
+	start := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	heap := func() uint64 {
+		runtime.GC()
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		return ms.HeapAlloc
+	}
+	base := heap()
+	ix := NewIndex(10 * time.Minute)
+	for i := 0; i < n; i += 400 {
+		ix.Filter(start, keys[i:min(i+400, n)])
+	}
+	perOpen := float64(heap()-base) / n
+	ix.Expire(start.Add(time.Minute))
+	perSealed := float64(heap()-base) / n
+	estimate := float64(ix.Bytes()) / n
+	runtime.KeepAlive(ix)
+	runtime.KeepAlive(keys) // held from before base: not part of what is measured
+	t.Logf("bytes per key: %.1f in a map, %.1f sealed (Bytes says %.1f)", perOpen, perSealed, estimate)
+	if perSealed > 17.5 {
+		t.Errorf("%.1f bytes per sealed key, over 17.5", perSealed)
+	}
+	if perOpen < 1.4*perSealed {
+		t.Errorf("a map (%.1f bytes a key) should cost well over a sealed run (%.1f): is the test measuring the index?", perOpen, perSealed)
+	}
+	if estimate < 0.9*perSealed || estimate > 1.1*perSealed {
+		t.Errorf("Bytes estimates %.1f bytes a key, measured %.1f", estimate, perSealed)
 	}
 }

@@ -169,7 +169,7 @@ func Load(ctx context.Context, log *slog.Logger, dir string, horizon time.Durati
 			log.Warn("dedup: unreadable key file skipped", "file", f.path, "err", err)
 			continue
 		}
-		ix.Add(time.Unix(f.minute*int64(bucketWidth/time.Second), 0), keys...)
+		ix.addSealed(f.minute, keys)
 		fromFiles += len(keys)
 	}
 	from, err := sp.Committed(ConsumerName)
