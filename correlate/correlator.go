@@ -420,13 +420,15 @@ func (co *Correlator) noteServer(r *record.Record) {
 // current process started: when a restarted process began to serve (entry_starting).
 func (co *Correlator) noteActivity(recs []record.Record) {
 	var from, to, served, servedNow time.Time
-	var current time.Time
+	var current, written time.Time
 	name := ""
 	flush := func() {
 		if name == "" {
 			return
 		}
-		if !from.IsZero() && from.UnixNano() < co.j.now-co.opts.Window.Nanoseconds() {
+		// Late is judged by when the records were written: a long request's (a watch's)
+		// record is received as it ends, its RequestReceived minutes old in a stream on time.
+		if !written.IsZero() && written.UnixNano() < co.j.now-co.opts.Window.Nanoseconds() {
 			co.lateActivity = true
 		}
 		co.caps.NoteActivity(name, from, to)
@@ -439,9 +441,12 @@ func (co *Correlator) noteActivity(recs []record.Record) {
 		r := &recs[i]
 		if r.APIServer != name {
 			flush()
-			from, to, served, servedNow = time.Time{}, time.Time{}, time.Time{}, time.Time{}
+			from, to, served, servedNow, written = time.Time{}, time.Time{}, time.Time{}, time.Time{}, time.Time{}
 			name = r.APIServer
 			current, _ = co.caps.StartedAt(name, r.StageTimestamp)
+		}
+		if at := r.StageTimestamp; !at.IsZero() && (written.IsZero() || at.Before(written)) {
+			written = at
 		}
 		for _, at := range []time.Time{r.RequestReceivedTimestamp, r.StageTimestamp} {
 			if at.IsZero() {
