@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -39,6 +40,32 @@ type Traffic struct {
 	// per batch, the same for every sender
 	requests, forwarded int
 	bodies              []*pairTemplate
+	dates               *batchDates
+}
+
+// batchDates dates the batches with one number alike: when the first of them is rendered,
+// so that the two sides of a forwarded request, in two senders' batches rendered apart, keep
+// the peer's times inside the entry's.
+type batchDates struct {
+	newest time.Time        // the newest time in any sender's template
+	now    func() time.Time // the clock; tests move it
+	mu     sync.Mutex
+	ring   [4096]struct {
+		seq   int
+		shift time.Duration
+		set   bool
+	}
+}
+
+// shift is how far batch seq's times move from the templates'.
+func (d *batchDates) shift(seq int) time.Duration {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	e := &d.ring[seq%len(d.ring)]
+	if !e.set || e.seq != seq {
+		e.seq, e.shift, e.set = seq, d.now().Sub(d.newest), true
+	}
+	return e.shift
 }
 
 // NewTraffic renders every sender's batch template.
@@ -98,6 +125,13 @@ func NewTraffic(apiservers []string, batch int, proxied float64, seed uint64) (*
 			return nil, err
 		}
 		t.bodies = append(t.bodies, tmpl)
+	}
+	t.dates = &batchDates{now: time.Now}
+	for _, b := range t.bodies {
+		if nw := b.stamps.Newest(); nw.After(t.dates.newest) {
+			t.dates.newest = nw
+		}
+		b.dates = t.dates
 	}
 	for _, p := range plan {
 		t.requests++
@@ -285,10 +319,13 @@ type slot struct {
 
 // pairTemplate is one sender's EventList whose auditIDs are rewritten per batch: the last 12
 // hex digits of each name the request's owner, the batch number and the request, so that the
-// peer side of a forwarded request carries its entry's auditID.
+// peer side of a forwarded request carries its entry's auditID. Its times are rewritten too,
+// to when the batch is sent (batchDates).
 type pairTemplate struct {
 	body    []byte
 	offsets []int
+	stamps  simulate.Stamps
+	dates   *batchDates
 	slots   []slot
 	self, n int
 }
@@ -299,7 +336,11 @@ func newPairTemplate(items []auditv1.Event, slots []slot, self, n int) (*pairTem
 	if err != nil {
 		return nil, fmt.Errorf("traffic: encode a batch: %w", err)
 	}
-	t := &pairTemplate{body: body, slots: slots, self: self, n: n}
+	stamps, err := simulate.FindStamps(body)
+	if err != nil {
+		return nil, fmt.Errorf("traffic: %w", err)
+	}
+	t := &pairTemplate{body: body, stamps: stamps, slots: slots, self: self, n: n}
 	from := 0
 	for _, it := range items {
 		id := []byte(`"auditID":"` + string(it.AuditID) + `"`)
@@ -326,5 +367,6 @@ func (t *pairTemplate) AppendRender(dst []byte, _, seq int) []byte {
 		}
 		_ = fmt.Appendf(b[:off], "%03x%05x%04x", owner&0xfff, seq&0xfffff, t.slots[i].req&0xffff) // overwrites in place
 	}
+	t.stamps.Move(b, t.dates.shift(seq))
 	return b
 }

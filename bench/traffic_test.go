@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"slices"
 	"testing"
+	"time"
 
 	auditv1 "k8s.io/apiserver/pkg/apis/audit/v1"
 )
@@ -22,6 +23,10 @@ func TestTrafficPairsBothSides(t *testing.T) {
 		ev     auditv1.Event
 	}
 	byID := map[string][]rec{}
+	// Rendered a minute after the templates: their times must be the render's, as an
+	// apiserver's on-time stream is, not the template's (a stream a minute late).
+	sent := time.Now().Add(time.Minute)
+	tr.dates.now = func() time.Time { return sent }
 	for seq := range 3 {
 		for si := range names {
 			b, err := tr.Body(si)
@@ -36,6 +41,9 @@ func TestTrafficPairsBothSides(t *testing.T) {
 				t.Fatalf("sender %d batch %d: %d events, want 400", si, seq, len(list.Items))
 			}
 			for _, ev := range list.Items {
+				if age := sent.Sub(ev.StageTimestamp.Time); age < 0 || age > 10*time.Second {
+					t.Fatalf("sender %d batch %d: an event written %v before it was sent", si, seq, age)
+				}
 				byID[string(ev.AuditID)] = append(byID[string(ev.AuditID)], rec{si, ev})
 			}
 		}

@@ -143,6 +143,62 @@ func (g *Events) EventList(n int) ([]byte, []auditv1.Event, error) {
 type Template struct {
 	body    []byte
 	offsets []int // start of each auditID's last 12 hex digits
+	stamps  Stamps
+}
+
+// Stamps are where a rendered EventList's timestamps are, so that each batch made from it can
+// be dated when it is sent. A batch that repeats the times it was rendered with is, a chain
+// window later, a stream arriving minutes late, which no apiserver's is, and which sets off
+// work in the correlator that a stream on time never does.
+type Stamps struct {
+	offsets []int   // start of each requestReceivedTimestamp's and stageTimestamp's value
+	times   []int64 // its time, µs since 1970
+	newest  int64
+}
+
+// microLayout is how metav1.MicroTime writes itself (always in UTC): 27 bytes.
+const microLayout = "2006-01-02T15:04:05.000000Z07:00"
+
+// FindStamps finds the requestReceivedTimestamp and stageTimestamp values of an EventList body
+// as encoding/json writes it.
+func FindStamps(body []byte) (Stamps, error) {
+	var s Stamps
+	for _, field := range []string{`"requestReceivedTimestamp":"`, `"stageTimestamp":"`} {
+		for from := 0; ; {
+			i := bytes.Index(body[from:], []byte(field))
+			if i < 0 {
+				break
+			}
+			start := from + i + len(field)
+			end := bytes.IndexByte(body[start:], '"')
+			if end < 0 {
+				return Stamps{}, fmt.Errorf("timestamp at byte %d is not closed", start)
+			}
+			t, err := time.Parse(microLayout, string(body[start:start+end]))
+			if err != nil || end != len("2006-01-02T15:04:05.000000Z") {
+				return Stamps{}, fmt.Errorf("timestamp %q at byte %d is not a MicroTime in UTC", body[start:start+end], start)
+			}
+			s.offsets = append(s.offsets, start)
+			s.times = append(s.times, t.UnixMicro())
+			s.newest = max(s.newest, t.UnixMicro())
+			from = start + end
+		}
+	}
+	return s, nil
+}
+
+// Newest is the latest of the times found.
+func (s Stamps) Newest() time.Time { return time.UnixMicro(s.newest) }
+
+// Move rewrites the times in b, a copy of the body FindStamps read, each moved by d from
+// what the body had, so that a request's times keep their order and spacing.
+func (s Stamps) Move(b []byte, d time.Duration) {
+	by := d.Microseconds()
+	var buf [40]byte
+	for i, off := range s.offsets {
+		// Through buf: AppendFormat may write past the end of what it returns.
+		copy(b[off:], time.UnixMicro(s.times[i]+by).UTC().AppendFormat(buf[:0], microLayout))
+	}
 }
 
 // NewTemplate makes a template of n events from gen.
@@ -151,7 +207,11 @@ func NewTemplate(gen *Events, n int) (Template, error) {
 	if err != nil {
 		return Template{}, err
 	}
-	t := Template{body: body}
+	stamps, err := FindStamps(body)
+	if err != nil {
+		return Template{}, err
+	}
+	t := Template{body: body, stamps: stamps}
 	from := 0
 	for _, it := range items {
 		id := []byte(`"auditID":"` + string(it.AuditID) + `"`)
@@ -167,7 +227,7 @@ func NewTemplate(gen *Events, n int) (Template, error) {
 }
 
 // Render returns a copy whose auditIDs are unique to (sender, seq) for sender < 4096 and
-// seq < 2^20.
+// seq < 2^20, its newest event written now.
 func (t Template) Render(sender, seq int) []byte { return t.AppendRender(nil, sender, seq) }
 
 // AppendRender is Render into dst's memory (dst's content is dropped): a load generator's own
@@ -177,5 +237,6 @@ func (t Template) AppendRender(dst []byte, sender, seq int) []byte {
 	for i, off := range t.offsets {
 		_ = fmt.Appendf(b[:off], "%03x%05x%04x", sender&0xfff, seq&0xfffff, i&0xffff) // overwrites in place
 	}
+	t.stamps.Move(b, time.Since(t.stamps.Newest()))
 	return b
 }
