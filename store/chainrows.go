@@ -57,9 +57,9 @@ func (r *rowStream) Read(p []byte) (int, error) {
 	return n, nil
 }
 
-// chainStream streams the rows of chains.
-func chainStream(chains []*correlate.Chain) *rowStream {
-	return &rowStream{n: len(chains), row: func(b []byte, i int) []byte { return appendChainRow(b, chains[i]) }}
+// chainStream streams the rows of chains, encoded in buf's memory.
+func chainStream(chains []*correlate.Chain, buf []byte) *rowStream {
+	return &rowStream{n: len(chains), row: func(b []byte, i int) []byte { return appendChainRow(b, chains[i]) }, buf: buf[:0]}
 }
 
 // appendChainRow appends c's row of the chains table in RowBinary, the columns of ChainColumns
@@ -203,7 +203,10 @@ func rbExtra(b []byte, m map[string][]string) []byte {
 // part of it may have landed.
 func (w *Writer) insertChains(ctx context.Context, chains []*correlate.Chain) error {
 	if s, ok := w.store.(rowBinaryStreamer); ok {
-		return s.insertRowBinaryStream(ctx, ChainsTable, ChainColumns, chainStream(chains))
+		buf, _ := w.rows.Get()
+		rs := chainStream(chains, buf)
+		defer func() { w.rows.Put(rs.buf[:0]) }()
+		return s.insertRowBinaryStream(ctx, ChainsTable, ChainColumns, rs)
 	}
 	for len(chains) > 0 {
 		n := min(len(chains), chainInsertChunk)

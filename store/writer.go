@@ -12,6 +12,7 @@ import (
 	"github.com/peertrail/peertrail/correlate"
 	"github.com/peertrail/peertrail/ingest/record"
 	"github.com/peertrail/peertrail/ingest/spool"
+	"github.com/peertrail/peertrail/internal/bufpool"
 )
 
 // ConsumerName is the writer's spool consumer name; register it in spool.Options.Consumers.
@@ -83,6 +84,10 @@ type Writer struct {
 	known   bool
 	suspect time.Time
 
+	// rows are the row streams' encoding buffers, kept between inserts (the events' and the
+	// chains' run at once).
+	rows *bufpool.Free[[]byte]
+
 	chainMu sync.Mutex // serialises WriteChains' check-then-insert
 	// written is what the chains table holds of the chains written (under chainMu).
 	written      *writtenChains
@@ -93,7 +98,8 @@ type Writer struct {
 func NewWriter(s Store, codec *record.Codec, opts WriterOptions) *Writer {
 	opts.defaults()
 	return &Writer{store: s, codec: codec, opts: opts, log: opts.Logger, metrics: newWriterMetrics(),
-		written: newWrittenChains(opts.RememberChains), chainMetrics: newChainMetrics()}
+		written: newWrittenChains(opts.RememberChains), chainMetrics: newChainMetrics(),
+		rows: bufpool.NewFree(2, func(b []byte) bool { return cap(b) <= 4*rowReaderChunk })}
 }
 
 // Consume implements spool.Consumer.
@@ -170,7 +176,10 @@ func (w *Writer) writeEvents(ctx context.Context, records []record.Record) error
 	}
 	start := time.Now()
 	if s, ok := w.store.(rowBinaryStreamer); ok {
-		err = s.insertRowBinaryStream(ctx, EventsTable, EventColumns, eventStream(records))
+		buf, _ := w.rows.Get()
+		rs := eventStream(records, buf)
+		err = s.insertRowBinaryStream(ctx, EventsTable, EventColumns, rs)
+		w.rows.Put(rs.buf[:0])
 	} else {
 		rows := make([][]any, len(records))
 		for i := range records {

@@ -169,6 +169,9 @@ type Engine struct {
 	dataDir string
 	logFile string // "" when the engine keeps no log
 	version string
+	// chunk is Insert's read buffer, kept between inserts (under sem): a fresh megabyte per
+	// insert was most of what the store's writers allocated.
+	chunk []byte
 }
 
 // Open loads libchdb (see Options.LibPath for where it looks) and connects to

@@ -63,7 +63,10 @@ func (e *Engine) Insert(ctx context.Context, stmt, format string, data io.Reader
 
 	// The data is read (often encoded as it is read) here, at the caller's priority; only the
 	// engine's calls go to its thread.
-	buf := make([]byte, insertChunk)
+	if e.chunk == nil {
+		e.chunk = make([]byte, insertChunk)
+	}
+	buf := e.chunk
 	for {
 		if err := ctx.Err(); err != nil {
 			cancel()
