@@ -139,11 +139,13 @@ type memSink struct {
 	mu     sync.Mutex
 	chains []Chain
 	fail   int
+	calls  int
 }
 
 func (s *memSink) WriteChains(_ context.Context, cs []Chain) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.calls++
 	if s.fail > 0 {
 		s.fail--
 		return fmt.Errorf("store down")

@@ -67,6 +67,12 @@ type Correlator struct {
 	now        func() time.Time
 	// maxPending bounds the final chains waiting for the sink before Consume pushes back.
 	maxPending int
+	// flushEvery is how often Consume hands pending chains to the sink while records keep
+	// coming (flushDue); lastFlush and lastFlushStream when it last did, by the wall clock and
+	// by stream time.
+	flushEvery      time.Duration
+	lastFlush       time.Time
+	lastFlushStream int64
 	// flushBatch is the most chains one WriteChains gets, and the chunk in which Consume
 	// classifies the chains a Due closed (finishDueLocked).
 	flushBatch int
@@ -141,7 +147,7 @@ func New(cfg Config) *Correlator {
 	}
 	co := &Correlator{
 		opts: cfg.Join, codec: cfg.Codec, classifier: cfg.Classifier, caps: cfg.Caps, sink: cfg.Sink,
-		tracer: cfg.Tracer, log: cfg.Log, m: newCorrelateMetrics(), now: time.Now, maxPending: cfg.MaxPending, flushBatch: defaultFlushBatch,
+		tracer: cfg.Tracer, log: cfg.Log, m: newCorrelateMetrics(), now: time.Now, maxPending: cfg.MaxPending, flushBatch: defaultFlushBatch, flushEvery: defaultFlushEvery,
 		j: NewJoiner(cfg.Join), stateFile: cfg.StateFile,
 		versionErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: metrics.APIServerVersionUnparseableTotal,
@@ -161,6 +167,34 @@ func New(cfg Config) *Correlator {
 	}
 	return co
 }
+
+// flushDue reports whether Consume should hand the pending chains to the sink now: when asked
+// to (the spool is idle, or a burst's chains are being closed a flushBatch at a time), when a
+// batch is full, or flushEvery after the last time. Each insert makes a part of the chains
+// table and of every view on it for the engine to merge: handing over at every Consume made
+// eleven inserts a second of 400 chains at 10,000 events/s, which took the engine 75% of the
+// wall time, against 20% for the events' one insert a second of twice as many rows.
+func (co *Correlator) flushDue(now bool) bool {
+	co.mu.Lock()
+	defer co.mu.Unlock()
+	n := len(co.pending)
+	if n == 0 {
+		return false
+	}
+	t := co.now()
+	if now || n >= co.flushBatch || n >= co.maxPending || t.Sub(co.lastFlush) >= co.flushEvery || t.Before(co.lastFlush) ||
+		co.j.now-co.lastFlushStream >= co.flushEvery.Nanoseconds() {
+		// Stream time counts too: a replay runs through minutes of it in a second, and a
+		// chain must reach the store before the late window lets it leave memory.
+		co.lastFlush, co.lastFlushStream = t, co.j.now
+		return true
+	}
+	return false
+}
+
+// defaultFlushEvery is Correlator.flushEvery: how long final chains may wait for the sink while
+// records keep coming (the chain API and the gate read them from memory meanwhile).
+const defaultFlushEvery = time.Second
 
 // defaultFlushBatch is Correlator.flushBatch: 50,000 chains are about 65 MB as Chain values,
 // and one insert of the store. Each insert costs the store about a second beside its rows
@@ -262,7 +296,10 @@ func (co *Correlator) Consume(ctx context.Context, entries []spool.Entry) (spool
 	more := co.closeDueLocked(ctx, idle)
 	co.mu.Unlock()
 	for {
-		err := co.flush(ctx)
+		var err error
+		if co.flushDue(idle || more) {
+			err = co.flush(ctx)
+		}
 		if err != nil {
 			co.mu.Lock()
 			n := len(co.pending)

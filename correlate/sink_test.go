@@ -325,3 +325,32 @@ func TestStopLeavesTheRestToTheReplay(t *testing.T) {
 		t.Fatalf("%d chains still due, %d pending after the stop", due, pending)
 	}
 }
+
+// TestChainsGoToTheSinkOnceASecond: while records keep coming, the chains that became final are
+// handed to the sink together once a second of wall or stream time (each insert is a part for
+// the store to merge), and all of them when the spool goes idle.
+func TestChainsGoToTheSinkOnceASecond(t *testing.T) {
+	h := newHarness(t, JoinOptions{Window: 500 * time.Millisecond})
+	clock := t0.Add(time.Hour)
+	h.co.now = func() time.Time { return clock }
+	const n = 40
+	for i := range n {
+		// A request every 100 ms, received a second later; as much wall time between frames.
+		r := podgroups(fmt.Sprintf("r-%d", i), t0.Add(time.Duration(i)*100*time.Millisecond))
+		h.feed(r.metadataLocal("kas-b", 200))
+		clock = clock.Add(100 * time.Millisecond)
+	}
+	h.sink.mu.Lock()
+	calls, written := h.sink.calls, len(h.sink.chains)
+	h.sink.mu.Unlock()
+	// 4 s: a hand-over at the first final chain and one a second after that.
+	if calls > 5 || written < n/2 {
+		t.Fatalf("while records came: %d hand-overs of %d chains; want at most 5, of most chains", calls, written)
+	}
+	h.settle()
+	h.sink.mu.Lock()
+	defer h.sink.mu.Unlock()
+	if len(h.sink.chains) != n {
+		t.Fatalf("after the spool went idle: %d chains in the sink, want %d", len(h.sink.chains), n)
+	}
+}
