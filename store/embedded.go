@@ -214,8 +214,12 @@ func NewError(op, msg string) *Error { return newError(op, msg) }
 
 // quoteIdent quotes a ClickHouse identifier with backquotes.
 func quoteIdent(s string) string {
-	return "`" + strings.NewReplacer("\\", "\\\\", "`", "\\`").Replace(s) + "`"
+	return "`" + identEscaper.Replace(s) + "`"
 }
+
+// identEscaper is built once: a Replacer built per identifier was 6% of what serve allocated
+// (every insert statement quotes each of its columns). It is never changed after.
+var identEscaper = strings.NewReplacer("\\", "\\\\", "`", "\\`")
 
 // embeddedError turns the engine's errors into this package's.
 func embeddedError(op string, err error) error {
