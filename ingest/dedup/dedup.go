@@ -99,8 +99,8 @@ func (ix *Index) forgottenLocked(k record.Key) bool {
 	return ok
 }
 
-// addLocked remembers k in minute m unless it is remembered already, and reports whether it
-// was new.
+// addLocked remembers k in b, a minute's map, unless it is remembered already, and reports
+// whether it was new.
 func (ix *Index) addLocked(b map[record.Key]struct{}, k record.Key) bool {
 	if ix.containsLocked(k) {
 		return false
@@ -142,7 +142,7 @@ func (ix *Index) addSealed(minute int64, keys []record.Key) {
 }
 
 // installLocked adds r to the runs, merged with the run of the same minute if there is one
-// (the clock went back, or Load read a minute from two files).
+// (Load read a minute from two files).
 func (ix *Index) installLocked(r run) {
 	if i := slices.IndexFunc(ix.runs, func(o run) bool { return o.minute == r.minute }); i >= 0 {
 		ix.runs[i] = newRun(r.minute, append(slices.Clone(ix.runs[i].keys), r.keys...))
@@ -251,28 +251,45 @@ func (ix *Index) Seal(now time.Time) {
 			delete(ix.open, m)
 		}
 	}
-	todo := slices.Clone(ix.sealing)
+	type job struct {
+		minuteMap
+		prev []record.Key // the minute's run already sealed, if any: runs are never modified
+	}
+	todo := make([]job, len(ix.sealing))
+	for i, s := range ix.sealing {
+		todo[i].minuteMap = s
+		if j := slices.IndexFunc(ix.runs, func(r run) bool { return r.minute == s.minute }); j >= 0 {
+			todo[i].prev = ix.runs[j].keys
+		}
+	}
 	ix.mu.Unlock()
 	if len(todo) == 0 {
 		return
 	}
 
+	// Outside the lock, the sorting and any merge with a run of the same minute (a request
+	// begun in a minute already sealed): both take tens of milliseconds a minute of keys.
 	built := make([]run, 0, len(todo))
 	for _, s := range todo {
-		keys := make([]record.Key, 0, len(s.keys))
+		keys := make([]record.Key, 0, len(s.keys)+len(s.prev))
 		for k := range s.keys { // read-only now: concurrent readers are fine
 			keys = append(keys, k)
 		}
-		built = append(built, newRun(s.minute, keys))
+		built = append(built, newRun(s.minute, append(keys, s.prev...)))
 	}
 
 	oldest := minuteOf(now.Add(-ix.horizon)) - 1
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
 	for _, r := range built {
-		if r.minute >= oldest {
-			ix.installLocked(r)
+		if r.minute < oldest {
+			continue
 		}
+		if j := slices.IndexFunc(ix.runs, func(o run) bool { return o.minute == r.minute }); j >= 0 {
+			ix.runs[j] = r // holds the keys of the run it replaces
+			continue
+		}
+		ix.runs = append(ix.runs, r)
 	}
 	ix.sealing = nil
 }

@@ -305,3 +305,26 @@ func TestBytesPerKey(t *testing.T) {
 		t.Errorf("Bytes estimates %.1f bytes a key, measured %.1f", estimate, perSealed)
 	}
 }
+
+// TestMinuteSealedTwice: a batch whose request began in a minute already sealed adds to that
+// minute again; the next seal merges both into the minute's one run.
+func TestMinuteSealedTwice(t *testing.T) {
+	rng := rand.New(rand.NewPCG(11, 12))
+	start := time.Date(2026, 12, 1, 10, 0, 50, 0, time.UTC)
+	ix := NewIndex(10 * time.Minute)
+	first, late := randomKeys(rng, 3000), randomKeys(rng, 40)
+	ix.Filter(start, first)
+	ix.Expire(start.Add(15 * time.Second))
+	if _, n := ix.Filter(start.Add(5*time.Second), late); n != 0 {
+		t.Fatalf("%d fresh keys of the late batch taken for duplicates", n)
+	}
+	ix.Expire(start.Add(25 * time.Second))
+	if len(ix.runs) != 1 || len(ix.open) != 0 || ix.Len() != len(first)+len(late) {
+		t.Fatalf("%d runs, %d open minutes, %d keys; want the minute's one run of %d", len(ix.runs), len(ix.open), ix.Len(), len(first)+len(late))
+	}
+	for _, k := range append(first, late...) {
+		if !ix.Contains(k) {
+			t.Fatal("a key lost in the merge")
+		}
+	}
+}
