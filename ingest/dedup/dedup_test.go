@@ -209,7 +209,7 @@ func TestForgetAfterSeal(t *testing.T) {
 	if ix.Len() != 0 {
 		t.Fatalf("Len %d after forgetting every key", ix.Len())
 	}
-	dup, n := ix.Filter(start.Add(time.Minute), keys)
+	_, n := ix.Filter(start.Add(time.Minute), keys)
 	if n != 0 {
 		t.Fatalf("resent batch: %d of %d taken for duplicates", n, len(keys))
 	}
