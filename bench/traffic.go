@@ -43,9 +43,9 @@ type Traffic struct {
 	dates               *batchDates
 }
 
-// batchDates dates the batches with one number alike: when the first of them is rendered,
-// so that the two sides of a forwarded request, in two senders' batches rendered apart, keep
-// the peer's times inside the entry's.
+// batchDates gives every sender's batch of one number the same date: when the first of them
+// is rendered. The two sides of a forwarded request are in two senders' batches, rendered
+// apart; one date keeps the peer's times inside the entry's.
 type batchDates struct {
 	newest time.Time        // the newest time in any sender's template
 	now    func() time.Time // the clock; tests move it
