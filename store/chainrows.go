@@ -25,6 +25,15 @@ type rowBinaryStreamer interface {
 	insertRowBinaryStream(ctx context.Context, table string, columns []Column, r io.Reader) error
 }
 
+// insertStream streams rs into table in one insert, encoding it in a buffer of w.rows.
+func (w *Writer) insertStream(ctx context.Context, s rowBinaryStreamer, table string, columns []Column, rs *rowStream) error {
+	buf, _ := w.rows.Get()
+	rs.buf = buf[:0]
+	err := s.insertRowBinaryStream(ctx, table, columns, rs)
+	w.rows.Put(rs.buf[:0])
+	return err
+}
+
 // insertRowBinaryStream streams r, RowBinary for columns, into table in one insert.
 func (s *Embedded) insertRowBinaryStream(ctx context.Context, table string, columns []Column, r io.Reader) error {
 	_, err := s.engine.Insert(ctx, insertStatement(table, columns), "RowBinary", r)
@@ -57,9 +66,9 @@ func (r *rowStream) Read(p []byte) (int, error) {
 	return n, nil
 }
 
-// chainStream streams the rows of chains, encoded in buf's memory.
-func chainStream(chains []*correlate.Chain, buf []byte) *rowStream {
-	return &rowStream{n: len(chains), row: func(b []byte, i int) []byte { return appendChainRow(b, chains[i]) }, buf: buf[:0]}
+// chainStream streams the rows of chains.
+func chainStream(chains []*correlate.Chain) *rowStream {
+	return &rowStream{n: len(chains), row: func(b []byte, i int) []byte { return appendChainRow(b, chains[i]) }}
 }
 
 // appendChainRow appends c's row of the chains table in RowBinary, the columns of ChainColumns
@@ -203,10 +212,7 @@ func rbExtra(b []byte, m map[string][]string) []byte {
 // part of it may have landed.
 func (w *Writer) insertChains(ctx context.Context, chains []*correlate.Chain) error {
 	if s, ok := w.store.(rowBinaryStreamer); ok {
-		buf, _ := w.rows.Get()
-		rs := chainStream(chains, buf)
-		defer func() { w.rows.Put(rs.buf[:0]) }()
-		return s.insertRowBinaryStream(ctx, ChainsTable, ChainColumns, rs)
+		return w.insertStream(ctx, s, ChainsTable, ChainColumns, chainStream(chains))
 	}
 	for len(chains) > 0 {
 		n := min(len(chains), chainInsertChunk)

@@ -60,7 +60,7 @@ func TestChainRowBinaryMatchesChainRow(t *testing.T) {
 		many = append(many, chains...)
 	}
 	var got bytes.Buffer
-	if _, err := got.ReadFrom(chainStream(many, nil)); err != nil {
+	if _, err := got.ReadFrom(chainStream(many)); err != nil {
 		t.Fatal(err)
 	}
 	if !bytes.Equal(got.Bytes(), want) {

@@ -15,9 +15,9 @@ import (
 // (TestEventRowBinaryMatchesEventRow keeps them equal), and eventStream encodes the rows as
 // the engine reads them, so a flush costs its records and a few hundred KiB.
 
-// eventStream streams the rows of records, encoded in buf's memory.
-func eventStream(records []record.Record, buf []byte) *rowStream {
-	return &rowStream{n: len(records), row: func(b []byte, i int) []byte { return appendEventRow(b, &records[i]) }, buf: buf[:0]}
+// eventStream streams the rows of records.
+func eventStream(records []record.Record) *rowStream {
+	return &rowStream{n: len(records), row: func(b []byte, i int) []byte { return appendEventRow(b, &records[i]) }}
 }
 
 // appendEventRow appends r's row of the events table in RowBinary, the columns of

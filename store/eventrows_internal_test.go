@@ -74,7 +74,7 @@ func TestEventRowBinaryMatchesEventRow(t *testing.T) {
 		all = append(all, all...)
 		records = append(records, records...)
 	}
-	for _, r := range []io.Reader{eventStream(records, nil), iotest.OneByteReader(eventStream(records, nil))} {
+	for _, r := range []io.Reader{eventStream(records), iotest.OneByteReader(eventStream(records))} {
 		got, err := io.ReadAll(r)
 		if err != nil || !bytes.Equal(got, all) {
 			t.Fatalf("the stream of %d records: %d bytes (err %v), want %d", len(records), len(got), err, len(all))

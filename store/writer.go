@@ -176,10 +176,7 @@ func (w *Writer) writeEvents(ctx context.Context, records []record.Record) error
 	}
 	start := time.Now()
 	if s, ok := w.store.(rowBinaryStreamer); ok {
-		buf, _ := w.rows.Get()
-		rs := eventStream(records, buf)
-		err = s.insertRowBinaryStream(ctx, EventsTable, EventColumns, rs)
-		w.rows.Put(rs.buf[:0])
+		err = w.insertStream(ctx, s, EventsTable, EventColumns, eventStream(records))
 	} else {
 		rows := make([][]any, len(records))
 		for i := range records {
