@@ -26,9 +26,8 @@ const bucketWidth = time.Minute
 // A minute that is still receiving keys is a map. Once the clock has left it, Seal turns it
 // into a run: its keys sorted in one flat slice with a directory by their leading bits, 17
 // bytes a key against about 31 in a map (a map doubles as it grows and keeps a control byte a
-// slot). A
-// minute holds 600,000 keys at 10,000 events/s and the horizon keeps ten of them, so this is
-// most of the index's memory. Sorting a minute takes tens of milliseconds; Seal does it
+// slot). A minute holds 600,000 keys at 10,000 events/s and the horizon keeps ten of them, so
+// this is most of the index's memory. Sorting a minute takes tens of milliseconds; Seal does it
 // outside the lock that the receiver's Filter takes, while the map, now read-only, still
 // answers lookups.
 type Index struct {
@@ -60,6 +59,11 @@ func (ix *Index) Horizon() time.Duration { return ix.horizon }
 
 func minuteOf(t time.Time) int64 { return t.Unix() / int64(bucketWidth/time.Second) }
 
+// oldestKept is the oldest minute still within horizon at now (a minute is kept whole).
+func oldestKept(now time.Time, horizon time.Duration) int64 {
+	return minuteOf(now.Add(-horizon)) - 1
+}
+
 // Contains reports whether k was added and not yet forgotten.
 func (ix *Index) Contains(k record.Key) bool {
 	ix.mu.RLock()
@@ -78,17 +82,8 @@ func (ix *Index) containsLocked(k record.Key) bool {
 
 // sealedLocked reports whether k is in a minute that is sealed or being sealed.
 func (ix *Index) sealedLocked(k record.Key) bool {
-	for _, s := range ix.sealing {
-		if _, ok := s.keys[k]; ok {
-			return true
-		}
-	}
-	for i := range ix.runs {
-		if ix.runs[i].contains(k) {
-			return true
-		}
-	}
-	return false
+	_, ok := ix.sealedMinuteLocked(k)
+	return ok
 }
 
 func (ix *Index) forgottenLocked(k record.Key) bool {
@@ -144,7 +139,7 @@ func (ix *Index) addSealed(minute int64, keys []record.Key) {
 // installLocked adds r to the runs, merged with the run of the same minute if there is one
 // (Load read a minute from two files).
 func (ix *Index) installLocked(r run) {
-	if i := slices.IndexFunc(ix.runs, func(o run) bool { return o.minute == r.minute }); i >= 0 {
+	if i := ix.runOfLocked(r.minute); i >= 0 {
 		ix.runs[i] = newRun(r.minute, append(slices.Clone(ix.runs[i].keys), r.keys...))
 		return
 	}
@@ -202,6 +197,12 @@ func (ix *Index) deleteOpenLocked(k record.Key) bool {
 	return false
 }
 
+// runOfLocked is the index in runs of minute's run, or -1.
+func (ix *Index) runOfLocked(minute int64) int {
+	return slices.IndexFunc(ix.runs, func(r run) bool { return r.minute == minute })
+}
+
+// sealedMinuteLocked is the minute of the sealed or sealing structure that holds k.
 func (ix *Index) sealedMinuteLocked(k record.Key) (int64, bool) {
 	for _, s := range ix.sealing {
 		if _, ok := s.keys[k]; ok {
@@ -220,7 +221,7 @@ func (ix *Index) sealedMinuteLocked(k record.Key) (int64, bool) {
 // minutes the clock has left.
 func (ix *Index) Expire(now time.Time) {
 	ix.mu.Lock()
-	oldest := minuteOf(now.Add(-ix.horizon)) - 1
+	oldest := oldestKept(now, ix.horizon)
 	for m := range ix.open {
 		if m < oldest {
 			delete(ix.open, m)
@@ -236,8 +237,8 @@ func (ix *Index) Expire(now time.Time) {
 	ix.Seal(now)
 }
 
-// Seal turns every minute before now's into a run. Only one Seal runs at a time: the
-// server's clock calls it (through Expire) and Load once.
+// Seal turns every minute before now's into a run. A Seal called while another is sorting
+// returns at once; the next call seals what it left. Expire calls it.
 func (ix *Index) Seal(now time.Time) {
 	current := minuteOf(now)
 	ix.mu.Lock()
@@ -258,7 +259,7 @@ func (ix *Index) Seal(now time.Time) {
 	todo := make([]job, len(ix.sealing))
 	for i, s := range ix.sealing {
 		todo[i].minuteMap = s
-		if j := slices.IndexFunc(ix.runs, func(r run) bool { return r.minute == s.minute }); j >= 0 {
+		if j := ix.runOfLocked(s.minute); j >= 0 {
 			todo[i].prev = ix.runs[j].keys
 		}
 	}
@@ -278,14 +279,14 @@ func (ix *Index) Seal(now time.Time) {
 		built = append(built, newRun(s.minute, append(keys, s.prev...)))
 	}
 
-	oldest := minuteOf(now.Add(-ix.horizon)) - 1
+	oldest := oldestKept(now, ix.horizon)
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
 	for _, r := range built {
 		if r.minute < oldest {
 			continue
 		}
-		if j := slices.IndexFunc(ix.runs, func(o run) bool { return o.minute == r.minute }); j >= 0 {
+		if j := ix.runOfLocked(r.minute); j >= 0 {
 			ix.runs[j] = r // holds the keys of the run it replaces
 			continue
 		}

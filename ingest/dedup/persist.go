@@ -110,7 +110,7 @@ func (p *Persister) expire() error {
 	if err != nil {
 		return err
 	}
-	oldest := minuteOf(p.now().Add(-p.Horizon)) - 1
+	oldest := oldestKept(p.now(), p.Horizon)
 	for _, f := range files {
 		if f.minute < oldest {
 			if err := os.Remove(f.path); err != nil && !errors.Is(err, fs.ErrNotExist) {
@@ -158,7 +158,7 @@ func Load(ctx context.Context, log *slog.Logger, dir string, horizon time.Durati
 	if err != nil {
 		return nil, 0, 0, fmt.Errorf("dedup: list key files: %w", err)
 	}
-	oldest := minuteOf(now.Add(-horizon)) - 1
+	oldest := oldestKept(now, horizon)
 	for _, f := range files {
 		if f.minute < oldest {
 			continue
