@@ -114,7 +114,11 @@ build_one() {
   rm -rf "$wrap"
   mkdir -p "$wrap"
   local gover
+  # The wrapper is built by the toolchain that reports this version (the repository's pinned
+  # one when run from it or from test/run), named explicitly: with GOTOOLCHAIN=local a
+  # machine whose own Go is older than the pin refuses the wrapper's go line.
   gover="$(go env GOVERSION)"; gover="${gover#go}"
+  local toolchain="go$gover"
   {
     echo "module peertrail.local/kube-build"
     echo
@@ -135,10 +139,10 @@ build_one() {
   local start end
   start="$(date +%s)"
   log "$version: go get (module graph)"
-  (cd "$wrap" && GOTOOLCHAIN=local GOFLAGS=-mod=mod go get "$pkg@$version" >"$dir/get.log" 2>&1) \
+  (cd "$wrap" && GOTOOLCHAIN="$toolchain" GOFLAGS=-mod=mod go get "$pkg@$version" >"$dir/get.log" 2>&1) \
     || { tail -30 "$dir/get.log" >&2; die "$version: go get failed (log: $dir/get.log)"; }
   log "$version: go build (takes several minutes cold)"
-  (cd "$wrap" && GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS="-mod=mod -buildvcs=false" \
+  (cd "$wrap" && GOTOOLCHAIN="$toolchain" CGO_ENABLED=0 GOFLAGS="-mod=mod -buildvcs=false" \
      go build -trimpath -ldflags "$ldflags -X k8s.io/component-base/version.buildDate=$builddate -X k8s.io/client-go/pkg/version.buildDate=$builddate" -o "$bin.tmp" "$pkg" >"$dir/build.log" 2>&1) \
     || { tail -30 "$dir/build.log" >&2; die "$version: go build failed (log: $dir/build.log)"; }
   mv -f "$bin.tmp" "$bin"
