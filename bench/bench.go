@@ -352,21 +352,29 @@ func storeMax(a *atomic.Int64, v int64) {
 }
 
 // waitFor polls count until it reaches want, failing when it stands still for stall or the
-// server exits.
+// server exits. A count that fails (the server's SQL front busy behind a backlog of inserts)
+// counts as standing still, not as the end of the run.
 func waitFor(ctx context.Context, c *child, stall time.Duration, count func() (int, error), want int, into *atomic.Int64) error {
 	last, lastChange := -1, time.Now()
+	var lastErr error
 	for {
 		got, err := count()
-		if err != nil {
-			return err
-		}
-		into.Store(int64(got))
-		if got >= want {
+		switch {
+		case err != nil:
+			lastErr = err
+			if time.Since(lastChange) > stall {
+				return fmt.Errorf("%d of %d after standing still for %s (the last count failed: %w)", max(last, 0), want, stall, err)
+			}
+		case got >= want:
+			into.Store(int64(got))
 			return nil
-		}
-		if got != last {
+		case got != last:
+			into.Store(int64(got))
 			last, lastChange = got, time.Now()
-		} else if time.Since(lastChange) > stall {
+		case time.Since(lastChange) > stall:
+			if lastErr != nil {
+				return fmt.Errorf("%d of %d after standing still for %s (a count failed meanwhile: %w)", got, want, stall, lastErr)
+			}
 			return fmt.Errorf("%d of %d after standing still for %s", got, want, stall)
 		}
 		select {
