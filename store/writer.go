@@ -103,9 +103,20 @@ func NewWriter(s Store, codec *record.Codec, opts WriterOptions) *Writer {
 }
 
 // Consume implements spool.Consumer.
+//
+// The records gathered never pass FlushRows by more than one frame: a call delivers up to a
+// few hundred frames (100,000 records in a burst), and the writer inserts as soon as it holds
+// FlushRows rather than after decoding all of them, so that its memory does not follow the
+// spool's delivery size.
 func (w *Writer) Consume(ctx context.Context, entries []spool.Entry) (spool.Position, error) {
-	keep := len(w.buf) // on failure, drop what this call added: Run delivers it again
+	keep := len(w.buf) // on failure, drop what this call added since its last insert: Run delivers it again
 	for _, e := range entries {
+		if len(w.buf) >= w.opts.FlushRows {
+			if err := w.flush(ctx, keep); err != nil {
+				return 0, err
+			}
+			keep = 0
+		}
 		b, err := w.codec.DecodeFrame(e.Payload)
 		if err != nil {
 			// A frame that does not decode never will; retrying would stop the writer
@@ -135,15 +146,27 @@ func (w *Writer) Consume(ctx context.Context, entries []spool.Entry) (spool.Posi
 		w.seen = seen
 		return w.bufFrom, nil
 	}
+	if err := w.flush(ctx, keep); err != nil {
+		return 0, err
+	}
+	w.seen = seen
+	return seen, nil
+}
+
+// flush inserts the gathered records. On failure it keeps the first keep of them (gathered by
+// earlier calls, which Run does not deliver again) and forgets whether the store holds the
+// rest: Run delivers this call's entries again, and records an earlier flush of the same call
+// inserted must then be looked up and skipped, not written twice.
+func (w *Writer) flush(ctx context.Context, keep int) error {
 	if err := w.writeEvents(ctx, w.buf); err != nil {
+		w.known = false
 		clear(w.buf[keep:])
 		w.buf = w.buf[:keep]
-		return 0, err
+		return err
 	}
 	clear(w.buf)
 	w.buf = w.buf[:0]
-	w.seen = seen
-	return seen, nil
+	return nil
 }
 
 // WriteEvents inserts records into the events table, skipping those the store already holds

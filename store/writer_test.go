@@ -34,7 +34,11 @@ type flaky struct {
 	lostAnswers int
 	// partial inserts the first half of that many inserts' rows, then fails.
 	partial int
+	// okBeforeLost lets that many inserts through before lostAnswers applies.
+	okBeforeLost int
 	inserts int
+	// sizes are the row counts of the inserts asked for.
+	sizes []int
 }
 
 var errOutage = errors.New("connection refused (simulated outage)")
@@ -42,7 +46,12 @@ var errOutage = errors.New("connection refused (simulated outage)")
 func (f *flaky) Insert(ctx context.Context, table string, cols []store.Column, rows [][]any) error {
 	f.mu.Lock()
 	f.inserts++
+	f.sizes = append(f.sizes, len(rows))
 	switch {
+	case f.okBeforeLost > 0:
+		f.okBeforeLost--
+		f.mu.Unlock()
+		return f.Store.Insert(ctx, table, cols, rows)
 	case f.failInserts > 0:
 		f.failInserts--
 		f.mu.Unlock()
@@ -257,6 +266,47 @@ func TestWriterOutageLosesNothing(t *testing.T) {
 	}
 }
 
+// A Consume of many frames inserts as soon as it holds FlushRows records, so the writer never
+// holds a whole delivery (up to 256 frames) of decoded records; a failure between two such
+// inserts of one call duplicates nothing when the call is delivered again.
+func TestWriterInsertsWithinOneDelivery(t *testing.T) {
+	codec := newCodec(t)
+	const per = 50
+	tr := newTraffic(t, "withincall", 8, 20, per)
+	sp := spoolOf(t, codec, tr) // filled before Run: the first Consume gets all 40 frames
+	f := &flaky{Store: engine(t)}
+	w := store.NewWriter(f, codec, store.WriterOptions{FlushRows: 300, FlushInterval: 20 * time.Millisecond})
+
+	runUntilStored(t, sp, w, tr)
+	assertExactlyOnce(t, tr)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.sizes) < tr.records/(300+per) {
+		t.Fatalf("%d inserts %v for %d records with FlushRows 300", len(f.sizes), f.sizes, tr.records)
+	}
+	for _, n := range f.sizes {
+		if n > 300+per {
+			t.Errorf("an insert of %d rows (%v): over FlushRows and one frame (%d)", n, f.sizes, 300+per)
+		}
+	}
+}
+
+// The same, with the third insert failing after it committed: the call is delivered again from
+// its first frame, and what its first two inserts wrote is skipped, not written twice.
+func TestWriterFailureWithinOneDeliveryDuplicatesNothing(t *testing.T) {
+	codec := newCodec(t)
+	tr := newTraffic(t, "withincallfail", 9, 20, 50)
+	sp := spoolOf(t, codec, tr)
+	f := &flaky{Store: engine(t), okBeforeLost: 2, lostAnswers: 1}
+	w := store.NewWriter(f, codec, store.WriterOptions{FlushRows: 300, FlushInterval: 20 * time.Millisecond})
+
+	runUntilStored(t, sp, w, tr)
+	assertExactlyOnce(t, tr)
+	if got := counter(t, w, metrics.StoreRowsSkippedTotal, "events"); got < 600 {
+		t.Errorf("%v rows skipped as stored; want at least the 600 of the call's first two inserts", got)
+	}
+}
+
 // An insert that committed but reported an error is retried without duplicating a row.
 func TestWriterLostAnswerDuplicatesNothing(t *testing.T) {
 	codec := newCodec(t)
@@ -350,7 +400,8 @@ func TestWriterSameEntriesTwice(t *testing.T) {
 	}
 	end := entries[len(entries)-1].End
 	f := &flaky{Store: engine(t), lostAnswers: 1}
-	w := store.NewWriter(f, codec, store.WriterOptions{FlushRows: 1})
+	// One insert of the whole call.
+	w := store.NewWriter(f, codec, store.WriterOptions{FlushRows: tr.records})
 	if _, err := w.Consume(ctx, entries); err == nil {
 		t.Fatal("Consume succeeded though its insert reported an error")
 	}
