@@ -36,7 +36,7 @@ type flaky struct {
 	partial int
 	// okBeforeLost lets that many inserts through before lostAnswers applies.
 	okBeforeLost int
-	inserts int
+	inserts      int
 	// sizes are the row counts of the inserts asked for.
 	sizes []int
 }
