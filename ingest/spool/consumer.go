@@ -28,7 +28,8 @@ type Consumer interface {
 
 // RunOptions tune Run; zero values take defaults.
 type RunOptions struct {
-	// MaxEntries and MaxBytes bound one Consume call.
+	// MaxEntries and MaxBytes bound one Consume call (defaults 256 entries and defaultCallBytes;
+	// a call may pass MaxBytes by one frame).
 	MaxEntries int
 	MaxBytes   int
 	// Idle is how long Run waits for new entries before calling Consume with none.
@@ -46,7 +47,7 @@ func (o *RunOptions) defaults() {
 		o.MaxEntries = 256
 	}
 	if o.MaxBytes <= 0 {
-		o.MaxBytes = 64 << 20
+		o.MaxBytes = defaultCallBytes
 	}
 	if o.Idle <= 0 {
 		o.Idle = time.Second

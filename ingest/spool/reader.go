@@ -33,9 +33,16 @@ type Reader struct {
 	lending bool
 }
 
+// defaultCallBytes bounds the payloads of one Consume call. Each consumer holds a call's
+// payloads at once, so this is also the payload memory of each: at 64 MiB a burst had three
+// consumers holding about 200 MB of frames, allocated anew for every call because it was more
+// than a reader keeps; 8 MiB is still a hundred webhook batches a call.
+const defaultCallBytes = 8 << 20
+
 // maxKeptSlab bounds the payload memory a lending reader keeps for the next batch, so that one
-// long catch-up does not stay resident.
-const maxKeptSlab = 8 << 20
+// long catch-up does not stay resident. A call of defaultCallBytes (with the frame that passes
+// it, the slab doubling as it grows) fits, and is reused call after call.
+const maxKeptSlab = 4 * defaultCallBytes
 
 // recycle lends the memory of every payload read so far to the next ones: their entries must
 // be done with. From the first call on, payloads are lent, not given.
