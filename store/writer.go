@@ -104,10 +104,10 @@ func NewWriter(s Store, codec *record.Codec, opts WriterOptions) *Writer {
 
 // Consume implements spool.Consumer.
 //
-// The records gathered never pass FlushRows by more than one frame: a call delivers up to a
-// few hundred frames (100,000 records in a burst), and the writer inserts as soon as it holds
-// FlushRows rather than after decoding all of them, so that its memory does not follow the
-// spool's delivery size.
+// The records gathered never pass FlushRows by more than one frame: a call may deliver more
+// records than that (up to 256 frames; in a burst, tens of thousands of records), and the
+// writer inserts as soon as it holds FlushRows rather than after decoding all of them, so that
+// its memory does not follow the spool's delivery size.
 func (w *Writer) Consume(ctx context.Context, entries []spool.Entry) (spool.Position, error) {
 	keep := len(w.buf) // on failure, drop what this call added since its last insert: Run delivers it again
 	for _, e := range entries {

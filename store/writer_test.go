@@ -267,8 +267,7 @@ func TestWriterOutageLosesNothing(t *testing.T) {
 }
 
 // A Consume of many frames inserts as soon as it holds FlushRows records, so the writer never
-// holds a whole delivery (up to 256 frames) of decoded records; a failure between two such
-// inserts of one call duplicates nothing when the call is delivered again.
+// holds a whole delivery (up to 256 frames) of decoded records.
 func TestWriterInsertsWithinOneDelivery(t *testing.T) {
 	codec := newCodec(t)
 	const per = 50
