@@ -154,12 +154,11 @@ func (w *Writer) Consume(ctx context.Context, entries []spool.Entry) (spool.Posi
 }
 
 // flush inserts the gathered records. On failure it keeps the first keep of them (gathered by
-// earlier calls, which Run does not deliver again) and forgets whether the store holds the
-// rest: Run delivers this call's entries again, and records an earlier flush of the same call
-// inserted must then be looked up and skipped, not written twice.
+// earlier calls, which Run does not deliver again): Run delivers this call's entries again, and
+// since writeEvents failed the writer no longer trusts what it knew of the store, so records an
+// earlier flush of the same call inserted are looked up and skipped, not written twice.
 func (w *Writer) flush(ctx context.Context, keep int) error {
 	if err := w.writeEvents(ctx, w.buf); err != nil {
-		w.known = false
 		clear(w.buf[keep:])
 		w.buf = w.buf[:keep]
 		return err
@@ -186,6 +185,9 @@ func (w *Writer) writeEvents(ctx context.Context, records []record.Record) error
 	}
 	records, err := w.skipStored(ctx, records)
 	if err != nil {
+		// Look again before the next insert: what is delivered again may include records
+		// this writer inserted since it last looked.
+		w.known = false
 		return err
 	}
 	if len(records) == 0 {
