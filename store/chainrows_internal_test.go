@@ -2,6 +2,8 @@ package store
 
 import (
 	"bytes"
+	"fmt"
+	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
@@ -113,5 +115,80 @@ func TestWrittenChainsBound(t *testing.T) {
 	}
 	if r.bytes() <= 0 {
 		t.Errorf("bytes %d", r.bytes())
+	}
+}
+
+// The record against a model of what it promises, over random puts, forgets and drops: a chain
+// is remembered, with the highest version put, if it was recorded among the last maxEntries
+// chains recorded and not forgotten since; the floor is the latest first receipt of a chain
+// that fell out.
+func TestWrittenChainsModel(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	base := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	for _, maxEntries := range []int{1, 7, 100, 5000} {
+		r := newWrittenChains(maxEntries)
+		type entry struct {
+			version uint64
+			seq     int // when it was last recorded as new
+			first   time.Time
+		}
+		model := map[chainKey]*entry{}
+		var recordings []time.Time // the first receipt of each chain recorded as new, in order
+		var recorded []chainKey    // and its key
+		byKey := map[chainKey]time.Time{}
+		ids := 3 * maxEntries
+		for op := range 20 * maxEntries {
+			k := r.key(fmt.Sprint("chain-", rng.IntN(ids)))
+			switch {
+			case rng.IntN(10) == 0:
+				r.forget(k)
+				delete(model, k)
+			default:
+				v := uint64(rng.IntN(50))
+				first, ok := byKey[k]
+				if !ok {
+					first = base.Add(time.Duration(op) * time.Millisecond)
+					byKey[k] = first
+				}
+				if e := model[k]; e != nil {
+					e.version = max(e.version, v)
+				} else {
+					recordings, recorded = append(recordings, first), append(recorded, k)
+					model[k] = &entry{version: v, seq: len(recordings), first: first}
+					// The ring's oldest place comes round.
+					if out := len(recorded) - maxEntries - 1; out >= 0 {
+						if e := model[recorded[out]]; e != nil && e.seq == out+1 {
+							delete(model, recorded[out])
+						}
+					}
+				}
+				r.put(k, v, first)
+			}
+		}
+		// The floor: the newest first receipt of the chains recorded before the last
+		// maxEntries, forgotten or not: their places in the ring have come round.
+		var floor time.Time
+		for _, first := range recordings[:max(len(recordings)-maxEntries, 0)] {
+			if first.After(floor) {
+				floor = first
+			}
+		}
+		if !r.floor.Equal(floor) {
+			t.Errorf("max %d: floor %v, model %v", maxEntries, r.floor, floor)
+		}
+		if r.entries() != len(model) {
+			t.Errorf("max %d: %d entries, model %d", maxEntries, r.entries(), len(model))
+		}
+		for id := range ids {
+			k := r.key(fmt.Sprint("chain-", id))
+			v, ok := r.version(k)
+			e := model[k]
+			if ok != (e != nil) || ok && v != e.version {
+				t.Fatalf("max %d: chain-%d: record (%d, %v), model %+v", maxEntries, id, v, ok, e)
+			}
+		}
+		if perEntry := r.bytes() / maxEntries; maxEntries >= 5000 && perEntry > 48 {
+			t.Errorf("max %d: %d bytes an entry (ring %d, index %d)", maxEntries, perEntry, cap(r.ring), len(r.index))
+		}
 	}
 }

@@ -29,7 +29,7 @@ type WriterOptions struct {
 	FlushInterval time.Duration
 	Logger        *slog.Logger
 	// RememberChains bounds how many chains the chain sink remembers having written (default
-	// 500,000, about 56 bytes each): WriteChains asks the store only about chains it does not
+	// 500,000, 40 bytes each): WriteChains asks the store only about chains it does not
 	// know. A smaller record costs lookups of late revisions, never a wrong write.
 	RememberChains int
 }
