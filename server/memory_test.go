@@ -4,8 +4,10 @@ import (
 	"log/slog"
 	"runtime/debug"
 	"testing"
+	"time"
 
 	"github.com/peertrail/peertrail/config"
+	"github.com/peertrail/peertrail/store"
 )
 
 func TestMemoryBudget(t *testing.T) {
@@ -25,9 +27,21 @@ func TestMemoryBudget(t *testing.T) {
 		if b.Total != tc.total || b.Engine != tc.engine || b.Go != tc.goL {
 			t.Errorf("%s: %+v, want total %d engine %d go %d", tc.name, b, tc.total, tc.engine, tc.goL)
 		}
+		// A limit given trades the engine's CPU for memory, as Go's soft limit does.
+		want := time.Duration(0)
+		if tc.engine > 0 {
+			want = limitedDecay
+		}
+		if b.EngineDecay != want {
+			t.Errorf("%s: engine page decay %v, want %v", tc.name, b.EngineDecay, want)
+		}
 	}
-	if b := MemoryBudget(config.File{}); b.Total <= 0 || b.Engine != b.Total/2 {
+	b := MemoryBudget(config.File{})
+	if b.Total <= 0 || b.Engine != b.Total/2 {
 		t.Errorf("from the host or cgroup: %+v", b)
+	}
+	if limited := store.CgroupLimited(); (b.EngineDecay != 0) != limited {
+		t.Errorf("from the host or cgroup (limited by the cgroup: %v): engine page decay %v", limited, b.EngineDecay)
 	}
 }
 

@@ -34,7 +34,8 @@ func (s *Server) openStore(ctx context.Context, cfg config.File) (store.Store, *
 	case "none":
 		return nil, nil, nil
 	case "", "embedded":
-		emb, err = store.OpenEmbedded(ctx, store.EmbeddedOptions{DataDir: filepath.Join(cfg.DataDir, "clickhouse"), LibPath: cfg.Store.LibPath, MaxMemory: s.budget.Engine})
+		emb, err = store.OpenEmbedded(ctx, store.EmbeddedOptions{DataDir: filepath.Join(cfg.DataDir, "clickhouse"), LibPath: cfg.Store.LibPath, MaxMemory: s.budget.Engine,
+			DirtyPageDecay: s.budget.EngineDecay})
 		if err != nil {
 			return nil, nil, fmt.Errorf("embedded store: %w (or run with --store none, or --store clickhouse and --clickhouse-dsn)", err)
 		}

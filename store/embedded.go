@@ -8,6 +8,7 @@ import (
 	"io"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/peertrail/peertrail/store/chdb"
 )
@@ -23,6 +24,9 @@ type EmbeddedOptions struct {
 	// MaxMemory caps the whole engine, the writer's inserts and merges and every read
 	// together (max_server_memory_usage); 0: DefaultMaxMemory().
 	MaxMemory int64
+	// DirtyPageDecay is how soon the engine's allocator returns freed pages to the system
+	// (chdb.Options.DirtyPageDecay); 0 keeps the library's own.
+	DirtyPageDecay time.Duration
 }
 
 // Embedded is the Store backed by the ClickHouse engine inside this process (chDB). A process
@@ -41,7 +45,8 @@ func OpenEmbedded(ctx context.Context, opts EmbeddedOptions) (*Embedded, error) 
 	if opts.MaxMemory <= 0 {
 		opts.MaxMemory = DefaultMaxMemory()
 	}
-	e, err := chdb.Open(ctx, chdb.Options{DataDir: opts.DataDir, LibPath: opts.LibPath, MaxServerMemory: opts.MaxMemory})
+	e, err := chdb.Open(ctx, chdb.Options{DataDir: opts.DataDir, LibPath: opts.LibPath,
+		MaxServerMemory: opts.MaxMemory, DirtyPageDecay: opts.DirtyPageDecay})
 	if err != nil {
 		return nil, fmt.Errorf("store: open the embedded ClickHouse engine: %w", err)
 	}

@@ -19,7 +19,19 @@ func DefaultMaxMemory() int64 {
 // v1 memory.limit_in_bytes) when there is one and it is below the host's RAM, else the
 // host's RAM (MemTotal). It returns 4 GiB when neither can be read.
 func AvailableMemory() int64 {
-	return availableMemory([]string{"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"}, "/proc/meminfo")
+	return availableMemory(cgroupLimitFiles(), "/proc/meminfo")
+}
+
+// cgroupLimitFiles are where a cgroup's memory limit is read: v2's memory.max, then v1's.
+func cgroupLimitFiles() []string {
+	return []string{"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"}
+}
+
+// CgroupLimited reports whether the process's cgroup limits its memory below the host's RAM,
+// which AvailableMemory then returns.
+func CgroupLimited() bool {
+	lim, host := cgroupLimit(cgroupLimitFiles()), memTotal("/proc/meminfo")
+	return lim > 0 && (host <= 0 || lim < host)
 }
 
 // availableMemory is AvailableMemory with the files it reads named: the cgroup limit files

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -207,6 +208,27 @@ func runHelper(mode string) int {
 		}
 		fmt.Printf("locked: %v\n", err)
 		return 0
+	case "allocator":
+		// The allocator's options as the loaded library took them (Options.DirtyPageDecay).
+		decay, err := time.ParseDuration(os.Getenv("CHDB_TEST_DECAY"))
+		if err != nil {
+			return fail("CHDB_TEST_DECAY: %v", err)
+		}
+		e, err := chdb.Open(ctx, chdb.Options{DirtyPageDecay: decay})
+		if err != nil {
+			return fail("open: %v", err)
+		}
+		defer e.Close()
+		out, err := e.Query(ctx, "SELECT * FROM system.jemalloc_stats", "TSVRaw")
+		if err != nil {
+			return fail("jemalloc_stats: %v", err)
+		}
+		m := regexp.MustCompile(`opt\.dirty_decay_ms: (-?\d+)`).FindSubmatch(out)
+		if m == nil {
+			return fail("no opt.dirty_decay_ms in system.jemalloc_stats")
+		}
+		fmt.Printf("dirty_decay_ms=%s\n", m[1])
+		return 0
 	case "not-a-library":
 		e, err := chdb.Open(ctx, chdb.Options{})
 		if err == nil || e != nil || errors.Is(err, chdb.ErrLibraryNotFound) {
@@ -216,6 +238,24 @@ func runHelper(mode string) int {
 		return 0
 	}
 	return fail("unknown helper mode %q", mode)
+}
+
+// The engine's allocator gives freed pages back after Options.DirtyPageDecay, unless the
+// operator set JE_MALLOC_CONF. In subprocesses: the allocator reads its options once, when the
+// library is loaded.
+func TestDirtyPageDecay(t *testing.T) {
+	for _, tc := range []struct {
+		decay, env, want string
+	}{
+		{"0s", "", "5000"}, // the library's own
+		{"250ms", "", "250"},
+		{"250ms", "dirty_decay_ms:3000", "3000"}, // the operator's
+	} {
+		out := runSubprocess(t, "allocator", 60*time.Second, "CHDB_TEST_DECAY="+tc.decay, "JE_MALLOC_CONF="+tc.env)
+		if !strings.Contains(out, "dirty_decay_ms="+tc.want+"\n") {
+			t.Errorf("DirtyPageDecay %s, JE_MALLOC_CONF=%q: want dirty_decay_ms=%s; output:\n%s", tc.decay, tc.env, tc.want, out)
+		}
+	}
 }
 
 func TestRecoverAfterLoad(t *testing.T) {
