@@ -34,7 +34,7 @@ type Budget struct {
 // limitedDecay is Budget.EngineDecay under a limit. The engine's cap counts what it has
 // allocated, not the pages it freed and its allocator keeps for 5 s: at 10,000 events/s those
 // were 250-450 MB more on average, up to 700 MB, which a cgroup charges and cannot reclaim.
-// After 1 s they were about 200 MB fewer, for 15-25% more CPU (BENCHMARKS.md): under a limit
+// After 1 s they were 100-250 MB fewer, for 7-25% more CPU (BENCHMARKS.md): under a limit
 // memory comes before CPU, as with Go's soft limit.
 const limitedDecay = time.Second
 

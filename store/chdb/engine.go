@@ -135,7 +135,7 @@ const allocatorConfEnv = "JE_MALLOC_CONF"
 // Why: at a steady 10,000 events/s the engine had 50-300 MB allocated but 300-450 MB
 // resident on average, the difference being pages it had freed and jemalloc kept for reuse
 // for 5 s (its dirty pages): every insert and merge frees what it used. A decay of 1 s held
-// about 200 MB less, for 15-25% more CPU in the process, the page faults that take the pages
+// 100-250 MB less, for 7-25% more CPU in the process, the page faults that take the pages
 // again (BENCHMARKS.md); so it is a choice for a process short of memory, not a default.
 func allocatorConf(decay time.Duration) {
 	if decay <= 0 || os.Getenv(allocatorConfEnv) != "" {
