@@ -132,7 +132,7 @@ const allocatorConfEnv = "JE_MALLOC_CONF"
 // allocatorConf sets the allocator's options for the library about to be loaded, unless the
 // operator set allocatorConfEnv: theirs wins, whole.
 //
-// Why: at a steady 10,000 events/s the engine had 50-300 MB allocated but 300-450 MB
+// Why: at a steady 10,000 events/s the engine had 135-210 MB allocated but 320-440 MB
 // resident on average, the difference being pages it had freed and jemalloc kept for reuse
 // for 5 s (its dirty pages): every insert and merge frees what it used. A decay of 1 s held
 // 100-250 MB less, for 7-25% more CPU in the process, the page faults that take the pages
