@@ -44,9 +44,9 @@ const minGoLimit = 256 << 20
 // MemoryBudget shares cfg's memory between the engine and Go.
 func MemoryBudget(cfg config.File) Budget {
 	b := Budget{Total: int64(cfg.MemoryLimit)}
-	limited := b.Total > 0 || store.CgroupLimited()
-	if b.Total <= 0 {
-		b.Total = store.AvailableMemory()
+	limited := b.Total > 0
+	if !limited {
+		b.Total, limited = store.MemoryAvailable()
 	}
 	if cfg.Store.Engine == "" || cfg.Store.Engine == "embedded" {
 		b.Engine = int64(cfg.Store.MaxMemory)

@@ -40,7 +40,7 @@ func TestMemoryBudget(t *testing.T) {
 	if b.Total <= 0 || b.Engine != b.Total/2 {
 		t.Errorf("from the host or cgroup: %+v", b)
 	}
-	if limited := store.CgroupLimited(); (b.EngineDecay != 0) != limited {
+	if _, limited := store.MemoryAvailable(); (b.EngineDecay != 0) != limited {
 		t.Errorf("from the host or cgroup (limited by the cgroup: %v): engine page decay %v", limited, b.EngineDecay)
 	}
 }

@@ -19,33 +19,28 @@ func DefaultMaxMemory() int64 {
 // v1 memory.limit_in_bytes) when there is one and it is below the host's RAM, else the
 // host's RAM (MemTotal). It returns 4 GiB when neither can be read.
 func AvailableMemory() int64 {
-	return availableMemory(cgroupLimitFiles(), "/proc/meminfo")
+	n, _ := MemoryAvailable()
+	return n
 }
 
-// cgroupLimitFiles are where a cgroup's memory limit is read: v2's memory.max, then v1's.
-func cgroupLimitFiles() []string {
-	return []string{"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"}
+// MemoryAvailable is AvailableMemory, and whether it is the cgroup's limit rather than the
+// host's RAM.
+func MemoryAvailable() (bytes int64, cgroupLimit bool) {
+	return availableMemory([]string{"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"}, "/proc/meminfo")
 }
 
-// CgroupLimited reports whether the process's cgroup limits its memory below the host's RAM,
-// which AvailableMemory then returns.
-func CgroupLimited() bool {
-	lim, host := cgroupLimit(cgroupLimitFiles()), memTotal("/proc/meminfo")
-	return lim > 0 && (host <= 0 || lim < host)
-}
-
-// availableMemory is AvailableMemory with the files it reads named: the cgroup limit files
+// availableMemory is MemoryAvailable with the files it reads named: the cgroup limit files
 // (v2 first) and meminfo.
-func availableMemory(cgroupFiles []string, meminfo string) int64 {
+func availableMemory(cgroupFiles []string, meminfo string) (int64, bool) {
 	host := memTotal(meminfo)
 	lim := cgroupLimit(cgroupFiles)
 	switch {
 	case lim > 0 && (host <= 0 || lim < host):
-		return lim
+		return lim, true
 	case host > 0:
-		return host
+		return host, false
 	}
-	return 4 << 30
+	return 4 << 30, false
 }
 
 func cgroupLimit(files []string) int64 {

@@ -25,15 +25,16 @@ func TestAvailableMemoryTakesTheCgroupLimit(t *testing.T) {
 		v2, v1  string // file contents; "" for no file
 		meminfo string
 		want    int64
+		limit   bool // want is the cgroup's limit
 	}{
-		{"v2 limit", "2147483648\n", "", meminfo, 2 << 30},
-		{"v2 without a limit", "max\n", "", meminfo, host},
-		{"v1 limit", "", "1073741824\n", meminfo, 1 << 30},
-		{"v1 without a limit (its huge number)", "", "9223372036854771712\n", meminfo, host},
-		{"a limit above the host's RAM", "68719476736\n", "", meminfo, host},
-		{"no cgroup files", "", "", meminfo, host},
-		{"no cgroup limit and no meminfo", "", "", missing, 4 << 30},
-		{"a cgroup limit and no meminfo", "3221225472\n", "", missing, 3 << 30},
+		{"v2 limit", "2147483648\n", "", meminfo, 2 << 30, true},
+		{"v2 without a limit", "max\n", "", meminfo, host, false},
+		{"v1 limit", "", "1073741824\n", meminfo, 1 << 30, true},
+		{"v1 without a limit (its huge number)", "", "9223372036854771712\n", meminfo, host, false},
+		{"a limit above the host's RAM", "68719476736\n", "", meminfo, host, false},
+		{"no cgroup files", "", "", meminfo, host, false},
+		{"no cgroup limit and no meminfo", "", "", missing, 4 << 30, false},
+		{"a cgroup limit and no meminfo", "3221225472\n", "", missing, 3 << 30, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			files := []string{missing, missing}
@@ -43,8 +44,8 @@ func TestAvailableMemoryTakesTheCgroupLimit(t *testing.T) {
 			if c.v1 != "" {
 				files[1] = write("v1-"+c.name, c.v1)
 			}
-			if got := availableMemory(files, c.meminfo); got != c.want {
-				t.Fatalf("availableMemory = %d, want %d", got, c.want)
+			if got, limit := availableMemory(files, c.meminfo); got != c.want || limit != c.limit {
+				t.Fatalf("availableMemory = %d, %v; want %d, %v", got, limit, c.want, c.limit)
 			}
 		})
 	}

@@ -26,11 +26,11 @@ const bucketWidth = time.Minute
 //
 // A minute that is still receiving keys is a map. Once the clock has left it, Seal turns it
 // into a run: the first 12 bytes of its keys sorted in flat slices with a directory by their
-// leading bits, 13 bytes a key against about 31 in a map (a map doubles as it grows and keeps a
-// control byte a slot). A minute holds 600,000 keys at 10,000 events/s and the horizon keeps ten of them, so
-// this is most of the index's memory. Sorting a minute takes tens of milliseconds; Seal does it
-// outside the lock that the receiver's Filter takes, while the map, now read-only, still
-// answers lookups.
+// leading bits, 13 bytes a key against about 31 in a map (a map doubles as it grows and keeps
+// a control byte a slot). A minute holds 600,000 keys at 10,000 events/s and the horizon keeps
+// ten of them, so this is most of the index's memory. Sorting a minute takes tens of
+// milliseconds; Seal does it outside the lock that the receiver's Filter takes, while the map,
+// now read-only, still answers lookups.
 type Index struct {
 	horizon time.Duration
 
@@ -255,14 +255,14 @@ func (ix *Index) Seal(now time.Time) {
 	}
 	type job struct {
 		minuteMap
-		prev *run // the minute's run already sealed, if any: runs are never modified
+		prev []*run // the minute's run already sealed, if any: runs are never modified
 	}
 	todo := make([]job, len(ix.sealing))
 	for i, s := range ix.sealing {
 		todo[i].minuteMap = s
 		if j := ix.runOfLocked(s.minute); j >= 0 {
 			prev := ix.runs[j]
-			todo[i].prev = &prev
+			todo[i].prev = []*run{&prev}
 		}
 	}
 	ix.mu.Unlock()
@@ -278,11 +278,7 @@ func (ix *Index) Seal(now time.Time) {
 		for k := range s.keys { // read-only now: concurrent readers are fine
 			keys = append(keys, k)
 		}
-		prev := []*run{}
-		if s.prev != nil {
-			prev = append(prev, s.prev)
-		}
-		built = append(built, newRun(s.minute, keys, prev...))
+		built = append(built, newRun(s.minute, keys, s.prev...))
 	}
 
 	oldest := oldestKept(now, ix.horizon)
