@@ -297,9 +297,10 @@ func (a *API) capabilityHistory(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !at.IsZero() {
-		records = EpochsAt(records, at)
 		if a.co != nil {
-			records = exactEpochs(records, at, a.co.caps.VersionAt)
+			records = exactEpochs(EpochsAt(records, at, a.co.caps.LastSeen), at, a.co.caps.VersionAt)
+		} else {
+			records = EpochsAt(records, at, nil)
 		}
 	}
 	if records == nil {

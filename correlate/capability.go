@@ -201,6 +201,24 @@ func (c *Capabilities) VersionAt(apiserver string, t time.Time) string {
 	return ""
 }
 
+// LastSeen returns the version apiserver runs now, as far as its version history tells
+// (VersionAt of its last sighting), and when peertrail last saw it; "" and the zero time
+// for an apiserver never seen.
+func (c *Capabilities) LastSeen(apiserver string) (version string, at time.Time) {
+	c.mu.RLock()
+	info := c.seen[apiserver]
+	if info == nil {
+		c.mu.RUnlock()
+		return "", time.Time{}
+	}
+	at = info.LastSeen
+	c.mu.RUnlock()
+	if at.IsZero() {
+		return "", at
+	}
+	return c.VersionAt(apiserver, at), at
+}
+
 // Learn records that apiserver did (served) or did not serve g at t.
 func (c *Capabilities) Learn(apiserver string, g GVR, t time.Time, served bool) {
 	if g.Resource == "" || t.IsZero() {

@@ -334,3 +334,25 @@ func TestVersionAtFollowsTheHistory(t *testing.T) {
 		}
 	}
 }
+
+// LastSeen tells the version an apiserver runs now and when it was last seen: the latest
+// sighting, not the one that arrived last; nothing for a configured or unknown apiserver.
+func TestLastSeenIsTheLatestSighting(t *testing.T) {
+	c := NewCapabilities(15 * time.Minute)
+	c.NoteServer("kas-z", "v1.36", "", time.Time{})
+	c.Note("kas-b", Sighting{Version: "v1.35.4", Process: "old", At: t0})
+	c.Note("kas-b", Sighting{Version: "v1.36.3", Process: "new", At: t0.Add(45 * time.Second)})
+	c.Note("kas-b", Sighting{Version: "v1.36.3", Process: "new", At: t0.Add(40 * time.Second)})
+	for _, tc := range []struct {
+		apiserver, version string
+		at                 time.Time
+	}{
+		{"kas-b", "v1.36.3", t0.Add(45 * time.Second)},
+		{"kas-z", "", time.Time{}},
+		{"kas-unknown", "", time.Time{}},
+	} {
+		if v, at := c.LastSeen(tc.apiserver); v != tc.version || !at.Equal(tc.at) {
+			t.Errorf("LastSeen(%s) = %q, %s; want %q, %s", tc.apiserver, v, at, tc.version, tc.at)
+		}
+	}
+}

@@ -41,8 +41,12 @@ type HistoryLookup func(ctx context.Context, since, until time.Time) ([]Capabili
 const AtWindow = 7 * 24 * time.Hour
 
 // EpochsAt keeps the records of each apiserver's version epoch that holds at: the records of one
-// apiserver and version whose span, from its first From to its last Until, includes at.
-func EpochsAt(records []CapabilityRecord, at time.Time) []CapabilityRecord {
+// apiserver and version whose span, from its first From to its last Until, includes at. The
+// history's lines land a chain window after their minute, so the epoch an apiserver still
+// runs reaches further, to when it was last seen (lastSeen, Capabilities.LastSeen; nil when
+// nothing is remembered): a moment just after an upgrade belongs to the new version's epoch
+// before the store has that minute's lines.
+func EpochsAt(records []CapabilityRecord, at time.Time, lastSeen func(apiserver string) (version string, at time.Time)) []CapabilityRecord {
 	type epoch struct{ apiserver, version string }
 	from, until := map[epoch]time.Time{}, map[epoch]time.Time{}
 	for _, r := range records {
@@ -52,6 +56,13 @@ func EpochsAt(records []CapabilityRecord, at time.Time) []CapabilityRecord {
 		}
 		if u, ok := until[e]; !ok || r.Until.After(u) {
 			until[e] = r.Until
+		}
+	}
+	if lastSeen != nil {
+		for e, u := range until {
+			if v, seen := lastSeen(e.apiserver); v == e.version && seen.After(u) {
+				until[e] = seen
+			}
 		}
 	}
 	out := []CapabilityRecord{}

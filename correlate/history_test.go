@@ -1,6 +1,7 @@
 package correlate
 
 import (
+	"fmt"
 	"testing"
 	"time"
 )
@@ -41,7 +42,7 @@ func TestAtTellsTheVersionToTheSecond(t *testing.T) {
 		{m(16, 55), versionAt, []string{"v1.36.3"}},
 	} {
 		in := append([]CapabilityRecord(nil), records...)
-		got := exactEpochs(EpochsAt(in, tc.at), tc.at, tc.versionAt)
+		got := exactEpochs(EpochsAt(in, tc.at, nil), tc.at, tc.versionAt)
 		var versions []string
 		kasC := false
 		for _, r := range got {
@@ -58,6 +59,49 @@ func TestAtTellsTheVersionToTheSecond(t *testing.T) {
 			if versions[i] != tc.want[i] {
 				t.Errorf("at %s: kas-b %v, want %v", tc.at.Format(time.TimeOnly), versions, tc.want)
 			}
+		}
+	}
+}
+
+// TestAtReachesPastTheStoredMinutes: the store's lines of kas-b's new epoch end with 16:54 (the
+// minute of 16:54:xx has not landed: chains are written a window after their requests), but
+// peertrail saw kas-b on v1.36.3 at 16:54:20. ?at=16:54:05 is then in the new epoch, not in no
+// epoch at all; kas-a, last seen at 16:52:30 and not since, has no epoch after it; an epoch
+// the apiserver no longer runs is not stretched by a later sighting in another version.
+func TestAtReachesPastTheStoredMinutes(t *testing.T) {
+	m := func(mm, ss int) time.Time { return time.Date(2026, 11, 29, 16, mm, ss, 0, time.UTC) }
+	records := []CapabilityRecord{
+		{APIServer: "kas-b", Version: "v1.35.4", Role: RoleForwarded, Resource: "podgroups", From: m(50, 0), Until: m(54, 0)},
+		{APIServer: "kas-b", Version: "v1.36.3", Role: RoleServed, Resource: "podgroups", From: m(53, 0), Until: m(54, 0)},
+		{APIServer: "kas-a", Version: "v1.35.4", Role: RoleForwarded, Resource: "podgroups", From: m(50, 0), Until: m(52, 0)},
+	}
+	lastSeen := func(apiserver string) (string, time.Time) {
+		switch apiserver {
+		case "kas-b":
+			return "v1.36.3", m(54, 20)
+		case "kas-a":
+			return "v1.35.4", m(52, 30)
+		}
+		return "", time.Time{}
+	}
+	for _, tc := range []struct {
+		at       time.Time
+		lastSeen func(string) (string, time.Time)
+		want     []string // apiserver and version of each line kept
+	}{
+		{m(54, 5), lastSeen, []string{"kas-b v1.36.3"}},
+		{m(54, 5), nil, nil},
+		{m(54, 20), lastSeen, nil}, // the last sighting itself is the epoch's known end
+		{m(52, 10), lastSeen, []string{"kas-b v1.35.4", "kas-a v1.35.4"}},
+		{m(52, 40), lastSeen, []string{"kas-b v1.35.4"}},
+		{m(53, 30), lastSeen, []string{"kas-b v1.35.4", "kas-b v1.36.3"}},
+	} {
+		var got []string
+		for _, r := range EpochsAt(records, tc.at, tc.lastSeen) {
+			got = append(got, r.APIServer+" "+r.Version)
+		}
+		if fmt.Sprint(got) != fmt.Sprint(tc.want) {
+			t.Errorf("at %s (last sightings known: %v): %v, want %v", tc.at.Format(time.TimeOnly), tc.lastSeen != nil, got, tc.want)
 		}
 	}
 }
