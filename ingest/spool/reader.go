@@ -8,7 +8,6 @@ import (
 	"hash/crc32"
 	"io/fs"
 	"os"
-	"slices"
 )
 
 // Entry is one frame read from the spool.
@@ -59,8 +58,12 @@ func (r *Reader) payload(n int) []byte {
 	if !r.lending {
 		return make([]byte, n)
 	}
-	// Growing moves later payloads to a new array; the earlier ones stay where they are.
-	r.slab = slices.Grow(r.slab, n)
+	if cap(r.slab)-len(r.slab) < n {
+		// The payloads read so far stay where they are until the next recycle, so the next ones
+		// go to a new array and nothing is copied (growing the slice copied every earlier
+		// payload: 8% of serve's CPU at the start of a burst).
+		r.slab = make([]byte, 0, max(2*cap(r.slab), n))
+	}
 	from := len(r.slab)
 	r.slab = r.slab[:from+n]
 	return r.slab[from : from+n : from+n]

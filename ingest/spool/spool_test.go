@@ -397,3 +397,57 @@ func waitFor(t *testing.T, cond func() bool) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// checker verifies, when each call is handed over, that every payload of the call holds its
+// frame: a reader that reads a call's frames into memory it grows must leave the earlier ones
+// of the same call where they are.
+type checker struct {
+	next, calls, bad int
+}
+
+func (c *checker) Consume(_ context.Context, es []Entry) (Position, error) {
+	if len(es) == 0 {
+		return 0, nil
+	}
+	c.calls++
+	for _, e := range es {
+		if string(e.Payload) != string(bigPayload(c.next)) {
+			c.bad++
+		}
+		c.next++
+	}
+	return es[len(es)-1].End, nil
+}
+
+func bigPayload(i int) []byte {
+	return fmt.Appendf(nil, "frame-%06d-%s", i, make([]byte, 1000+(i*7919)%60000))
+}
+
+func TestRunLendsPayloadsWhole(t *testing.T) {
+	s := open(t, t.TempDir(), func(o *Options) { o.Consumers = []string{"a"}; o.SegmentBytes = 1 << 20; o.MaxBytes = 64 << 20 })
+	defer s.Close()
+	const n = 600 // about 18 MB: several calls, each growing its reader's memory from small
+	for i := range n {
+		if _, err := s.Append(bigPayload(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Wait(context.Background(), s.Written()); err != nil {
+		t.Fatal(err)
+	}
+	c := &checker{}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx, "a", c, RunOptions{Idle: 10 * time.Millisecond, MaxEntries: 1000, MaxBytes: 4 << 20}) }()
+	waitFor(t, func() bool {
+		pos, _ := s.Committed("a")
+		return pos == s.Written()
+	})
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if c.next != n || c.bad != 0 || c.calls < 3 {
+		t.Fatalf("%d frames in %d calls, %d of them not as written; want %d whole in several calls", c.next, c.calls, c.bad, n)
+	}
+}
