@@ -1,8 +1,11 @@
 package store
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"sort"
 	"strconv"
@@ -73,11 +76,15 @@ type Writer struct {
 	log     *slog.Logger
 	metrics *writerMetrics
 
-	// Consume's state (one goroutine).
-	buf      []record.Record
-	bufFrom  spool.Position // Pos of the first entry with records in buf
-	bufSince time.Time      // when the first record in buf arrived
-	seen     spool.Position // End of the last entry delivered
+	// Consume's state (one goroutine). The writer gathers frames, not records: a frame's
+	// payload (S2-compressed) is about a tenth of its decoded records with their strings and
+	// raw JSON, and a flush decodes one frame at a time as the engine reads the rows.
+	frames   []pendingFrame
+	pending  int             // records in frames
+	bufFrom  spool.Position  // Pos of the first entry with records in frames
+	bufSince time.Time       // when the first record in frames arrived
+	seen     spool.Position  // End of the last entry delivered
+	recs     []record.Record // the decoded records of the frame being streamed
 	// known is false while the writer does not know what the store holds; then suspect is
 	// read again before the next insert. Records received at or before suspect may be in
 	// the store already.
@@ -102,46 +109,52 @@ func NewWriter(s Store, codec *record.Codec, opts WriterOptions) *Writer {
 		rows: bufpool.NewFree(2, func(b []byte) bool { return cap(b) <= 4*rowReaderChunk })}
 }
 
+// pendingFrame is a frame gathered for the next insert: a copy of its payload (the spool lends
+// payloads only until Consume returns) and how many records it holds.
+type pendingFrame struct {
+	pos     spool.Position
+	payload []byte
+	records int
+}
+
 // Consume implements spool.Consumer.
 //
 // The records gathered never pass FlushRows by more than one frame: a call may deliver more
 // records than that (up to 256 frames; in a burst, tens of thousands of records), and the
-// writer inserts as soon as it holds FlushRows rather than after decoding all of them, so that
+// writer inserts as soon as it holds FlushRows rather than after gathering all of them, so that
 // its memory does not follow the spool's delivery size.
 func (w *Writer) Consume(ctx context.Context, entries []spool.Entry) (spool.Position, error) {
-	keep := len(w.buf) // on failure, drop what this call added since its last insert: Run delivers it again
+	keep := len(w.frames) // on failure, drop what this call added since its last insert: Run delivers it again
 	for _, e := range entries {
-		if len(w.buf) >= w.opts.FlushRows {
+		if w.pending >= w.opts.FlushRows {
 			if err := w.flush(ctx, keep); err != nil {
 				return 0, err
 			}
 			keep = 0
 		}
-		b, err := w.codec.DecodeFrame(e.Payload)
+		h, err := record.ParseHeader(e.Payload)
 		if err != nil {
-			// A frame that does not decode never will; retrying would stop the writer
-			// for good. The spool keeps nothing else of it: count and report it.
-			w.metrics.badFrames.Inc()
-			w.log.Error("store: skipping a spool frame that does not decode", "pos", e.Pos, "err", err)
+			w.badFrame(e.Pos, err)
 			continue
 		}
-		if len(b.Records) == 0 {
+		if len(h.Keys) == 0 {
 			continue
 		}
-		if len(w.buf) == 0 {
+		if len(w.frames) == 0 {
 			w.bufFrom, w.bufSince = e.Pos, time.Now()
 		}
-		w.buf = append(w.buf, b.Records...)
+		w.frames = append(w.frames, pendingFrame{pos: e.Pos, payload: bytes.Clone(e.Payload), records: len(h.Keys)})
+		w.pending += len(h.Keys)
 	}
 	seen := w.seen
 	if n := len(entries); n > 0 {
 		seen = entries[n-1].End
 	}
-	if len(w.buf) == 0 {
+	if len(w.frames) == 0 {
 		w.seen = seen
 		return seen, nil
 	}
-	if len(w.buf) < w.opts.FlushRows && time.Since(w.bufSince) < w.opts.FlushInterval {
+	if w.pending < w.opts.FlushRows && time.Since(w.bufSince) < w.opts.FlushInterval {
 		// Waiting for more: everything from the first buffered entry on is still needed.
 		w.seen = seen
 		return w.bufFrom, nil
@@ -153,24 +166,162 @@ func (w *Writer) Consume(ctx context.Context, entries []spool.Entry) (spool.Posi
 	return seen, nil
 }
 
-// flush inserts the gathered records. On failure it keeps the first keep of them (gathered by
-// earlier calls, which Run does not deliver again): Run delivers this call's entries again, and
-// since writeEvents failed the writer no longer trusts what it knew of the store, so records an
-// earlier flush of the same call inserted are looked up and skipped, not written twice.
+// badFrame counts and reports a frame that does not decode. It never will, and retrying would
+// stop the writer for good; the spool keeps nothing else of it. (A frame whose header reads but
+// whose records do not is found when a flush decodes it, and counted again if that flush is
+// retried.)
+func (w *Writer) badFrame(pos spool.Position, err error) {
+	w.metrics.badFrames.Inc()
+	w.log.Error("store: skipping a spool frame that does not decode", "pos", pos, "err", err)
+}
+
+// flush inserts the gathered frames' records. On failure it keeps the first keep frames
+// (gathered by earlier calls, which Run does not deliver again): Run delivers this call's
+// entries again, and since the insert failed the writer no longer trusts what it knew of the
+// store, so records an earlier flush of the same call inserted are looked up and skipped, not
+// written twice.
 func (w *Writer) flush(ctx context.Context, keep int) error {
-	if err := w.writeEvents(ctx, w.buf); err != nil {
-		clear(w.buf[keep:])
-		w.buf = w.buf[:keep]
+	if err := w.writeFrames(ctx, w.frames); err != nil {
+		clear(w.frames[keep:])
+		w.frames = w.frames[:keep]
+		w.pending = 0
+		for _, f := range w.frames {
+			w.pending += f.records
+		}
 		return err
 	}
-	clear(w.buf)
-	w.buf = w.buf[:0]
+	clear(w.frames)
+	w.frames, w.pending = w.frames[:0], 0
 	return nil
 }
 
+// errUnsure stops a frame stream at a record the events table may hold already.
+var errUnsure = errors.New("store: a record received before the newest in the events table")
+
+// writeFrames inserts the records of frames. Into the embedded engine it streams them, one
+// frame decoded at a time, as long as every record is newer than what the table held when the
+// writer last looked; at the first that is not (a redelivery after a restart or a failed
+// insert) it stops that insert and takes the careful path of writeEvents, which decodes all of
+// them and looks up the ones the table may hold.
+func (w *Writer) writeFrames(ctx context.Context, frames []pendingFrame) error {
+	s, ok := w.store.(rowBinaryStreamer)
+	if ok {
+		if !w.known {
+			hw, err := w.newestReceived(ctx)
+			if err != nil {
+				return fmt.Errorf("store: find where the events table ends: %w", err)
+			}
+			w.suspect, w.known = hw, true
+		}
+		fs := &frameStream{w: w, frames: frames, recs: w.recs}
+		buf, _ := w.rows.Get()
+		fs.buf = buf[:0]
+		start := time.Now()
+		err := s.insertRowBinaryStream(ctx, EventsTable, EventColumns, fs)
+		w.rows.Put(fs.buf[:0])
+		w.recs = fs.recs
+		clear(w.recs) // their strings and raw JSON are garbage now
+		if fs.err == nil {
+			w.metrics.insertDuration.WithLabelValues("events").Observe(time.Since(start).Seconds())
+		}
+		switch {
+		case fs.err != nil:
+			// errUnsure. Whatever the stopped insert may have left is looked up like the rest.
+			w.known = false
+		case err == nil && !fs.done():
+			w.known = false
+			w.metrics.insertErrors.WithLabelValues("events").Inc()
+			return fmt.Errorf("store: insert events: the engine stopped reading after %d rows without an error", fs.rows)
+		case err == nil:
+			w.metrics.rowsWritten.WithLabelValues("events").Add(float64(fs.rows))
+			if fs.rows > 0 {
+				w.metrics.newest.WithLabelValues("events").Set(float64(fs.newest.UnixNano()) / 1e9)
+			}
+			return nil
+		default:
+			w.known = false
+			w.metrics.insertErrors.WithLabelValues("events").Inc()
+			return fmt.Errorf("store: insert events: %w", err)
+		}
+	}
+	n := 0
+	for _, f := range frames {
+		n += f.records
+	}
+	records := make([]record.Record, 0, n)
+	for _, f := range frames {
+		b, err := w.codec.DecodeFrame(f.payload)
+		if err != nil {
+			w.badFrame(f.pos, err)
+			continue
+		}
+		records = append(records, b.Records...)
+	}
+	return w.writeEvents(ctx, records)
+}
+
+// frameStream is an io.Reader of the events table's RowBinary rows of frames' records,
+// decoding one frame at a time as the engine reads (into the writer's reused records). It
+// stops with errUnsure at a record received at or before the writer's suspect time.
+type frameStream struct {
+	w      *Writer
+	frames []pendingFrame
+	next   int
+	recs   []record.Record
+	buf    []byte
+	off    int
+	rows   int
+	newest time.Time
+	err    error
+}
+
+func (s *frameStream) Read(p []byte) (int, error) {
+	for s.off == len(s.buf) {
+		if s.next == len(s.frames) {
+			return 0, io.EOF
+		}
+		s.buf, s.off = s.buf[:0], 0
+		for s.next < len(s.frames) && len(s.buf) < rowReaderChunk {
+			if s.appendFrame(); s.err != nil {
+				return 0, s.err
+			}
+		}
+	}
+	n := copy(p, s.buf[s.off:])
+	s.off += n
+	return n, nil
+}
+
+// done reports whether every row was read.
+func (s *frameStream) done() bool { return s.next == len(s.frames) && s.off == len(s.buf) }
+
+func (s *frameStream) appendFrame() {
+	f := &s.frames[s.next]
+	s.next++
+	b, err := s.w.codec.DecodeFrameInto(s.recs, f.payload)
+	if err != nil {
+		s.w.badFrame(f.pos, err)
+		return
+	}
+	s.recs = b.Records
+	for i := range s.recs {
+		r := &s.recs[i]
+		if !r.ReceivedAt.After(s.w.suspect) {
+			s.err = errUnsure
+			return
+		}
+		s.buf = appendEventRow(s.buf, r)
+		s.rows++
+		if r.ReceivedAt.After(s.newest) {
+			s.newest = r.ReceivedAt
+		}
+	}
+}
+
 // WriteEvents inserts records into the events table, skipping those the store already holds
-// when it may hold some (see Writer). Consume calls it; tests and tools may too, from the same
-// goroutine as Consume.
+// when it may hold some (see Writer). Consume takes this path when it cannot stream (a
+// ClickHouse server) or is unsure what the table holds; tests and tools may call it too, from
+// the same goroutine as Consume.
 func (w *Writer) WriteEvents(ctx context.Context, records []record.Record) error {
 	return w.writeEvents(ctx, records)
 }
@@ -512,6 +663,6 @@ LIMIT 1 BY id`,
 }
 
 // Pending is how many records wait in memory for the next flush.
-func (w *Writer) Pending() int { return len(w.buf) }
+func (w *Writer) Pending() int { return w.pending }
 
 var _ spool.Consumer = (*Writer)(nil)

@@ -243,6 +243,33 @@ func assertExactlyOnce(t *testing.T, tr *traffic) {
 	}
 }
 
+// assertStoredAsSent checks what the events table holds of the traffic, row by row: each
+// record's raw JSON, user agent and receipt time under its apiserver, auditID and stage.
+func assertStoredAsSent(t *testing.T, tr *traffic) {
+	t.Helper()
+	want := map[string]string{}
+	for _, b := range tr.batches {
+		for _, r := range b.Records {
+			want[r.APIServer+" "+r.AuditID+" "+r.Stage] = string(r.Raw) + " " + r.UserAgent + " " + store.FormatTime(r.ReceivedAt)
+		}
+	}
+	res := query(t, engine(t), `SELECT apiserver, audit_id, stage, raw, user_agent, received_at FROM peertrail.events FINAL
+WHERE apiserver IN ({a:String}, {b:String})`, tr.params())
+	if len(res.Rows) != len(want) {
+		t.Fatalf("%d rows stored, want %d", len(res.Rows), len(want))
+	}
+	for _, row := range res.Rows {
+		at, err := store.ParseTime(row[5])
+		if err != nil {
+			t.Fatal(err)
+		}
+		k := row[0] + " " + row[1] + " " + row[2]
+		if got := row[3] + " " + row[4] + " " + store.FormatTime(at); got != want[k] {
+			t.Fatalf("%s stored as %.200q, want %.200q", k, got, want[k])
+		}
+	}
+}
+
 // While ClickHouse refuses inserts and queries, nothing is lost: Consume fails, the spool keeps
 // the entries and the runner retries; once it is back everything lands once.
 func TestWriterOutageLosesNothing(t *testing.T) {
@@ -278,6 +305,7 @@ func TestWriterInsertsWithinOneDelivery(t *testing.T) {
 
 	runUntilStored(t, sp, w, tr)
 	assertExactlyOnce(t, tr)
+	assertStoredAsSent(t, tr)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if len(f.sizes) < tr.records/(300+per) {
@@ -318,6 +346,35 @@ func TestWriterLostAnswerDuplicatesNothing(t *testing.T) {
 	assertExactlyOnce(t, tr)
 	if got := counter(t, w, metrics.StoreRowsSkippedTotal, "events"); got == 0 {
 		t.Errorf("no rows were skipped, yet two inserts committed before failing")
+	}
+}
+
+// The embedded engine's streamed inserts, which decode the gathered frames as the engine reads
+// them: one that failed and committed nothing is written again, one that committed and lost
+// its answer is looked up and skipped; every event is stored once.
+func TestWriterStreamFailuresDuplicateNothing(t *testing.T) {
+	codec := newCodec(t)
+	tr := newTraffic(t, "streamfail", 11, 20, 40)
+	sp := spoolOf(t, codec, tr)
+	f := &store.StreamFaults{Embedded: engine(t), Aborted: 2, Lost: 2}
+	w := store.NewWriter(f, codec, store.WriterOptions{FlushRows: 300})
+
+	runUntilStored(t, sp, w, tr)
+	assertExactlyOnce(t, tr)
+	assertStoredAsSent(t, tr)
+	if f.Aborted != 0 || f.Lost != 0 {
+		t.Fatalf("%d aborted and %d lost answers left: the writer never streamed that often", f.Aborted, f.Lost)
+	}
+	// A fault that meets a stream the writer stops itself (its retry reached records the table
+	// may hold, after a lost answer) is not the insert's error.
+	if got := counter(t, w, metrics.StoreInsertErrorsTotal, "events"); got < 2 || got > 4 {
+		t.Errorf("insert errors %v, want 2 to 4", got)
+	}
+	if got := counter(t, w, metrics.StoreRowsSkippedTotal, "events"); got == 0 {
+		t.Errorf("no rows were skipped, yet two inserts committed before failing")
+	}
+	if got := counter(t, w, metrics.StoreRowsWrittenTotal, "events") + counter(t, w, metrics.StoreRowsSkippedTotal, "events"); got < float64(tr.records) {
+		t.Errorf("rows written and skipped %v, want at least %d", got, tr.records)
 	}
 }
 

@@ -135,6 +135,13 @@ func ParseHeader(frame []byte) (FrameHeader, error) {
 // DecodeFrame decodes a whole frame. The returned batch does not alias frame.
 func (c *Codec) DecodeFrame(frame []byte) (Batch, error) { return c.decodeFrame(nil, frame, false) }
 
+// DecodeFrameInto is DecodeFrame into recs' memory, grown as needed (nil allocates), for a
+// consumer that is done with the previous batch's Records before it decodes the next frame.
+// Their strings and Raw are always the batch's own.
+func (c *Codec) DecodeFrameInto(recs []Record, frame []byte) (Batch, error) {
+	return c.decodeFrame(recs, frame, false)
+}
+
 // DecodeFrameWithoutRaw decodes a frame but leaves every Record.Raw and Record.Annotations nil,
 // for consumers that look at neither (the correlator). The records are decoded into recs'
 // memory, grown as needed, so that a consumer that keeps none of them can pass the previous

@@ -438,7 +438,9 @@ func TestRunLendsPayloadsWhole(t *testing.T) {
 	c := &checker{}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx, "a", c, RunOptions{Idle: 10 * time.Millisecond, MaxEntries: 1000, MaxBytes: 4 << 20}) }()
+	go func() {
+		done <- s.Run(ctx, "a", c, RunOptions{Idle: 10 * time.Millisecond, MaxEntries: 1000, MaxBytes: 4 << 20})
+	}()
 	waitFor(t, func() bool {
 		pos, _ := s.Committed("a")
 		return pos == s.Written()
