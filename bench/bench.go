@@ -107,8 +107,8 @@ type Result struct {
 	// with encoding/json into the Kubernetes audit types (see DecodeOnly).
 	DecodeOnlyPerSec     float64 `json:"decode_only_per_second"`
 	DecodeOnlyJSONPerSec float64 `json:"decode_only_json_per_second"`
-	EngineBulkPerSec float64 `json:"engine_bulk_per_second"`
-	CeilingEvents    int     `json:"ceiling_events"`
+	EngineBulkPerSec     float64 `json:"engine_bulk_per_second"`
+	CeilingEvents        int     `json:"ceiling_events"`
 
 	AckP50ms float64        `json:"ack_p50_ms"`
 	AckP99ms float64        `json:"ack_p99_ms"`
