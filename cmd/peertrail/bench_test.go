@@ -51,8 +51,8 @@ func TestBenchRunsEndToEnd(t *testing.T) {
 	}
 	for name, v := range map[string]float64{
 		"accepted": r.AcceptedPerSec, "end to end": r.EndToEndPerSec, "decode-only": r.DecodeOnlyPerSec,
-		"decode-only (encoding/json)": r.DecodeOnlyJSONPerSec,
-		"engine bulk":                 r.EngineBulkPerSec, "ack p50": r.AckP50ms, "ack max": r.AckMaxms, "server CPU": r.ServerCPUSeconds,
+		"decode-only (encoding/json)": r.DecodeOnlyJSONPerSec, "engine bulk": r.EngineBulkPerSec,
+		"ack p50": r.AckP50ms, "ack max": r.AckMaxms, "server CPU": r.ServerCPUSeconds,
 		"peak RSS": float64(r.PeakRSSBytes), "bytes per event": r.BytesPerEvent, "spool": float64(r.PeakSpoolBytes),
 	} {
 		if v <= 0 {
