@@ -41,30 +41,39 @@ func (s *Embedded) insertRowBinaryStream(ctx context.Context, table string, colu
 }
 
 // rowStream is an io.Reader of n RowBinary rows, row appending the i-th, encoded a chunk at a
-// time as it is read (the chains' and the events' streams).
+// time as it is read (the chains' and the events' streams). A unit that row appends may be
+// several rows (a spool frame's) or none.
 type rowStream struct {
 	n    int
 	row  func(b []byte, i int) []byte
 	next int
 	buf  []byte
 	off  int
+	// err, once row sets it, ends the stream with it.
+	err error
 }
 
 func (r *rowStream) Read(p []byte) (int, error) {
-	if r.off == len(r.buf) {
+	for r.off == len(r.buf) {
 		if r.next == r.n {
 			return 0, io.EOF
 		}
 		r.buf, r.off = r.buf[:0], 0
-		for r.next < r.n && len(r.buf) < rowReaderChunk {
+		for r.next < r.n && len(r.buf) < rowReaderChunk && r.err == nil {
 			r.buf = r.row(r.buf, r.next)
 			r.next++
+		}
+		if r.err != nil {
+			return 0, r.err
 		}
 	}
 	n := copy(p, r.buf[r.off:])
 	r.off += n
 	return n, nil
 }
+
+// done reports whether every row was read.
+func (r *rowStream) done() bool { return r.next == r.n && r.off == len(r.buf) }
 
 // chainStream streams the rows of chains.
 func chainStream(chains []*correlate.Chain) *rowStream {

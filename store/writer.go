@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"sort"
 	"strconv"
@@ -84,7 +83,7 @@ type Writer struct {
 	bufFrom  spool.Position  // Pos of the first entry with records in frames
 	bufSince time.Time       // when the first record in frames arrived
 	seen     spool.Position  // End of the last entry delivered
-	recs     []record.Record // the decoded records of the frame being streamed
+	recs     []record.Record // the decoded records of the frame being streamed (writeFrames)
 	// known is false while the writer does not know what the store holds; then suspect is
 	// read again before the next insert. Records received at or before suspect may be in
 	// the store already.
@@ -181,7 +180,7 @@ func (w *Writer) badFrame(pos spool.Position, err error) {
 // store, so records an earlier flush of the same call inserted are looked up and skipped, not
 // written twice.
 func (w *Writer) flush(ctx context.Context, keep int) error {
-	if err := w.writeFrames(ctx, w.frames); err != nil {
+	if err := w.writeFrames(ctx); err != nil {
 		clear(w.frames[keep:])
 		w.frames = w.frames[:keep]
 		w.pending = 0
@@ -198,58 +197,61 @@ func (w *Writer) flush(ctx context.Context, keep int) error {
 // errUnsure stops a frame stream at a record the events table may hold already.
 var errUnsure = errors.New("store: a record received before the newest in the events table")
 
-// writeFrames inserts the records of frames. Into the embedded engine it streams them, one
-// frame decoded at a time, as long as every record is newer than what the table held when the
-// writer last looked; at the first that is not (a redelivery after a restart or a failed
-// insert) it stops that insert and takes the careful path of writeEvents, which decodes all of
-// them and looks up the ones the table may hold.
-func (w *Writer) writeFrames(ctx context.Context, frames []pendingFrame) error {
-	s, ok := w.store.(rowBinaryStreamer)
-	if ok {
-		if !w.known {
-			hw, err := w.newestReceived(ctx)
+// writeFrames inserts the records of the gathered frames. Into the embedded engine it streams
+// them, one frame decoded at a time as the engine reads (into the writer's reused records), as
+// long as every record is newer than what the table held when the writer last looked; at the
+// first that is not (a redelivery after a restart or a failed insert) it stops that insert and
+// takes the careful path of writeEvents, which decodes all of them and looks up the ones the
+// table may hold.
+func (w *Writer) writeFrames(ctx context.Context) error {
+	if s, ok := w.store.(rowBinaryStreamer); ok {
+		if err := w.findTableEnd(ctx); err != nil {
+			return err
+		}
+		var (
+			rows   int
+			newest time.Time
+			rs     = &rowStream{n: len(w.frames)}
+		)
+		rs.row = func(b []byte, i int) []byte {
+			f := &w.frames[i]
+			batch, err := w.codec.DecodeFrameInto(w.recs, f.payload)
 			if err != nil {
-				return fmt.Errorf("store: find where the events table ends: %w", err)
+				w.badFrame(f.pos, err)
+				return b
 			}
-			w.suspect, w.known = hw, true
+			w.recs = batch.Records
+			for j := range w.recs {
+				r := &w.recs[j]
+				if !r.ReceivedAt.After(w.suspect) {
+					rs.err = errUnsure
+					return b
+				}
+				b = appendEventRow(b, r)
+				rows++
+				if r.ReceivedAt.After(newest) {
+					newest = r.ReceivedAt
+				}
+			}
+			return b
 		}
-		fs := &frameStream{w: w, frames: frames, recs: w.recs}
-		buf, _ := w.rows.Get()
-		fs.buf = buf[:0]
 		start := time.Now()
-		err := s.insertRowBinaryStream(ctx, EventsTable, EventColumns, fs)
-		w.rows.Put(fs.buf[:0])
-		w.recs = fs.recs
+		err := w.insertStream(ctx, s, EventsTable, EventColumns, rs)
 		clear(w.recs) // their strings and raw JSON are garbage now
-		if fs.err == nil {
-			w.metrics.insertDuration.WithLabelValues("events").Observe(time.Since(start).Seconds())
-		}
-		switch {
-		case fs.err != nil:
-			// errUnsure. Whatever the stopped insert may have left is looked up like the rest.
-			w.known = false
-		case err == nil && !fs.done():
-			w.known = false
-			w.metrics.insertErrors.WithLabelValues("events").Inc()
-			return fmt.Errorf("store: insert events: the engine stopped reading after %d rows without an error", fs.rows)
-		case err == nil:
-			w.metrics.rowsWritten.WithLabelValues("events").Add(float64(fs.rows))
-			if fs.rows > 0 {
-				w.metrics.newest.WithLabelValues("events").Set(float64(fs.newest.UnixNano()) / 1e9)
+		if rs.err == nil {
+			if err == nil && !rs.done() {
+				err = fmt.Errorf("the engine stopped reading after %d rows without an error", rows)
 			}
-			return nil
-		default:
-			w.known = false
-			w.metrics.insertErrors.WithLabelValues("events").Inc()
-			return fmt.Errorf("store: insert events: %w", err)
+			if err != nil {
+				rows = w.pending
+			}
+			return w.noteInsert(start, rows, newest, err)
 		}
+		// errUnsure. Whatever the stopped insert may have left is looked up like the rest.
+		w.known = false
 	}
-	n := 0
-	for _, f := range frames {
-		n += f.records
-	}
-	records := make([]record.Record, 0, n)
-	for _, f := range frames {
+	records := make([]record.Record, 0, w.pending)
+	for _, f := range w.frames {
 		b, err := w.codec.DecodeFrame(f.payload)
 		if err != nil {
 			w.badFrame(f.pos, err)
@@ -260,62 +262,34 @@ func (w *Writer) writeFrames(ctx context.Context, frames []pendingFrame) error {
 	return w.writeEvents(ctx, records)
 }
 
-// frameStream is an io.Reader of the events table's RowBinary rows of frames' records,
-// decoding one frame at a time as the engine reads (into the writer's reused records). It
-// stops with errUnsure at a record received at or before the writer's suspect time.
-type frameStream struct {
-	w      *Writer
-	frames []pendingFrame
-	next   int
-	recs   []record.Record
-	buf    []byte
-	off    int
-	rows   int
-	newest time.Time
-	err    error
-}
-
-func (s *frameStream) Read(p []byte) (int, error) {
-	for s.off == len(s.buf) {
-		if s.next == len(s.frames) {
-			return 0, io.EOF
-		}
-		s.buf, s.off = s.buf[:0], 0
-		for s.next < len(s.frames) && len(s.buf) < rowReaderChunk {
-			if s.appendFrame(); s.err != nil {
-				return 0, s.err
-			}
-		}
+// findTableEnd reads where the events table ends (suspect) when the writer does not know.
+func (w *Writer) findTableEnd(ctx context.Context) error {
+	if w.known {
+		return nil
 	}
-	n := copy(p, s.buf[s.off:])
-	s.off += n
-	return n, nil
-}
-
-// done reports whether every row was read.
-func (s *frameStream) done() bool { return s.next == len(s.frames) && s.off == len(s.buf) }
-
-func (s *frameStream) appendFrame() {
-	f := &s.frames[s.next]
-	s.next++
-	b, err := s.w.codec.DecodeFrameInto(s.recs, f.payload)
+	hw, err := w.newestReceived(ctx)
 	if err != nil {
-		s.w.badFrame(f.pos, err)
-		return
+		return fmt.Errorf("store: find where the events table ends: %w", err)
 	}
-	s.recs = b.Records
-	for i := range s.recs {
-		r := &s.recs[i]
-		if !r.ReceivedAt.After(s.w.suspect) {
-			s.err = errUnsure
-			return
-		}
-		s.buf = appendEventRow(s.buf, r)
-		s.rows++
-		if r.ReceivedAt.After(s.newest) {
-			s.newest = r.ReceivedAt
-		}
+	w.suspect, w.known = hw, true
+	return nil
+}
+
+// noteInsert counts an insert of rows events, the newest received at newest, begun at start,
+// that ended with err.
+func (w *Writer) noteInsert(start time.Time, rows int, newest time.Time, err error) error {
+	w.metrics.insertDuration.WithLabelValues("events").Observe(time.Since(start).Seconds())
+	if err != nil {
+		// Some of it may have landed: look again before the next insert.
+		w.known = false
+		w.metrics.insertErrors.WithLabelValues("events").Inc()
+		return fmt.Errorf("store: insert %d events: %w", rows, err)
 	}
+	w.metrics.rowsWritten.WithLabelValues("events").Add(float64(rows))
+	if rows > 0 {
+		w.metrics.newest.WithLabelValues("events").Set(float64(newest.UnixNano()) / 1e9)
+	}
+	return nil
 }
 
 // WriteEvents inserts records into the events table, skipping those the store already holds
@@ -327,12 +301,8 @@ func (w *Writer) WriteEvents(ctx context.Context, records []record.Record) error
 }
 
 func (w *Writer) writeEvents(ctx context.Context, records []record.Record) error {
-	if !w.known {
-		hw, err := w.newestReceived(ctx)
-		if err != nil {
-			return fmt.Errorf("store: find where the events table ends: %w", err)
-		}
-		w.suspect, w.known = hw, true
+	if err := w.findTableEnd(ctx); err != nil {
+		return err
 	}
 	records, err := w.skipStored(ctx, records)
 	if err != nil {
@@ -360,16 +330,7 @@ func (w *Writer) writeEvents(ctx context.Context, records []record.Record) error
 		}
 		err = w.store.Insert(ctx, EventsTable, EventColumns, rows)
 	}
-	w.metrics.insertDuration.WithLabelValues("events").Observe(time.Since(start).Seconds())
-	if err != nil {
-		// Some of it may have landed: look again before the next insert.
-		w.known = false
-		w.metrics.insertErrors.WithLabelValues("events").Inc()
-		return fmt.Errorf("store: insert %d events: %w", len(records), err)
-	}
-	w.metrics.rowsWritten.WithLabelValues("events").Add(float64(len(records)))
-	w.metrics.newest.WithLabelValues("events").Set(float64(newest.UnixNano()) / 1e9)
-	return nil
+	return w.noteInsert(start, len(records), newest, err)
 }
 
 // newestReceived is max(received_at) of the events table (zero when empty). ClickHouse answers
