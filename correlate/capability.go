@@ -183,6 +183,10 @@ func (c *Capabilities) epochLocked(apiserver string, t time.Time) (from, to time
 func (c *Capabilities) VersionAt(apiserver string, t time.Time) string {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
+	return c.versionAtLocked(apiserver, t)
+}
+
+func (c *Capabilities) versionAtLocked(apiserver string, t time.Time) string {
 	info := c.seen[apiserver]
 	if info == nil {
 		return ""
@@ -206,17 +210,12 @@ func (c *Capabilities) VersionAt(apiserver string, t time.Time) string {
 // for an apiserver never seen.
 func (c *Capabilities) LastSeen(apiserver string) (version string, at time.Time) {
 	c.mu.RLock()
+	defer c.mu.RUnlock()
 	info := c.seen[apiserver]
-	if info == nil {
-		c.mu.RUnlock()
+	if info == nil || info.LastSeen.IsZero() {
 		return "", time.Time{}
 	}
-	at = info.LastSeen
-	c.mu.RUnlock()
-	if at.IsZero() {
-		return "", at
-	}
-	return c.VersionAt(apiserver, at), at
+	return c.versionAtLocked(apiserver, info.LastSeen), info.LastSeen
 }
 
 // Learn records that apiserver did (served) or did not serve g at t.
