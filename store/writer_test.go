@@ -599,6 +599,39 @@ func TestEventsTableFoldsDuplicates(t *testing.T) {
 	}
 }
 
+// An insert into events is not merged by the engine as it is written (optimize_on_insert off,
+// see insertSettings): a copy within one insert stays until the table's merges fold it, as a
+// copy in another insert does, and FINAL reads it once meanwhile.
+func TestEventsInsertIsNotFolded(t *testing.T) {
+	s := engine(t)
+	ctx := context.Background()
+	tr := newTraffic(t, "nofold", 12, 3, 20)
+	var rows [][]any
+	for _, b := range tr.batches {
+		for i := range b.Records {
+			rows = append(rows, store.EventRow(&b.Records[i]))
+		}
+	}
+	if err := s.Exec(ctx, "SYSTEM STOP MERGES peertrail.events"); err != nil {
+		t.Fatal(err)
+	}
+	err := s.Insert(ctx, store.EventsTable, store.EventColumns, append(rows, rows...))
+	p := tr.params()
+	got := scalar(t, s, "SELECT count() FROM peertrail.events WHERE apiserver IN ({a:String}, {b:String})", p)
+	if err := s.Exec(ctx, "SYSTEM START MERGES peertrail.events"); err != nil {
+		t.Fatal(err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != strconv.Itoa(2*len(rows)) {
+		t.Fatalf("one insert of every row twice: %s rows stored, want %d (the engine merged the block as it wrote it)", got, 2*len(rows))
+	}
+	if got := scalar(t, s, "SELECT count() FROM peertrail.events FINAL WHERE apiserver IN ({a:String}, {b:String})", p); got != strconv.Itoa(len(rows)) {
+		t.Fatalf("FINAL: %s rows, want %d", got, len(rows))
+	}
+}
+
 // chainAt is a final chain of a proxied request received at t.
 func chainAt(id string, t time.Time, state correlate.State, last time.Time) correlate.Chain {
 	entry := &correlate.Side{APIServer: "chains-a", Code: 200, User: "alice", RequestReceived: t, Completed: t.Add(5 * time.Millisecond), Stages: []string{"RequestReceived", "ResponseComplete"}}
