@@ -60,3 +60,21 @@ func TestGoLimitAppliedUnlessGOMEMLIMIT(t *testing.T) {
 		t.Fatalf("with GOMEMLIMIT set the soft limit moved to %d", got)
 	}
 }
+
+func TestGCPercentAppliedUnlessGOGC(t *testing.T) {
+	prevLimit := debug.SetMemoryLimit(-1)
+	prev := debug.SetGCPercent(100)
+	t.Cleanup(func() { debug.SetGCPercent(prev); debug.SetMemoryLimit(prevLimit) })
+	log := slog.New(slog.DiscardHandler)
+	t.Setenv("GOMEMLIMIT", "1GiB")
+	t.Setenv("GOGC", "")
+	applyGoLimit(Budget{Go: 700 << 20}, log)
+	if got := debug.SetGCPercent(100); got != gcPercent {
+		t.Fatalf("GOGC unset: the collector's percentage is %d, want %d", got, gcPercent)
+	}
+	t.Setenv("GOGC", "100")
+	applyGoLimit(Budget{Go: 700 << 20}, log)
+	if got := debug.SetGCPercent(100); got != 100 {
+		t.Fatalf("with GOGC=100 set the percentage moved to %d", got)
+	}
+}
