@@ -223,10 +223,10 @@ func insertStatement(table string, columns []Column) string {
 // merge of each inserted block by the events table's sorting key (optimize_on_insert: a
 // ReplacingMergeTree folding duplicates within the block) folds nothing, yet it copied every
 // column of the block, raw JSON included: without it the engine's own bulk insert into events
-// went from 25,000-31,000 to 42,000 events/s (BENCHMARKS.md). Duplicates would still be
-// folded by the table's merges, as they are across blocks. The chains keep it: one insert
+// went from 25,000-31,000 to 39,000-42,000 events/s (BENCHMARKS.md). Duplicates would still
+// be folded by the table's merges, as they are across inserts. The chains keep it: one insert
 // may hold two revisions of a chain. Both stores take the clause (clickhouse-go keeps a
-// batch's SETTINGS).
+// batch's SETTINGS; TestServerStoreAgainstEngine writes events through it).
 func insertSettings(table string) map[string]int {
 	if table == EventsTable {
 		return map[string]int{"optimize_on_insert": 0}
