@@ -241,12 +241,21 @@ func (o Options) serveRun(ctx context.Context, t *Traffic, batches int, work str
 		return err
 	}
 
+	// A kept --data-dir holds earlier runs: count what this run adds to it.
+	base, err := storedBefore(ctx, db)
+	if err != nil {
+		return err
+	}
+
 	live := &loadgen.Live{}
 	var stored, final, peakSpool atomic.Int64
 	progressCtx, stopProgress := context.WithCancel(ctx)
 	var progressDone sync.WaitGroup
 	start := time.Now()
-	countEvents := func() (int, error) { return scalarInt(ctx, db, "SELECT count() FROM peertrail.events") }
+	countEvents := func() (int, error) {
+		n, err := scalarInt(ctx, db, eventsCount)
+		return n - base.events, err
+	}
 	progressDone.Go(func() {
 		o.progress(progressCtx, c, live, countEvents, &final, &peakSpool, start)
 	})
@@ -290,7 +299,8 @@ func (o Options) serveRun(ctx context.Context, t *Traffic, batches int, work str
 	res.StoredSeconds = time.Since(start).Seconds()
 	res.EventsStored = int(stored.Load())
 	countFinal := func() (int, error) {
-		return scalarInt(ctx, db, "SELECT uniqExact(id) FROM peertrail.chains WHERE state = 'final'")
+		n, err := scalarInt(ctx, db, finalChainsCount)
+		return n - base.final, err
 	}
 	if err := waitFor(ctx, c, o.Stall+time.Duration(res.ChainWindowSec*float64(time.Second)), countFinal, res.ChainsExpected, &final); err != nil {
 		return fmt.Errorf("bench: waiting for the chains to be final: %w", err)
@@ -313,7 +323,7 @@ func (o Options) serveRun(ctx context.Context, t *Traffic, batches int, work str
 			o.Log.Warn("bench: heap profile", "err", err)
 		}
 	}
-	if err := o.onDisk(ctx, db, res); err != nil {
+	if err := o.onDisk(ctx, db, base.classes, res); err != nil {
 		return err
 	}
 	stopProgress()
@@ -322,8 +332,52 @@ func (o Options) serveRun(ctx context.Context, t *Traffic, batches int, work str
 	return nil
 }
 
-// onDisk reads what the store holds: bytes per event on disk, and the chains by class.
-func (o Options) onDisk(ctx context.Context, db store.Store, res *Result) error {
+const (
+	// count() of a MergeTree table reads the parts' row counts only.
+	eventsCount      = "SELECT count() FROM peertrail.events"
+	finalChainsCount = "SELECT uniqExact(id) FROM peertrail.chains WHERE state = 'final'"
+)
+
+// baseline is what the store held before a run: nothing in a fresh data directory, earlier
+// runs' events and chains in a kept one.
+type baseline struct {
+	events, final int
+	classes       map[string]int
+}
+
+func storedBefore(ctx context.Context, db store.Store) (baseline, error) {
+	var h baseline
+	var err error
+	if h.events, err = scalarInt(ctx, db, eventsCount); err != nil {
+		return h, fmt.Errorf("bench: events already stored: %w", err)
+	}
+	if h.final, err = scalarInt(ctx, db, finalChainsCount); err != nil {
+		return h, fmt.Errorf("bench: chains already stored: %w", err)
+	}
+	if h.classes, err = chainClasses(ctx, db); err != nil {
+		return h, err
+	}
+	return h, nil
+}
+
+// chainClasses counts the final chains in the store by class.
+func chainClasses(ctx context.Context, db store.Store) (map[string]int, error) {
+	r, err := db.Query(ctx, "SELECT class, count() FROM peertrail.chains FINAL WHERE state = 'final' GROUP BY class ORDER BY class", nil)
+	if err != nil {
+		return nil, fmt.Errorf("bench: chains by class: %w", err)
+	}
+	classes := map[string]int{}
+	for _, row := range r.Rows {
+		if len(row) == 2 {
+			classes[row[0]], _ = strconv.Atoi(row[1])
+		}
+	}
+	return classes, nil
+}
+
+// onDisk reads what the store holds: bytes per event on disk (over every run a kept data
+// directory holds), and this run's chains by class (less those held before it).
+func (o Options) onDisk(ctx context.Context, db store.Store, before map[string]int, res *Result) error {
 	r, err := db.Query(ctx, "SELECT sumIf(bytes_on_disk, table = 'events'), sumIf(rows, table = 'events'), sum(bytes_on_disk) "+
 		"FROM system.parts WHERE active AND database = 'peertrail'", nil)
 	if err != nil {
@@ -339,14 +393,14 @@ func (o Options) onDisk(ctx context.Context, db store.Store, res *Result) error 
 		res.BytesPerEvent = float64(res.EventsBytesOnDisk) / float64(res.EventsRowsOnDisk)
 		res.StoreBytesPerEvent = float64(all) / float64(res.EventsRowsOnDisk)
 	}
-	r, err = db.Query(ctx, "SELECT class, count() FROM peertrail.chains FINAL WHERE state = 'final' GROUP BY class ORDER BY class", nil)
+	classes, err := chainClasses(ctx, db)
 	if err != nil {
-		return fmt.Errorf("bench: chains by class: %w", err)
+		return err
 	}
 	res.Classes = map[string]int{}
-	for _, row := range r.Rows {
-		if len(row) == 2 {
-			res.Classes[row[0]], _ = strconv.Atoi(row[1])
+	for class, n := range classes {
+		if n -= before[class]; n != 0 {
+			res.Classes[class] = n
 		}
 	}
 	return nil
@@ -425,7 +479,7 @@ func (o Options) progress(ctx context.Context, c *child, live *loadgen.Live, sto
 		m := c.metrics(ctx, metrics.CorrelateChainsTotal, metrics.CorrelateOpenChains, metrics.StoreRowsWrittenTotal+`{table="events"`,
 			metrics.StoreRowsWrittenTotal+`{table="chains"`)
 		p, _ := readProc(c.cmd.Process.Pid)
-		inEvents, _ := stored() // count() of a MergeTree table reads the parts' row counts only
+		inEvents, _ := stored()
 		metric := func(i int) string {
 			if m == nil {
 				return "?" // /metrics did not answer in time

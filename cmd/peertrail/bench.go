@@ -96,7 +96,8 @@ same events), or a list of names (kas-a,kas-b).`,
 	fl.IntVar(&f.inflight, "inflight", 2, "batches in flight per apiserver when sending as fast as possible")
 	fl.Float64Var(&f.proxied, "proxied-fraction", 0.3, "share of requests forwarded to a peer (both sides recorded)")
 	fl.Uint64Var(&f.seed, "seed", 0, "random seed of the events (0: a random one)")
-	fl.StringVar(&f.dataDir, "data-dir", "", "serve's data directory (default: a temporary one, removed at the end); several runs each get a subdirectory")
+	fl.StringVar(&f.dataDir, "data-dir", "", "serve's data directory (default: a temporary one, removed at the end); several runs each get a subdirectory;\n"+
+		"kept, it may hold earlier runs: a run counts only the events and chains it adds (bytes per event are over all of them)")
 	fl.DurationVar(&f.chainWindow, "chain-window", 0, "serve's --chain-window (default: serve's, 30s)")
 	fl.IntVar(&f.ceilingEvents, "ceiling-events", 0, "measure the ceilings on at most this many of the events (0: all)")
 	fl.StringVar(&f.profileDir, "profile-dir", "", "have serve profile itself (--enable-pprof) and save cpu.pprof (the first --profile-seconds of the load),\n"+
