@@ -60,14 +60,14 @@ type rlSent struct {
 
 // rlStretch is a stretch of the test in which an apiserver restarts: from just before its
 // stop or kill to just after it is ready again.
-// rlGracefulStop is the rlStretch of step 4.
-const rlGracefulStop = "graceful stop"
-
 type rlStretch struct {
 	what, server string
 	from, to     time.Time
 	killed       bool
 }
+
+// rlGracefulStop is what the rlStretch of step 4 is.
+const rlGracefulStop = "graceful stop"
 
 type rlSample struct {
 	at time.Time
