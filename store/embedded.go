@@ -6,8 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"maps"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -206,14 +204,9 @@ func insertStatement(table string, columns []Column) string {
 		b.WriteString(quoteIdent(c.Name))
 	}
 	b.WriteString(")")
-	if set := insertSettings(table); len(set) > 0 {
+	if set := insertSettings(table); set != "" {
 		b.WriteString(" SETTINGS ")
-		for i, k := range slices.Sorted(maps.Keys(set)) {
-			if i > 0 {
-				b.WriteString(", ")
-			}
-			fmt.Fprintf(&b, "%s = %d", k, set[k])
-		}
+		b.WriteString(set)
 	}
 	return b.String()
 }
@@ -227,11 +220,11 @@ func insertStatement(table string, columns []Column) string {
 // be folded by the table's merges, as they are across inserts. The chains keep it: one insert
 // may hold two revisions of a chain. Both stores take the clause (clickhouse-go keeps a
 // batch's SETTINGS; TestServerStoreAgainstEngine writes events through it).
-func insertSettings(table string) map[string]int {
+func insertSettings(table string) string {
 	if table == EventsTable {
-		return map[string]int{"optimize_on_insert": 0}
+		return "optimize_on_insert = 0"
 	}
-	return nil
+	return ""
 }
 
 // QuoteIdent quotes a ClickHouse identifier with backquotes.
