@@ -75,15 +75,17 @@ const gcPercent = 25
 // collector's percentage to gcPercent, unless GOGC is: the environment is Go's own way to say
 // either, and wins.
 func applyGoLimit(b Budget, log *slog.Logger) {
-	gogc := "GOGC=" + os.Getenv("GOGC")
-	if gogc == "GOGC=" {
+	gogc := strconv.Itoa(gcPercent)
+	if v := os.Getenv("GOGC"); v != "" {
+		gogc = "GOGC=" + v
+	} else {
 		debug.SetGCPercent(gcPercent)
-		gogc = strconv.Itoa(gcPercent)
 	}
-	limit := "GOMEMLIMIT=" + os.Getenv("GOMEMLIMIT")
-	if limit == "GOMEMLIMIT=" {
+	limit := strconv.FormatInt(b.Go, 10)
+	if v := os.Getenv("GOMEMLIMIT"); v != "" {
+		limit = "GOMEMLIMIT=" + v
+	} else {
 		debug.SetMemoryLimit(b.Go)
-		limit = strconv.FormatInt(b.Go, 10)
 	}
 	log.Info("memory budget", "total", b.Total, "engine", b.Engine, "engine_page_decay", b.EngineDecay, "go_soft_limit", limit, "go_gc_percent", gogc)
 }
