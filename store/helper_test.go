@@ -83,6 +83,8 @@ func runHelper(mode string) int {
 		return clusterHelper(ctx, fail)
 	case "rollup-upgrade":
 		return rollupUpgradeHelper(ctx, fail)
+	case "engine-memory":
+		return engineMemoryHelper(ctx, fail)
 	}
 	return fail("unknown helper mode %q", mode)
 }
