@@ -55,7 +55,7 @@ func engineMemoryHelper(ctx context.Context, fail func(string, ...any) int) int 
 		rows    [][]any
 		reset   string
 	}{
-		{"events", store.EventColumns, events, "vertical_merge_algorithm_min_rows_to_activate, vertical_merge_algorithm_min_columns_to_activate, min_bytes_for_wide_part"},
+		{"events", store.EventColumns, events, "vertical_merge_algorithm_min_rows_to_activate, vertical_merge_algorithm_min_columns_to_activate, min_bytes_for_wide_part, merge_max_block_size"},
 		{"chains", store.ChainColumns, chains, "vertical_merge_algorithm_min_rows_to_activate, vertical_merge_algorithm_min_columns_to_activate"},
 	}
 	// Copies of the tables with their settings (CREATE TABLE AS takes them), without the

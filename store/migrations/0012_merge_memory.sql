@@ -18,8 +18,8 @@
 --     rows lowered the engine's highest memory in a 2-minute run from 231-279 MB to 139-211
 --     MB, and the process's peak RSS by about 75 MiB, for the same CPU.
 --
--- With the first two, the engine's tracked memory averaged 61-65 MB instead of 122-144 MB, its peak
--- 270 MB instead of 660-750 MB, and the process used 10% less CPU. TestEngineMemorySettings
+-- With the first two, the engine's tracked memory averaged 61-65 MB instead of 122-144 MB, its
+-- peak 270 MB instead of 660-750 MB, and the process used 10% less CPU. TestEngineMemorySettings
 -- keeps the first two under a test (a merge's memory cannot be read back once it is done:
 -- the third rests on the benchmark). The other tables take few, narrow rows and keep the
 -- defaults.
