@@ -74,13 +74,9 @@ func freshBatches(b *testing.B) []record.Batch {
 	g := simulate.NewEvents(uint64(base.Unix()), func() time.Time { clock = clock.Add(50 * time.Microsecond); return clock })
 	var out []record.Batch
 	for i := range benchBatches {
-		body, _, err := g.EventList(benchPerBatch)
-		if err != nil {
-			b.Fatal(err)
-		}
 		a := fmt.Sprintf("bench-insert-%c", 'a'+i%3)
 		received := base.Add(time.Duration(i) * 100 * time.Millisecond)
-		recs, _, err := record.Decode(body, a, received)
+		recs, err := simulatedRecords(g, a, received, benchPerBatch)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -3,12 +3,12 @@ package store_test
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/peertrail/peertrail/correlate"
-	"github.com/peertrail/peertrail/ingest/record"
 	"github.com/peertrail/peertrail/simulate"
 	"github.com/peertrail/peertrail/store"
 )
@@ -104,13 +104,7 @@ func engineMemoryHelper(ctx context.Context, fail func(string, ...any) int) int 
 		}
 	}
 	gathered := func() (int, error) {
-		r, err := s.Query(ctx, "SELECT toString(sum(value)) FROM system.events WHERE event = 'GatheredColumns'", nil)
-		if err != nil || len(r.Rows) != 1 {
-			return 0, fmt.Errorf("GatheredColumns: %v %v", err, r)
-		}
-		var n int
-		_, err = fmt.Sscan(r.Rows[0][0], &n)
-		return n, err
+		return strconv.Atoi(scalarOf(ctx, s, "SELECT sum(value) FROM system.events WHERE event = 'GatheredColumns'"))
 	}
 	for _, tb := range tables {
 		for _, variant := range []string{"_settings", "_defaults"} {
@@ -147,13 +141,9 @@ func simulatedEventRows(n int) ([][]any, error) {
 	g := simulate.NewEvents(7, func() time.Time { clock = clock.Add(time.Millisecond); return clock })
 	var rows [][]any
 	for len(rows) < n {
-		body, _, err := g.EventList(500)
+		recs, err := simulatedRecords(g, "memory-a", clock, 500)
 		if err != nil {
 			return nil, err
-		}
-		recs, invalid, err := record.Decode(body, "memory-a", clock)
-		if err != nil || len(invalid) > 0 {
-			return nil, fmt.Errorf("decode: %v %v", err, invalid)
 		}
 		for i := range recs {
 			rows = append(rows, store.EventRow(&recs[i]))

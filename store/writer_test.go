@@ -103,20 +103,30 @@ func newTraffic(t *testing.T, prefix string, hoursAgo, n, per int) *traffic {
 	g := simulate.NewEvents(uint64(hoursAgo), func() time.Time { clock = clock.Add(time.Millisecond); return clock })
 	for i := range n {
 		for _, a := range tr.apiservers {
-			body, _, err := g.EventList(per)
+			received := base.Add(time.Duration(i+1) * time.Second)
+			recs, err := simulatedRecords(g, a, received, per)
 			if err != nil {
 				t.Fatal(err)
-			}
-			received := base.Add(time.Duration(i+1) * time.Second)
-			recs, invalid, err := record.Decode(body, a, received)
-			if err != nil || len(invalid) > 0 {
-				t.Fatalf("decode: %v %v", err, invalid)
 			}
 			tr.batches = append(tr.batches, record.Batch{APIServer: a, ReceivedAt: received, Records: recs})
 			tr.records += len(recs)
 		}
 	}
 	return tr
+}
+
+// simulatedRecords are n of simulate's audit events, as the receiver decodes a batch of them
+// from apiserver received at received.
+func simulatedRecords(g *simulate.Events, apiserver string, received time.Time, n int) ([]record.Record, error) {
+	body, _, err := g.EventList(n)
+	if err != nil {
+		return nil, err
+	}
+	recs, invalid, err := record.Decode(body, apiserver, received)
+	if err != nil || len(invalid) > 0 {
+		return nil, fmt.Errorf("decode: %v %v", err, invalid)
+	}
+	return recs, nil
 }
 
 // spoolOf appends the traffic to a new spool as the receiver would.
