@@ -1,12 +1,14 @@
 package chdb_test
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -229,6 +231,38 @@ func runHelper(mode string) int {
 		}
 		fmt.Printf("dirty_decay_ms=%s\n", m[1])
 		return 0
+	case "library-pages":
+		// The library's resident code and constants once the engine is open and has worked,
+		// its pages released after Open or not (CHDB_TEST_RELEASE), from a private copy of the
+		// library that no other process maps: the kernel pages out only what this process
+		// alone maps.
+		lib := os.Getenv("CHDB_TEST_LIB")
+		e, err := chdb.Open(ctx, chdb.Options{LibPath: lib, DataDir: os.Getenv("CHDB_TEST_DIR")})
+		if err != nil {
+			return fail("open: %v", err)
+		}
+		defer e.Close()
+		if os.Getenv("CHDB_TEST_RELEASE") == "1" {
+			if err := e.ReleaseLibraryPages(); err != nil {
+				return fail("release: %v", err)
+			}
+		}
+		var sum []byte
+		for _, sql := range []string{
+			"CREATE TABLE t (n UInt64, s String) ENGINE = MergeTree ORDER BY n",
+			"INSERT INTO t SELECT number, toString(number) FROM numbers(100000)",
+			"SELECT sum(n), count(DISTINCT s) FROM t",
+		} {
+			if sum, err = e.Query(ctx, sql, "CSV"); err != nil {
+				return fail("%s: %v", sql, err)
+			}
+		}
+		kb, err := residentKB(lib)
+		if err != nil {
+			return fail("%v", err)
+		}
+		fmt.Printf("answer: %slibrary resident: %d kB\n", sum, kb)
+		return 0
 	case "not-a-library":
 		e, err := chdb.Open(ctx, chdb.Options{})
 		if err == nil || e != nil || errors.Is(err, chdb.ErrLibraryNotFound) {
@@ -343,4 +377,31 @@ func TestNotALibrary(t *testing.T) {
 	if !strings.Contains(out, "dlopen") {
 		t.Fatalf("output:\n%s", out)
 	}
+}
+
+// residentKB is how much of the file at path this process has resident (Rss in
+// /proc/self/smaps, summed over the file's mappings).
+func residentKB(path string) (int64, error) {
+	f, err := os.Open("/proc/self/smaps")
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	var kb int64
+	mine := false
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		switch {
+		case len(fields) >= 5 && strings.Contains(fields[0], "-"):
+			mine = len(fields) >= 6 && fields[5] == path
+		case mine && len(fields) == 3 && fields[0] == "Rss:":
+			n, err := strconv.ParseInt(fields[1], 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("smaps: %q: %w", sc.Text(), err)
+			}
+			kb += n
+		}
+	}
+	return kb, sc.Err()
 }

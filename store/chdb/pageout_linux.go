@@ -1,0 +1,93 @@
+package chdb
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// releaseLibraryPages asks the kernel to page out what is resident of the library's read-only
+// mappings (its code and constant data) in this process, with MADV_PAGEOUT: the pages no other
+// process maps leave the process (the page cache may keep some, unmapped, until the kernel wants
+// the memory); the writable mappings are left alone. Measured with chDB 26.7.3 in peertrail
+// serve at 10,000 events/s: about 180 MB of the library's 566 MB was resident, and after a
+// page-out 45 s into the load it held 70 MB to the end of the run. It needs Linux 5.4; on an older kernel it fails
+// and changes nothing.
+func releaseLibraryPages(libPath string) error {
+	fi, err := os.Stat(libPath)
+	if err != nil {
+		return fmt.Errorf("chdb: page out %s: %w", libPath, err)
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return fmt.Errorf("chdb: page out %s: no inode", libPath)
+	}
+	resolved, err := filepath.EvalSymlinks(libPath)
+	if err != nil {
+		return fmt.Errorf("chdb: page out %s: %w", libPath, err)
+	}
+	if resolved, err = filepath.Abs(resolved); err != nil {
+		return fmt.Errorf("chdb: page out %s: %w", libPath, err)
+	}
+	maps, err := libraryMappings(resolved, st)
+	if err != nil {
+		return err
+	}
+	for _, m := range maps {
+		if _, _, errno := unix.Syscall(unix.SYS_MADVISE, m.start, m.end-m.start, unix.MADV_PAGEOUT); errno != 0 {
+			return fmt.Errorf("chdb: madvise(MADV_PAGEOUT) of %s at %#x: %w", libPath, m.start, errno)
+		}
+	}
+	return nil
+}
+
+// mapping is one address range of /proc/self/maps.
+type mapping struct{ start, end uintptr }
+
+// libraryMappings returns this process's read-only mappings of the file at path (no symlink)
+// that st describes. A mapping is the library's when its path is that path, or when its device
+// and inode are st's: on an overlay filesystem (a container's image) the kernel names the
+// mapping by one and the file's stat by the other.
+func libraryMappings(path string, st *syscall.Stat_t) ([]mapping, error) {
+	f, err := os.Open("/proc/self/maps")
+	if err != nil {
+		return nil, fmt.Errorf("chdb: read mappings: %w", err)
+	}
+	defer f.Close()
+	dev := fmt.Sprintf("%02x:%02x", unix.Major(st.Dev), unix.Minor(st.Dev))
+	ino := strconv.FormatUint(st.Ino, 10)
+	var out []mapping
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		// address perms offset dev inode path
+		line := sc.Bytes()
+		fields := bytes.Fields(line)
+		if len(fields) < 6 || bytes.IndexByte(fields[1], 'w') >= 0 {
+			continue
+		}
+		name := string(bytes.TrimSpace(line[bytes.Index(line, fields[5]):]))
+		if name != path && (string(fields[3]) != dev || string(fields[4]) != ino) {
+			continue
+		}
+		lo, hi, ok := bytes.Cut(fields[0], []byte("-"))
+		if !ok {
+			continue
+		}
+		start, err1 := strconv.ParseUint(string(lo), 16, 64)
+		end, err2 := strconv.ParseUint(string(hi), 16, 64)
+		if err1 != nil || err2 != nil || end <= start {
+			continue
+		}
+		out = append(out, mapping{uintptr(start), uintptr(end)})
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("chdb: read mappings: %w", err)
+	}
+	return out, nil
+}
