@@ -12,9 +12,9 @@ import (
 )
 
 // ReleaseLibraryPages pages out the library's code and constants that loading touched, and the
-// engine still works: it faults back what it runs. Each way in a subprocess of its own, on a private copy of
-// the library, since the kernel pages out only what no other process maps (other test binaries
-// load the same file).
+// engine still works: it faults back what it runs. Each way in a subprocess of its own, on a
+// private copy of the library, since the kernel pages out only what no other process maps
+// (other test binaries load the same file).
 func TestReleaseLibraryPages(t *testing.T) {
 	src := engine(t).LibPath()
 	lib := filepath.Join(t.TempDir(), "libchdb.so")
