@@ -2,7 +2,11 @@ package store_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -191,11 +195,96 @@ func realCaptureHelper(ctx context.Context, fail func(string, ...any) int) int {
 			check(len(ch.Rows) == 1, "%s: %d chains", l.AuditID, len(ch.Rows))
 		}
 	}
+	if err := realCapabilityHistory(ctx, s, c, check); err != nil {
+		return fail("capability history: %v", err)
+	}
 	if len(problems) > 0 {
 		return fail("%d problems:\n%s", len(problems), strings.Join(problems, "\n"))
 	}
 	fmt.Println("ok")
 	return 0
+}
+
+// realCapabilityHistory checks the capability history of the rolling-upgrade capture: kas-b is
+// replaced by v1.36.3, and what it served and forwarded changes with its version. It runs here,
+// in the captures' own engine, because they are fixed in time: in the shared engine they would
+// fall inside other tests' windows relative to now, and out of its retention a week later.
+func realCapabilityHistory(ctx context.Context, s store.Store, c *storetest.Capture, check func(bool, string, ...any)) error {
+	from, to := c.Records[0].ReceivedAt, c.Records[0].ReceivedAt
+	for _, r := range c.Records {
+		from, to = minT(from, r.ReceivedAt), maxT(to, r.ReceivedAt)
+	}
+	history, err := store.CapabilityHistory(s)(ctx, from.Add(-time.Hour), to.Add(time.Hour))
+	if err != nil {
+		return err
+	}
+	// kas-b's two epochs: v1.35.4 until its replacement, v1.36.3 after, each with what it did.
+	var oldEnd, newStart time.Time
+	did := map[string]map[string]bool{} // version -> "role group/resource"
+	for _, r := range history {
+		check(r.Requests > 0 && r.From.Before(r.Until), "capability record %+v: no requests or an empty span", r)
+		check(!(r.APIServer == "kas-a" && r.Role == correlate.RoleServed && r.Resource == "podgroups"), "kas-a (1.35) served podgroups: %+v", r)
+		if r.APIServer != "kas-b" {
+			continue
+		}
+		if did[r.Version] == nil {
+			did[r.Version] = map[string]bool{}
+		}
+		did[r.Version][r.Role+" "+r.Group+"/"+r.Resource] = true
+		switch r.Version {
+		case "v1.35.4":
+			oldEnd = maxT(oldEnd, r.Until)
+		case "v1.36.3":
+			if newStart.IsZero() || r.From.Before(newStart) {
+				newStart = r.From
+			}
+		default:
+			check(false, "kas-b capability record of version %q: %+v", r.Version, r)
+		}
+	}
+	if oldEnd.IsZero() || newStart.IsZero() || oldEnd.After(newStart) {
+		return fmt.Errorf("kas-b's epochs: v1.35.4 until %v, v1.36.3 from %v: want one after the other", oldEnd, newStart)
+	}
+	check(did["v1.35.4"]["forwarded scheduling.k8s.io/podgroups"], "kas-b on v1.35.4 did not forward podgroups: %v", did["v1.35.4"])
+	onlyNew := 0
+	for k := range did["v1.36.3"] {
+		if !did["v1.35.4"][k] {
+			onlyNew++
+		}
+	}
+	check(onlyNew > 0, "kas-b on v1.36.3 did nothing v1.35.4 did not: %v", did["v1.36.3"])
+
+	// The API's ?at= picks each apiserver's epoch that holds the time.
+	mux := http.NewServeMux()
+	correlate.NewStoredAPI(nil, correlate.Stores{History: store.CapabilityHistory(s)}).Register(mux)
+	api := httptest.NewServer(mux)
+	defer api.Close()
+	for _, tc := range []struct {
+		at      time.Time
+		version string
+	}{{oldEnd.Add(-time.Second), "v1.35.4"}, {newStart.Add(time.Second), "v1.36.3"}} {
+		resp, err := http.Get(api.URL + "/api/v1/apiservers?at=" + url.QueryEscape(tc.at.Format(time.RFC3339Nano)))
+		if err != nil {
+			return err
+		}
+		var doc struct {
+			History []correlate.CapabilityRecord `json:"history"`
+		}
+		err = json.NewDecoder(resp.Body).Decode(&doc)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("?at=%s: %s %v", tc.at, resp.Status, err)
+		}
+		kasB := 0
+		for _, r := range doc.History {
+			if r.APIServer == "kas-b" {
+				kasB++
+				check(r.Version == tc.version, "?at=%s: kas-b record of %s, want only %s", tc.at, r.Version, tc.version)
+			}
+		}
+		check(kasB > 0, "?at=%s: no record of kas-b", tc.at)
+	}
+	return nil
 }
 
 func scalarOf(ctx context.Context, s store.Store, q string) string {
