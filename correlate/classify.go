@@ -299,8 +299,9 @@ func sameExtra(a, b map[string][]string) bool {
 //  7. a 404 "could not find the requested resource" (or bare) from an apiserver not known to
 //     serve the resource while another does: broken, peer_audit_missing when it is bare and
 //     the apiserver forwarded the resource in this process (a forwarded 404 whose peer record
-//     is missing); else misleading_404. Nobody known to serve it: wait, then local (measured:
-//     a resource no server serves gets a local 404).
+//     is missing) and was not starting (then the 404 is its own, before its peer discovery
+//     listed a server of the resource); else misleading_404. Nobody known to serve it: wait,
+//     then local (measured: a resource no server serves gets a local 404).
 //  8. a success, or a bare error the apiserver itself would have written with a message:
 //     local when the record holds objects (the entry of a forward never records them,
 //     measured); broken, peer_audit_missing when the apiserver does not serve the resource
@@ -439,9 +440,14 @@ func (k *DefaultClassifier) single(c *Chain, s *Side) {
 			c.Explanation += "; " + other + " serves " + g.String()
 		}
 	case code == 404 && (s.Message == msgResourceNotFound || s.Message == "") && !served && otherServes:
-		if s.Message == "" && forwards {
+		if _, starting := k.entryStarting(s.APIServer, t); s.Message == "" && forwards && !starting {
 			// A bare 404 from an apiserver that forwards this resource is a forwarded answer
-			// whose peer record is missing, not the apiserver's own not-found page.
+			// whose peer record is missing, not the apiserver's own not-found page. Except
+			// while it starts: until its peer discovery lists a server of the resource, it
+			// serves the request locally, and a resource it has no handler for ends at the
+			// not-found handler's plain 404, whose record holds only the code (1.36's peer
+			// proxy; measured: a restarted 1.36 apiserver with batch/v1 off answered a list of
+			// jobs 404 with one Audit-Id in its first second).
 			c.Class = ClassBroken
 			c.Findings = append(c.Findings, FindingPeerAuditMissing)
 			c.Explanation = fmt.Sprintf("%s forwards %s and answered a bare 404; the peer's record is missing", s.APIServer, g)
@@ -482,6 +488,20 @@ func (k *DefaultClassifier) single(c *Chain, s *Side) {
 	}
 }
 
+// entryStarting reports whether apiserver's process that answered at t was starting
+// (Capabilities.Starting, StartingWindow), and since when.
+func (k *DefaultClassifier) entryStarting(apiserver string, t time.Time) (since time.Time, ok bool) {
+	if since, ok = k.Caps.Starting(apiserver, t, StartingWindow); ok {
+		return since, true
+	}
+	// A new process can answer a client a moment before its first loopback request reaches
+	// its audit stream (measured: a replaced apiserver's 404 18 ms before).
+	if s2, ok2 := k.Caps.Starting(apiserver, t.Add(startLead), StartingWindow); ok2 && s2.After(t) {
+		return s2, true
+	}
+	return time.Time{}, false
+}
+
 // noise adds the restart-noise findings (see the rules above single) to a classified chain.
 func (k *DefaultClassifier) noise(c *Chain) {
 	if c.Resource == "" || c.Class == ClassInternal || c.Class == ClassLoop {
@@ -489,15 +509,7 @@ func (k *DefaultClassifier) noise(c *Chain) {
 	}
 	t := c.when()
 	if e := c.Entry; e != nil && (e.Code == 403 || e.Code >= 500 || c.Class == ClassMisleading404 || c.Class == ClassProxyFailed) {
-		since, ok := k.Caps.Starting(e.APIServer, t, StartingWindow)
-		if !ok {
-			// A new process can answer a client a moment before its first loopback request
-			// reaches its audit stream (measured: a replaced apiserver's 404 18 ms before).
-			if s2, ok2 := k.Caps.Starting(e.APIServer, t.Add(startLead), StartingWindow); ok2 && s2.After(t) {
-				since, ok = s2, true
-			}
-		}
-		if ok {
+		if since, ok := k.entryStarting(e.APIServer, t); ok {
 			c.Findings = append(c.Findings, FindingEntryStarting)
 			when := startedWhen(since, t)
 			c.Explanation += fmt.Sprintf("; %s was starting (its new process's first request in its audit stream %s): restart noise (%s)",
