@@ -440,18 +440,20 @@ func (k *DefaultClassifier) single(c *Chain, s *Side) {
 			c.Explanation += "; " + other + " serves " + g.String()
 		}
 	case code == 404 && (s.Message == msgResourceNotFound || s.Message == "") && !served && otherServes:
-		if _, starting := k.entryStarting(s.APIServer, t); s.Message == "" && forwards && !starting {
-			// A bare 404 from an apiserver that forwards this resource is a forwarded answer
-			// whose peer record is missing, not the apiserver's own not-found page. Except
-			// while it starts: until its peer discovery lists a server of the resource, it
-			// serves the request locally, and a resource it has no handler for ends at the
-			// not-found handler's plain 404, whose record holds only the code (1.36's peer
-			// proxy; measured: a restarted 1.36 apiserver with batch/v1 off answered a list of
-			// jobs 404 with one Audit-Id in its first second).
-			c.Class = ClassBroken
-			c.Findings = append(c.Findings, FindingPeerAuditMissing)
-			c.Explanation = fmt.Sprintf("%s forwards %s and answered a bare 404; the peer's record is missing", s.APIServer, g)
-			return
+		// A bare 404 from an apiserver that forwards this resource is a forwarded answer whose
+		// peer record is missing, not the apiserver's own not-found page. Except while it
+		// starts: until its peer discovery lists a server of the resource, it serves the
+		// request locally, and a resource it has no handler for ends at the not-found
+		// handler's plain 404, whose record holds only the code (1.36's peer proxy; measured:
+		// a restarted 1.36 apiserver with batch/v1 off answered a list of jobs 404 with one
+		// Audit-Id in its first second).
+		if s.Message == "" && forwards {
+			if _, starting := k.entryStarting(s.APIServer, t); !starting {
+				c.Class = ClassBroken
+				c.Findings = append(c.Findings, FindingPeerAuditMissing)
+				c.Explanation = fmt.Sprintf("%s forwards %s and answered a bare 404; the peer's record is missing", s.APIServer, g)
+				return
+			}
 		}
 		c.Class = ClassMisleading404
 		c.Explanation = fmt.Sprintf("%s answered 404 for %s, which %s serves (the peer was gone or not yet discovered, MVP was off, or the client sent x-kubernetes-peer-proxied itself)", s.APIServer, g, other)

@@ -57,15 +57,7 @@ func openReal(ctx context.Context) (s *store.Embedded, c *storetest.Capture, par
 	if err := storetest.Write(ctx, s, c.Records, c.Chains); err != nil {
 		return fail("load the captures", err)
 	}
-	lo, hi := c.Records[0].ReceivedAt, c.Records[0].ReceivedAt
-	for _, r := range c.Records {
-		if r.ReceivedAt.Before(lo) {
-			lo = r.ReceivedAt
-		}
-		if r.ReceivedAt.After(hi) {
-			hi = r.ReceivedAt
-		}
-	}
+	lo, hi := receivedSpan(c)
 	params = map[string]string{"since": store.FormatTime(lo.Add(-time.Minute)), "until": store.FormatTime(hi.Add(time.Minute))}
 	return s, c, params, nil
 }
@@ -210,10 +202,7 @@ func realCaptureHelper(ctx context.Context, fail func(string, ...any) int) int {
 // in the captures' own engine, because they are fixed in time: in the shared engine they would
 // fall inside other tests' windows relative to now, and out of its retention a week later.
 func realCapabilityHistory(ctx context.Context, s store.Store, c *storetest.Capture, check func(bool, string, ...any)) error {
-	from, to := c.Records[0].ReceivedAt, c.Records[0].ReceivedAt
-	for _, r := range c.Records {
-		from, to = minT(from, r.ReceivedAt), maxT(to, r.ReceivedAt)
-	}
+	from, to := receivedSpan(c)
 	history, err := store.CapabilityHistory(s)(ctx, from.Add(-time.Hour), to.Add(time.Hour))
 	if err != nil {
 		return err
@@ -285,6 +274,15 @@ func realCapabilityHistory(ctx context.Context, s store.Store, c *storetest.Capt
 		check(kasB > 0, "?at=%s: no record of kas-b", tc.at)
 	}
 	return nil
+}
+
+// receivedSpan is when peertrail received the captures' first and last records.
+func receivedSpan(c *storetest.Capture) (from, to time.Time) {
+	from, to = c.Records[0].ReceivedAt, c.Records[0].ReceivedAt
+	for _, r := range c.Records {
+		from, to = minT(from, r.ReceivedAt), maxT(to, r.ReceivedAt)
+	}
+	return from, to
 }
 
 func scalarOf(ctx context.Context, s store.Store, q string) string {

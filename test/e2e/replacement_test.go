@@ -387,15 +387,6 @@ func TestReplacementUnderLoad(t *testing.T) {
 	t.Logf("TestReplacementUnderLoad took %s", time.Since(start).Round(time.Millisecond))
 }
 
-// rlSnippet is the start of a response body, for a message.
-func rlSnippet(body string) string {
-	body = strings.TrimSpace(body)
-	if len(body) > 120 {
-		return body[:120] + "..."
-	}
-	return body
-}
-
 func checkOf(v gate.Verdict, name string) *gate.Check {
 	for i := range v.Checks {
 		if v.Checks[i].Name == name {
@@ -469,7 +460,7 @@ func rlVerify(t *testing.T, ctx context.Context, pt *ptProc, sent []rlSent, stre
 			// server of it.
 			want = correlate.ClassMisleading404
 		}
-		where := fmt.Sprintf("%s %s as %s at %s -> %d %q (%d Audit-Id %s)", s.entry, s.path, s.identity, s.at.Format("15:04:05.000"), s.code, rlSnippet(s.body), len(s.auditIDs), id)
+		where := fmt.Sprintf("%s %s as %s at %s -> %d %q (%d Audit-Id %s)", s.entry, s.path, s.identity, s.at.Format("15:04:05.000"), s.code, firstLine(s.body), len(s.auditIDs), id)
 		if err != nil || ch == nil {
 			// A request whose every record was lost: the entry was killed before its batch left,
 			// or it was stopping (gracefully: an apiserver's audit backend can drop its own last
