@@ -118,6 +118,13 @@ type Result struct {
 	ServerCPUSeconds     float64 `json:"server_cpu_seconds"` // from ready to everything final
 	CPUSecondsPerMillion float64 `json:"server_cpu_seconds_per_million_events"`
 	PeakRSSBytes         int64   `json:"server_peak_rss_bytes"`
+	// LoadRSS* are the server's RSS sampled every second over the last LoadRSSSeconds of the
+	// load (a minute, or the whole load when it is shorter): what a steady rate holds, where
+	// the peak also counts the start and the drain.
+	LoadRSSSeconds       float64 `json:"load_rss_seconds"`
+	LoadRSSMeanBytes     int64   `json:"load_rss_mean_bytes"`
+	LoadRSSMaxBytes      int64   `json:"load_rss_max_bytes"`
+	LoadRSSAnonMeanBytes int64   `json:"load_rss_anon_mean_bytes"`
 	EventsBytesOnDisk    int64   `json:"events_bytes_on_disk"`
 	EventsRowsOnDisk     int64   `json:"events_rows_on_disk"`
 	BytesPerEvent        float64 `json:"events_bytes_per_event"`
@@ -249,6 +256,7 @@ func (o Options) serveRun(ctx context.Context, t *Traffic, batches int, work str
 
 	live := &loadgen.Live{}
 	var stored, final, peakSpool atomic.Int64
+	rss := &rssSamples{}
 	progressCtx, stopProgress := context.WithCancel(ctx)
 	var progressDone sync.WaitGroup
 	start := time.Now()
@@ -257,7 +265,7 @@ func (o Options) serveRun(ctx context.Context, t *Traffic, batches int, work str
 		return n - base.events, err
 	}
 	progressDone.Go(func() {
-		o.progress(progressCtx, c, live, countEvents, &final, &peakSpool, start)
+		o.progress(progressCtx, c, live, countEvents, &final, &peakSpool, rss, start)
 	})
 	defer func() { stopProgress(); progressDone.Wait() }()
 	if o.ProfileDir != "" {
@@ -280,6 +288,10 @@ func (o Options) serveRun(ctx context.Context, t *Traffic, batches int, work str
 		return fmt.Errorf("bench: %w", err)
 	}
 	res.SendSeconds = time.Since(start).Seconds()
+	if p, err := readProc(c.cmd.Process.Pid); err == nil {
+		rss.add(res.SendSeconds, p) // a load shorter than a progress tick has one sample
+	}
+	rss.summarise(res.SendSeconds-loadRSSWindow.Seconds(), res.SendSeconds, res)
 	res.EventsSent, res.EventsAcked, res.Codes = lr.EventsSent, lr.EventsAcked, lr.Codes
 	res.AckP50ms, res.AckP99ms, res.AckMaxms = lr.LatencyP50ms, lr.LatencyP99ms, lr.LatencyMaxms
 	res.AcceptedPerSec = float64(lr.EventsAcked) / res.SendSeconds
@@ -465,7 +477,7 @@ func scalarInt(ctx context.Context, db store.Store, q string) (int, error) {
 
 // progress writes a line a second: sent, acknowledged, stored, final chains (the correlator's
 // count), open chains, the server's RSS and spool.
-func (o Options) progress(ctx context.Context, c *child, live *loadgen.Live, stored func() (int, error), final, peakSpool *atomic.Int64, start time.Time) {
+func (o Options) progress(ctx context.Context, c *child, live *loadgen.Live, stored func() (int, error), final, peakSpool *atomic.Int64, rss *rssSamples, start time.Time) {
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	for {
@@ -478,7 +490,10 @@ func (o Options) progress(ctx context.Context, c *child, live *loadgen.Live, sto
 		storeMax(peakSpool, spool)
 		m := c.metrics(ctx, metrics.CorrelateChainsTotal, metrics.CorrelateOpenChains, metrics.StoreRowsWrittenTotal+`{table="events"`,
 			metrics.StoreRowsWrittenTotal+`{table="chains"`)
-		p, _ := readProc(c.cmd.Process.Pid)
+		p, err := readProc(c.cmd.Process.Pid)
+		if err == nil {
+			rss.add(time.Since(start).Seconds(), p)
+		}
 		inEvents, _ := stored()
 		metric := func(i int) string {
 			if m == nil {
@@ -496,6 +511,46 @@ func (o Options) progress(ctx context.Context, c *child, live *loadgen.Live, sto
 			time.Since(start).Seconds(), live.Sent.Load(), live.Acked.Load(), live.Refused.Load(),
 			metric(2), inEvents, metric(0), inChains, metric(1), p.rss>>20, p.hwm>>20, spool>>20)
 	}
+}
+
+// loadRSSWindow is how much of the end of the load Result.LoadRSS* cover.
+const loadRSSWindow = time.Minute
+
+// rssSamples are the server's memory, one sample a progress line, for Result.LoadRSS*.
+type rssSamples struct {
+	mu      sync.Mutex
+	at      []float64 // seconds since the load started
+	rss     []int64
+	rssAnon []int64
+}
+
+func (s *rssSamples) add(at float64, p procUsage) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.at, s.rss, s.rssAnon = append(s.at, at), append(s.rss, p.rss), append(s.rssAnon, p.rssAnon)
+}
+
+// summarise sets res's LoadRSS* from the samples taken between from and to (seconds since
+// the load started).
+func (s *rssSamples) summarise(from, to float64, res *Result) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	from = max(from, 0)
+	var n, sum, sumAnon int64
+	for i, at := range s.at {
+		if at < from || at > to {
+			continue
+		}
+		n++
+		sum += s.rss[i]
+		sumAnon += s.rssAnon[i]
+		res.LoadRSSMaxBytes = max(res.LoadRSSMaxBytes, s.rss[i])
+	}
+	if n == 0 {
+		return
+	}
+	res.LoadRSSSeconds = to - from
+	res.LoadRSSMeanBytes, res.LoadRSSAnonMeanBytes = sum/n, sumAnon/n
 }
 
 // start starts serve with a config of the run's apiservers, each with a token of its own, and

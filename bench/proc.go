@@ -17,6 +17,7 @@ const clockTicks = 100
 type procUsage struct {
 	cpuSeconds float64 // user + system, all threads, since the process started
 	rss, hwm   int64   // resident set now, and its peak (VmHWM), bytes
+	rssAnon    int64   // of rss, the anonymous pages (RssAnon): the heaps, not mapped files
 }
 
 func readProc(pid int) (procUsage, error) {
@@ -53,6 +54,8 @@ func readProc(pid int) (procUsage, error) {
 			dst = &u.rss
 		case "VmHWM":
 			dst = &u.hwm
+		case "RssAnon":
+			dst = &u.rssAnon
 		default:
 			continue
 		}

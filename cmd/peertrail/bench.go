@@ -53,7 +53,8 @@ peertrail.chains. A progress line goes to stderr every second.
 It prints the accepted rate (acknowledged events per second of sending) and the end-to-end
 rate (events per second from the first batch sent to the last chain final; a chain is final a
 --chain-window after its last record, 30 s by default, as deployed), the acknowledge latency,
-the server's CPU seconds and peak RSS (from /proc), bytes per event on disk (system.parts),
+the server's CPU seconds, peak RSS and mean RSS over the last minute of the load (what a
+steady --rate holds; from /proc), bytes per event on disk (system.parts),
 and ceilings measured in the same run on the same batches, the server stopped: decoding alone
 (an HTTP server in this process that decodes each body and answers 200), once with the
 receiver's own decoder and once with encoding/json into the audit.k8s.io/v1 EventList of
@@ -231,6 +232,9 @@ func printBench(out io.Writer, rs []bench.Result) {
 		return fmt.Sprintf("%.1f s (%.1f s per million events)", r.ServerCPUSeconds, r.CPUSecondsPerMillion)
 	})
 	row("server peak RSS", func(r bench.Result) string { return fmt.Sprintf("%d MB", r.PeakRSSBytes>>20) })
+	row("server RSS, end of the load: mean / max (anon)", func(r bench.Result) string {
+		return fmt.Sprintf("%d / %d MB (%d MB) over the last %.0fs", r.LoadRSSMeanBytes>>20, r.LoadRSSMaxBytes>>20, r.LoadRSSAnonMeanBytes>>20, r.LoadRSSSeconds)
+	})
 	row("on disk per event: events / all tables", func(r bench.Result) string {
 		return fmt.Sprintf("%.0f / %.0f bytes", r.BytesPerEvent, r.StoreBytesPerEvent)
 	})

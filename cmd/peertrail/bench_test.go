@@ -62,7 +62,7 @@ func benchRun(t *testing.T, dataDir string) {
 		"accepted": r.AcceptedPerSec, "end to end": r.EndToEndPerSec, "decode-only": r.DecodeOnlyPerSec,
 		"decode-only (encoding/json)": r.DecodeOnlyJSONPerSec, "engine bulk": r.EngineBulkPerSec,
 		"ack p50": r.AckP50ms, "ack max": r.AckMaxms, "server CPU": r.ServerCPUSeconds,
-		"peak RSS": float64(r.PeakRSSBytes), "bytes per event": r.BytesPerEvent, "spool": float64(r.PeakSpoolBytes),
+		"peak RSS": float64(r.PeakRSSBytes), "RSS under load": float64(r.LoadRSSMeanBytes), "bytes per event": r.BytesPerEvent, "spool": float64(r.PeakSpoolBytes),
 	} {
 		if v <= 0 {
 			t.Errorf("%s: %v, want a measurement", name, v)
