@@ -13,7 +13,6 @@ import (
 	"encoding/binary"
 	"math/bits"
 	"slices"
-	"sort"
 	"sync"
 	"time"
 
@@ -25,9 +24,9 @@ const bucketWidth = time.Minute
 // Index is the set of remembered keys. It is safe for concurrent use.
 //
 // A minute that is still receiving keys is a map. Once the clock has left it, Seal turns it
-// into a run: the first 12 bytes of its keys sorted in flat slices with a directory by their
-// leading bits, 13 bytes a key against about 31 in a map (a map doubles as it grows and keeps
-// a control byte a slot). A minute holds 600,000 keys at 10,000 events/s and the horizon keeps
+// into a run: a directory by the keys' leading bits and, sorted under it, the 8 bytes of each
+// key that the directory does not say, 8.5 bytes a key against about 31 in a map (a map
+// doubles as it grows and keeps a control byte a slot). A minute holds 600,000 keys at 10,000 events/s and the horizon keeps
 // ten of them, so this is most of the index's memory. Sorting a minute takes tens of
 // milliseconds; Seal does it outside the lock that the receiver's Filter takes, while the map,
 // now read-only, still answers lookups.
@@ -309,7 +308,7 @@ func (ix *Index) Len() int {
 		n += len(s.keys)
 	}
 	for i := range ix.runs {
-		n += len(ix.runs[i].hi)
+		n += len(ix.runs[i].lo)
 	}
 	return n - len(ix.forgotten)
 }
@@ -336,35 +335,42 @@ func (ix *Index) Bytes() int64 {
 	return n + int64(len(ix.forgotten))*mapBytesPerKey
 }
 
-// run is one sealed minute's keys, sorted, with a directory by their leading bits: dir[p] is
-// the index of the first key whose leading bits are p or more. Keys are xxh3 hashes, so each
-// directory slot covers a handful; within a slot the search is binary, so keys crafted to share
-// their leading bits cost a logarithm, not a scan.
+// run is one sealed minute's keys with a directory by their leading bits: dir[p] is the index
+// of the first key whose leading bits (the top bits of bytes 0-7) are p or more, and each
+// key keeps only what the directory does not say: bytes 8-15, sorted within its slot. Keys are
+// xxh3 hashes, so each directory slot covers a handful; within a slot the search is binary, so
+// keys crafted to share their leading bits cost a logarithm, not a scan.
 //
-// A run keeps the first 96 bits of each key (hi and lo), not all 128: a new event is taken for
-// a duplicate if its key shares them with one of the n keys remembered, which happens with
-// probability n/2^96 per event: below 10^-21 for the ten million keys of ten minutes at 16,000
-// events/s. It saves a quarter of the index, whose runs are most of it.
+// A run so tells keys apart by bits+64 of their 128 bits: a new event is taken for a duplicate
+// if its key shares them with one of the run's n keys, with probability n/2^(bits+64). The
+// directory has a slot per keysPerSlot keys (2^bits >= n/keysPerSlot), so that is at most
+// 2*keysPerSlot/2^64, under 10^-18, per run and event whatever the rate: with the eleven runs
+// of the default ten-minute horizon, one event in 10^17 (at 10,000 events/s, one in 300,000
+// years). The run costs 8 bytes a key and its directory about half a byte; keeping 96 bits
+// whatever the directory said cost 12.5.
 type run struct {
 	minute int64
-	hi     []uint64 // bytes 0-7 of each key, big-endian, sorted (with lo)
-	lo     []uint32 // bytes 8-11
+	lo     []uint64 // bytes 8-15 of each key, big-endian, sorted within each directory slot
 	dir    []uint32
-	shift  uint // 64 - directory bits
+	bits   uint // the directory's: 2^bits slots
 }
 
-// shortKey is what a run keeps of a key.
+// slotOf is the directory slot of a key whose bytes 0-7 are hi, in a directory of 2^bits.
+func slotOf(hi uint64, bits uint) uint64 {
+	if bits == 0 {
+		return 0
+	}
+	return hi >> (64 - bits)
+}
+
+// shortKey is what a run is built from: a key's slot and bytes 8-15.
 type shortKey struct {
-	hi uint64
-	lo uint32
-}
-
-func shorten(k record.Key) shortKey {
-	return shortKey{hi: binary.BigEndian.Uint64(k[:8]), lo: binary.BigEndian.Uint32(k[8:12])}
+	slot uint64
+	lo   uint64
 }
 
 func compareShort(a, b shortKey) int {
-	if c := cmp.Compare(a.hi, b.hi); c != 0 {
+	if c := cmp.Compare(a.slot, b.slot); c != 0 {
 		return c
 	}
 	return cmp.Compare(a.lo, b.lo)
@@ -373,60 +379,54 @@ func compareShort(a, b shortKey) int {
 // keysPerSlot is the directory's density: about half a byte a key.
 const keysPerSlot = 8
 
-// newRun is the run of minute's keys and of the runs prev (of the same minute) together.
+// newRun is the run of minute's keys and of the runs prev (of the same minute) together. Its
+// directory has no more bits than a run in prev: theirs are all that is left of their keys'
+// leading bits.
 func newRun(minute int64, keys []record.Key, prev ...*run) run {
 	n := len(keys)
 	for _, p := range prev {
-		n += len(p.hi)
+		n += len(p.lo)
+	}
+	var b uint
+	if n := n / keysPerSlot; n > 1 {
+		b = uint(bits.Len(uint(n - 1)))
+	}
+	for _, p := range prev {
+		b = min(b, p.bits)
 	}
 	all := make([]shortKey, 0, n) // sorted here, then split: a shortKey takes 16 bytes
 	for _, k := range keys {
-		all = append(all, shorten(k))
+		all = append(all, shortKey{slotOf(binary.BigEndian.Uint64(k[:8]), b), binary.BigEndian.Uint64(k[8:])})
 	}
 	for _, p := range prev {
-		for i := range p.hi {
-			all = append(all, shortKey{p.hi[i], p.lo[i]})
+		for slot := range uint64(len(p.dir) - 1) {
+			for _, lo := range p.lo[p.dir[slot]:p.dir[slot+1]] {
+				all = append(all, shortKey{slot >> (p.bits - b), lo})
+			}
 		}
 	}
 	slices.SortFunc(all, compareShort)
 	all = slices.Compact(all)
-	b := 0
-	if n := len(all) / keysPerSlot; n > 1 {
-		b = bits.Len(uint(n - 1))
-	}
-	r := run{minute: minute, hi: make([]uint64, len(all)), lo: make([]uint32, len(all)), shift: uint(64 - b)}
-	for i, k := range all {
-		r.hi[i], r.lo[i] = k.hi, k.lo
-	}
-	r.dir = make([]uint32, 1<<b+1)
+	r := run{minute: minute, lo: make([]uint64, len(all)), dir: make([]uint32, 1<<b+1), bits: b}
 	i := 0
-	for p := range 1 << b {
-		for i < len(r.hi) && r.slot(r.hi[i]) < uint64(p) {
+	for slot := range uint64(1 << b) {
+		r.dir[slot] = uint32(i)
+		for i < len(all) && all[i].slot == slot {
+			r.lo[i] = all[i].lo
 			i++
 		}
-		r.dir[p] = uint32(i)
 	}
-	r.dir[1<<b] = uint32(len(r.hi))
+	r.dir[1<<b] = uint32(len(all))
 	return r
 }
 
-func (r *run) slot(hi uint64) uint64 {
-	if r.shift == 64 {
-		return 0
-	}
-	return hi >> r.shift
-}
-
 func (r *run) contains(k record.Key) bool {
-	s := shorten(k)
-	p := r.slot(s.hi)
-	from, to := int(r.dir[p]), int(r.dir[p+1])
-	i := from + sort.Search(to-from, func(i int) bool {
-		return compareShort(shortKey{r.hi[from+i], r.lo[from+i]}, s) >= 0
-	})
-	return i < to && r.hi[i] == s.hi && r.lo[i] == s.lo
+	p := slotOf(binary.BigEndian.Uint64(k[:8]), r.bits)
+	lo := binary.BigEndian.Uint64(k[8:])
+	_, found := slices.BinarySearch(r.lo[r.dir[p]:r.dir[p+1]], lo)
+	return found
 }
 
 func (r *run) bytes() int64 {
-	return int64(cap(r.hi))*8 + int64(cap(r.lo))*4 + int64(cap(r.dir))*4
+	return int64(cap(r.lo))*8 + int64(cap(r.dir))*4
 }
