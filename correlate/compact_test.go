@@ -63,8 +63,8 @@ func TestMemoryDoesNotGrowWithWhatWasSeen(t *testing.T) {
 		}
 	}
 	m = co.j.memory()
-	if m.chains != 0 || len(co.j.chains) != 0 || len(co.j.more) != 0 {
-		t.Errorf("after the late window: %d chains, %d auditIDs, %d loops held", m.chains, len(co.j.chains), len(co.j.more))
+	if m.chains != 0 || co.j.chains.len() != 0 || len(co.j.more) != 0 {
+		t.Errorf("after the late window: %d chains, %d auditIDs, %d loops held", m.chains, co.j.chains.len(), len(co.j.more))
 	}
 	for _, tb := range m.tables {
 		if tb.entries != 0 || tb.bytes != 0 {

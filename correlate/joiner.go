@@ -185,7 +185,7 @@ type Joiner struct {
 	opts JoinOptions
 	// chains holds the open and the recent final (amendable) chains by auditID key, each the
 	// head of a sameID list.
-	chains map[[16]byte]ref
+	chains auditIndex
 	slab   slab
 	// more holds every side of the few chains with more than two (loops).
 	more map[ref][]side
@@ -237,7 +237,7 @@ const MaxChainRecords = 64
 
 // NewJoiner returns an empty joiner.
 func NewJoiner(opts JoinOptions) *Joiner {
-	return &Joiner{opts: opts, chains: map[[16]byte]ref{}, more: map[ref][]side{},
+	return &Joiner{opts: opts, chains: newAuditIndex(), more: map[ref][]side{},
 		strs: newTable[text](), ids: newTable[identity](), addrs: newTable[addrList](), targets: newTable[target](), verdicts: newTable[verdict]()}
 }
 
@@ -323,7 +323,7 @@ func (j *Joiner) Add(r *record.Record, pos spool.Position) *chainState {
 	}
 	rr := r.RequestReceivedTimestamp.UnixMicro()
 	key, uuid := auditKey(r.AuditID)
-	c, newest, chains := j.find(j.chains[key], r, rr, uuid)
+	c, newest, chains := j.find(j.chains.get(&j.slab, key), r, rr, uuid)
 	switch {
 	case c == nil && chains >= MaxChainRecords:
 		j.drop(newest) // the auditID's newest chain answers for it
@@ -460,8 +460,8 @@ func (j *Joiner) newChain(r *record.Record, pos spool.Position, recv int64, key 
 	t := target{verb: r.Verb, group: r.Group, version: r.Version, resource: r.Resource, subres: r.Subresource, ns: r.Namespace}
 	c.target = j.targets.add(hashTarget(&j.h, &t), t)
 	c.firstPos, c.first = pos, recv
-	c.sameID = j.chains[key]
-	j.chains[key] = c.self
+	c.sameID = j.chains.get(&j.slab, key)
+	j.chains.set(&j.slab, key, c.self)
 	j.pushBack(&j.lru, c)
 	j.posInsert(c)
 	j.nOpen++
@@ -758,12 +758,12 @@ func (j *Joiner) finalise(c *chainState) {
 
 // unlink takes c out of its auditID's sameID list.
 func (j *Joiner) unlink(c *chainState) {
-	head := j.chains[c.key]
+	head := j.chains.get(&j.slab, c.key)
 	if head == c.self {
 		if c.sameID == 0 {
-			delete(j.chains, c.key)
+			j.chains.del(&j.slab, c.key)
 		} else {
-			j.chains[c.key] = c.sameID
+			j.chains.set(&j.slab, c.key, c.sameID)
 		}
 		c.sameID = 0
 		return
@@ -854,7 +854,7 @@ func (j *Joiner) SafePosition() (pos spool.Position, ok bool) {
 func (j *Joiner) lookup(auditID string) []*chainState {
 	key, uuid := auditKey(auditID)
 	var out []*chainState
-	for r := j.chains[key]; r != 0; {
+	for r := j.chains.get(&j.slab, key); r != 0; {
 		c := j.at(r)
 		if j.sameAudit(c, auditID, uuid) {
 			out = append(out, c)
@@ -886,7 +886,7 @@ func (j *Joiner) each(f func(*chainState) bool) {
 // joinerMemory is what the joiner holds, for the metrics.
 type joinerMemory struct {
 	chains, slots int
-	slabBytes     int64
+	slabBytes     int64 // the chains' slots and their auditID index
 	tables        [5]struct {
 		name    string
 		entries int
@@ -895,7 +895,7 @@ type joinerMemory struct {
 }
 
 func (j *Joiner) memory() joinerMemory {
-	m := joinerMemory{chains: j.slab.used, slots: len(j.slab.pages) * pageSize, slabBytes: j.slab.bytes()}
+	m := joinerMemory{chains: j.slab.used, slots: len(j.slab.pages) * pageSize, slabBytes: j.slab.bytes() + j.chains.bytes()}
 	m.tables[0].name, m.tables[0].entries, m.tables[0].bytes = "strings", j.strs.len(), j.strs.bytes
 	m.tables[1].name, m.tables[1].entries, m.tables[1].bytes = "identities", j.ids.len(), j.ids.bytes
 	m.tables[2].name, m.tables[2].entries, m.tables[2].bytes = "addresses", j.addrs.len(), j.addrs.bytes
