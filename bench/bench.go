@@ -114,6 +114,9 @@ type Result struct {
 	AckP99ms float64        `json:"ack_p99_ms"`
 	AckMaxms float64        `json:"ack_max_ms"`
 	Codes    map[string]int `json:"codes"`
+	// Retries are the batches posted again when the server answered 429 or 5xx with
+	// Retry-After, as the apiserver's webhook client does (loadgen.Result.Retries).
+	Retries int `json:"retries"`
 
 	ServerCPUSeconds     float64 `json:"server_cpu_seconds"` // from ready to everything final
 	CPUSecondsPerMillion float64 `json:"server_cpu_seconds_per_million_events"`
@@ -292,7 +295,7 @@ func (o Options) serveRun(ctx context.Context, t *Traffic, batches int, work str
 		rss.add(res.SendSeconds, p) // a load shorter than a progress tick has one sample
 	}
 	rss.summarise(res.SendSeconds-loadRSSWindow.Seconds(), res.SendSeconds, res)
-	res.EventsSent, res.EventsAcked, res.Codes = lr.EventsSent, lr.EventsAcked, lr.Codes
+	res.EventsSent, res.EventsAcked, res.Codes, res.Retries = lr.EventsSent, lr.EventsAcked, lr.Codes, lr.Retries
 	res.AckP50ms, res.AckP99ms, res.AckMaxms = lr.LatencyP50ms, lr.LatencyP99ms, lr.LatencyMaxms
 	res.AcceptedPerSec = float64(lr.EventsAcked) / res.SendSeconds
 	if err := lr.Err(); err != nil {
@@ -507,8 +510,8 @@ func (o Options) progress(ctx context.Context, c *child, live *loadgen.Live, sto
 		if n := final.Load(); n > 0 {
 			inChains = strconv.FormatInt(n, 10)
 		}
-		fmt.Fprintf(o.Progress, "%5.0fs sent %d acked %d refused %d | events written %s stored %d | chains final %s (in chains %s) open %s | rss %d MB peak %d MB spool %d MB\n",
-			time.Since(start).Seconds(), live.Sent.Load(), live.Acked.Load(), live.Refused.Load(),
+		fmt.Fprintf(o.Progress, "%5.0fs sent %d acked %d refused %d retried %d | events written %s stored %d | chains final %s (in chains %s) open %s | rss %d MB peak %d MB spool %d MB\n",
+			time.Since(start).Seconds(), live.Sent.Load(), live.Acked.Load(), live.Refused.Load(), live.Retried.Load(),
 			metric(2), inEvents, metric(0), inChains, metric(1), p.rss>>20, p.hwm>>20, spool>>20)
 	}
 }

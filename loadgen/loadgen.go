@@ -17,6 +17,7 @@ import (
 	"io"
 	"net/http"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -62,6 +63,8 @@ type Body interface {
 // Live counts events while a run goes on (warm-up included).
 type Live struct {
 	Sent, Acked, Refused atomic.Int64
+	// Retried counts the posts made again after a 429 or 5xx with Retry-After.
+	Retried atomic.Int64
 }
 
 // Result is what a run measured (the batches due after the warm-up).
@@ -77,6 +80,10 @@ type Result struct {
 	LatencyP99ms float64        `json:"ack_latency_p99_ms"`
 	LatencyMaxms float64        `json:"ack_latency_max_ms"`
 	Late         int            `json:"batches_sent_late"`
+	// Retries counts the posts made again, after a 429 or 5xx that carried Retry-After (as
+	// the apiserver's webhook client does, up to maxRetries a batch); Codes counts each
+	// batch's last answer, and its latency runs from its first post to that answer.
+	Retries int `json:"retries,omitempty"`
 	// WarmupRefused counts the events of warm-up batches that were not acknowledged.
 	WarmupRefused int `json:"warmup_refused,omitempty"`
 }
@@ -183,7 +190,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 				live.Sent.Add(int64(o.Batch))
 				inflight.Go(func() {
 					t0 := time.Now()
-					code := post(ctx, o.Client, o.URL+"/audit/"+name, token(name), body)
+					code, retries := send(ctx, o.Client, o.URL+"/audit/"+name, token(name), body, live)
 					lat := time.Since(t0)
 					if interval == 0 {
 						<-turns
@@ -203,6 +210,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 						return
 					}
 					res.Batches++
+					res.Retries += retries
 					res.EventsSent += o.Batch
 					res.Codes[code]++
 					if code == "200" {
@@ -243,10 +251,34 @@ func Quantiles(latencies []time.Duration, qs ...float64) []float64 {
 	return out
 }
 
-func post(ctx context.Context, c *http.Client, url, token string, body []byte) string {
+// maxRetries is how many times a batch is posted again after an answer that asks for it: the
+// apiserver's webhook client (client-go) retries a 429 or 5xx that carries Retry-After up to 10
+// times within one attempt, waiting as long as it says.
+const maxRetries = 10
+
+// send posts body until it is answered without a request to retry, or maxRetries times
+// again, and returns the last answer and the retries.
+func send(ctx context.Context, c *http.Client, url, token string, body []byte, live *Live) (string, int) {
+	for retries := 0; ; retries++ {
+		code, wait, again := post(ctx, c, url, token, body)
+		if !again || retries == maxRetries {
+			return code, retries
+		}
+		live.Retried.Add(1)
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+			return code, retries
+		}
+	}
+}
+
+// post posts body once and returns the status code (or "error"), and whether, and after how
+// long, the server asked for it again (a 429 or 5xx with Retry-After in seconds).
+func post(ctx context.Context, c *http.Client, url, token string, body []byte) (string, time.Duration, bool) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
-		return "error"
+		return "error", 0, false
 	}
 	req.Header.Set("Content-Type", "application/json")
 	if token != "" {
@@ -254,9 +286,17 @@ func post(ctx context.Context, c *http.Client, url, token string, body []byte) s
 	}
 	resp, err := c.Do(req)
 	if err != nil {
-		return "error"
+		return "error", 0, false
 	}
 	io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
-	return fmt.Sprint(resp.StatusCode)
+	code := fmt.Sprint(resp.StatusCode)
+	if resp.StatusCode != http.StatusTooManyRequests && resp.StatusCode < 500 {
+		return code, 0, false
+	}
+	secs, err := strconv.Atoi(resp.Header.Get("Retry-After"))
+	if err != nil || secs < 0 {
+		return code, 0, false
+	}
+	return code, time.Duration(secs) * time.Second, true
 }

@@ -93,3 +93,45 @@ func TestRunPostsAndCounts(t *testing.T) {
 		t.Errorf("refused run: %+v, err %v", res, res.Err())
 	}
 }
+
+// TestRunRetriesAsTheWebhookClientDoes: a 503 with Retry-After is posted again, as the
+// apiserver's client does, up to maxRetries times; one without it is not.
+func TestRunRetriesAsTheWebhookClientDoes(t *testing.T) {
+	var mu sync.Mutex
+	posts, mode := 0, "every other"
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		mu.Lock()
+		posts++
+		n, m := posts, mode
+		mu.Unlock()
+		if m == "always" || n%2 == 1 {
+			w.Header().Set("Retry-After", "0")
+			http.Error(w, "overloaded", http.StatusServiceUnavailable)
+		}
+	}))
+	defer srv.Close()
+	o := Options{URL: srv.URL, APIServers: []string{"kas-a"}, Rate: 0, Batch: 10, Batches: 20, Inflight: 1, Client: srv.Client()}
+	res, err := Run(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	n := posts
+	mu.Unlock()
+	if res.Err() != nil || res.EventsAcked != 200 || res.Codes["200"] != 20 || res.Retries != 20 || n != 40 {
+		t.Errorf("every batch refused once: %+v after %d posts, err %v; want 20 batches acknowledged after 40 posts, 20 retries", res, n, res.Err())
+	}
+
+	mu.Lock()
+	posts, mode = 0, "always"
+	mu.Unlock()
+	o.Batches = 2
+	res, _ = Run(context.Background(), o)
+	mu.Lock()
+	n = posts
+	mu.Unlock()
+	if res.Err() == nil || res.Codes["503"] != 2 || res.Retries != 2*maxRetries || n != 2*(maxRetries+1) {
+		t.Errorf("always refused: %+v after %d posts; want 2 batches refused after %d posts each", res, n, maxRetries+1)
+	}
+}

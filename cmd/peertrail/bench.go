@@ -225,6 +225,7 @@ func printBench(out io.Writer, rs []bench.Result) {
 	row("  chain window", func(r bench.Result) string { return fmt.Sprintf("%.0fs", r.ChainWindowSec) })
 	row("  engine bulk insert ceiling", func(r bench.Result) string { return rate(r.EngineBulkPerSec) })
 	row("  ratio", func(r bench.Result) string { return fmt.Sprintf("%.2f", r.EndToEndRatio()) })
+	row("posted again on request (Retry-After)", func(r bench.Result) string { return strconv.Itoa(r.Retries) })
 	row("ack latency p50 / p99 / max", func(r bench.Result) string {
 		return fmt.Sprintf("%.1f / %.1f / %.0f ms", r.AckP50ms, r.AckP99ms, r.AckMaxms)
 	})

@@ -40,8 +40,10 @@ func newLoadgenCommand(_ *globalFlags) *cobra.Command {
 		Long: `loadgen posts audit.k8s.io/v1 EventLists shaped like a kube-apiserver's (Metadata level,
 ResponseComplete, realistic users, resources and annotations, every auditID unique) to
 <url>/audit/<apiserver>, one sender per apiserver, on a fixed schedule (open loop: a slow
-receiver does not slow the schedule, its latency shows). It reports accepted events per second
-and the acknowledge latency distribution. Use it to size a deployment or to check a change.`,
+receiver does not slow the schedule, its latency shows). A batch answered 429 or 5xx with
+Retry-After is posted again after that wait, up to 10 times, as the apiserver's webhook client
+does; its latency runs from the first post. It reports accepted events per second, the answers
+and retries, and the acknowledge latency distribution. Use it to size a deployment or to check a change.`,
 		Example: `  peertrail loadgen --url https://peertrail:8443 --ca-file ca.crt --rate 10000 --duration 60s
   peertrail loadgen --url http://127.0.0.1:18443 --warmup 60s --duration 30s   # steady state`,
 		Args: noArgs,
@@ -123,7 +125,7 @@ func runLoadgen(ctx context.Context, f *loadgenFlags, out io.Writer) error {
 	}
 	fmt.Fprintf(out, "sent %d events in %d batches over %.1fs; acknowledged %d (%.0f events/s)\n",
 		res.EventsSent, res.Batches, res.Seconds, res.EventsAcked, res.AckedPerSec)
-	fmt.Fprintf(out, "answers: %v; batches sent late: %d\n", res.Codes, res.Late)
+	fmt.Fprintf(out, "answers: %v; posted again on request (Retry-After): %d; batches sent late: %d\n", res.Codes, res.Retries, res.Late)
 	fmt.Fprintf(out, "ack latency ms: p50 %.2f  p90 %.2f  p99 %.2f  max %.2f\n",
 		res.LatencyP50ms, res.LatencyP90ms, res.LatencyP99ms, res.LatencyMaxms)
 	return res.Err()
