@@ -344,10 +344,12 @@ func (ix *Index) Bytes() int64 {
 // A run so tells keys apart by bits+64 of their 128 bits: a new event is taken for a duplicate
 // if its key shares them with one of the run's n keys, with probability n/2^(bits+64). The
 // directory has a slot per keysPerSlot keys (2^bits >= n/keysPerSlot), so that is at most
-// 2*keysPerSlot/2^64, under 10^-18, per run and event whatever the rate: with the eleven runs
-// of the default ten-minute horizon, one event in 10^17 (at 10,000 events/s, one in 300,000
-// years). The run costs 8 bytes a key and its directory about half a byte; keeping 96 bits
-// whatever the directory said cost 12.5.
+// keysPerSlot/2^64, under 10^-18, per run and event whatever the rate: with the eleven runs of
+// the default ten-minute horizon, one event in 10^17 (at 10,000 events/s, one in 300,000
+// years). A minute merged from runs with smaller directories (read back from two key files)
+// keeps the smallest one's bits, never fewer than minRunBits: n/2^74 at worst. The run costs
+// 8 bytes a key and its directory about half a byte; keeping 96 bits whatever the directory
+// said cost 12.5.
 type run struct {
 	minute int64
 	lo     []uint64 // bytes 8-15 of each key, big-endian, sorted within each directory slot
@@ -357,9 +359,6 @@ type run struct {
 
 // slotOf is the directory slot of a key whose bytes 0-7 are hi, in a directory of 2^bits.
 func slotOf(hi uint64, bits uint) uint64 {
-	if bits == 0 {
-		return 0
-	}
 	return hi >> (64 - bits)
 }
 
@@ -379,6 +378,10 @@ func compareShort(a, b shortKey) int {
 // keysPerSlot is the directory's density: about half a byte a key.
 const keysPerSlot = 8
 
+// minRunBits is the smallest directory, 4 KiB: a run of a few keys keeps 74 of their bits, so
+// that merging it into a large run of the same minute costs little of the large one's.
+const minRunBits = 10
+
 // newRun is the run of minute's keys and of the runs prev (of the same minute) together. Its
 // directory has no more bits than a run in prev: theirs are all that is left of their keys'
 // leading bits.
@@ -387,9 +390,9 @@ func newRun(minute int64, keys []record.Key, prev ...*run) run {
 	for _, p := range prev {
 		n += len(p.lo)
 	}
-	var b uint
+	b := uint(minRunBits)
 	if n := n / keysPerSlot; n > 1 {
-		b = uint(bits.Len(uint(n - 1)))
+		b = max(b, uint(bits.Len(uint(n-1))))
 	}
 	for _, p := range prev {
 		b = min(b, p.bits)
