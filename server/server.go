@@ -117,7 +117,7 @@ func New(ctx context.Context, cfg config.File, log *slog.Logger) (_ *Server, err
 		Name: metrics.DedupKeys, Help: "Event keys remembered for duplicate detection.",
 	}, func() float64 { return float64(index.Len()) }))
 	s.registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: metrics.DedupMemoryBytes, Help: "Estimated bytes the duplicate index holds (a sealed minute about 8.5 bytes a key, a minute still written about 31).",
+		Name: metrics.DedupMemoryBytes, Help: "Estimated bytes the duplicate index holds (a sealed minute about 9 bytes a key, a minute still written about 31).",
 	}, func() float64 { return float64(index.Bytes()) }))
 
 	dead, err := ingest.OpenDeadLetters(filepath.Join(cfg.DataDir, "deadletter"), int64(cfg.Limits.MaxDeadLetterBytes), policy == spool.SyncAlways)

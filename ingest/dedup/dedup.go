@@ -25,11 +25,11 @@ const bucketWidth = time.Minute
 //
 // A minute that is still receiving keys is a map. Once the clock has left it, Seal turns it
 // into a run: a directory by the keys' leading bits and, sorted under it, the 8 bytes of each
-// key that the directory does not say, 8.5 bytes a key against about 31 in a map (a map
-// doubles as it grows and keeps a control byte a slot). A minute holds 600,000 keys at 10,000 events/s and the horizon keeps
-// ten of them, so this is most of the index's memory. Sorting a minute takes tens of
-// milliseconds; Seal does it outside the lock that the receiver's Filter takes, while the map,
-// now read-only, still answers lookups.
+// key that the directory does not say, about 9 bytes a key against about 31 in a map (a map
+// doubles as it grows and keeps a control byte a slot). A minute holds 600,000 keys at 10,000
+// events/s and the horizon keeps ten of them, so this is most of the index's memory. Sorting a
+// minute takes tens of milliseconds; Seal does it outside the lock that the receiver's Filter
+// takes, while the map, now read-only, still answers lookups.
 type Index struct {
 	horizon time.Duration
 

@@ -271,7 +271,7 @@ func TestFilterWhileSealing(t *testing.T) {
 }
 
 // TestBytesPerKey measures what a remembered key costs, in a minute still written and in a
-// sealed one, and holds the sealed minute to its 8.5 bytes and Bytes to what is measured.
+// sealed one, and holds the sealed minute under 9 bytes and Bytes to what is measured.
 func TestBytesPerKey(t *testing.T) {
 	const n = 300_000
 	rng := rand.New(rand.NewPCG(5, 6))
