@@ -46,8 +46,9 @@ func (x *auditIndex) get(s *slab, key [16]byte) ref {
 	return r
 }
 
-// set makes r, whose slot holds key, the head of key's chains.
-func (x *auditIndex) set(s *slab, key [16]byte, r ref) {
+// set makes r, whose slot holds key, the head of key's chains, and returns the head it
+// replaces (0 if none), so that a new chain links to it without a second probe.
+func (x *auditIndex) set(s *slab, key [16]byte, r ref) (old ref) {
 	i, old := x.find(s, &key)
 	x.slots[i] = r
 	if old == 0 {
@@ -56,6 +57,7 @@ func (x *auditIndex) set(s *slab, key [16]byte, r ref) {
 			x.resize(s, 2*len(x.slots))
 		}
 	}
+	return old
 }
 
 // del forgets key. The entries after it in its probe run move back (instead of a tombstone),

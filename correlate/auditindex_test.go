@@ -38,7 +38,9 @@ func TestAuditIndexAgreesWithAMap(t *testing.T) {
 		case op < 6 || len(want) == 0 || (step < 120_000 && op < 8): // add a key
 			c := s.alloc()
 			c.key = newKey()
-			x.set(&s, c.key, c.self)
+			if prev := x.set(&s, c.key, c.self); prev != 0 {
+				t.Fatalf("step %d: a new key replaced head %d", step, prev)
+			}
 			want[c.key] = c.self
 			keys = append(keys, c.key)
 		case op < 8: // another chain of a key becomes its head
@@ -46,7 +48,9 @@ func TestAuditIndexAgreesWithAMap(t *testing.T) {
 			if old, ok := want[k]; ok {
 				c := s.alloc()
 				c.key = k
-				x.set(&s, k, c.self)
+				if prev := x.set(&s, k, c.self); prev != old {
+					t.Fatalf("step %d: set replaced head %d, want %d", step, prev, old)
+				}
 				want[k] = c.self
 				s.release(s.at(old))
 			}

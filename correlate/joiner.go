@@ -460,8 +460,7 @@ func (j *Joiner) newChain(r *record.Record, pos spool.Position, recv int64, key 
 	t := target{verb: r.Verb, group: r.Group, version: r.Version, resource: r.Resource, subres: r.Subresource, ns: r.Namespace}
 	c.target = j.targets.add(hashTarget(&j.h, &t), t)
 	c.firstPos, c.first = pos, recv
-	c.sameID = j.chains.get(&j.slab, key)
-	j.chains.set(&j.slab, key, c.self)
+	c.sameID = j.chains.set(&j.slab, key, c.self)
 	j.pushBack(&j.lru, c)
 	j.posInsert(c)
 	j.nOpen++
