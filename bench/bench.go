@@ -522,15 +522,18 @@ const loadRSSWindow = time.Minute
 // rssSamples are the server's memory, one sample a progress line, for Result.LoadRSS*.
 type rssSamples struct {
 	mu      sync.Mutex
-	at      []float64 // seconds since the load started
-	rss     []int64
-	rssAnon []int64
+	samples []rssSample
+}
+
+type rssSample struct {
+	at float64 // seconds since the load started
+	p  procUsage
 }
 
 func (s *rssSamples) add(at float64, p procUsage) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.at, s.rss, s.rssAnon = append(s.at, at), append(s.rss, p.rss), append(s.rssAnon, p.rssAnon)
+	s.samples = append(s.samples, rssSample{at, p})
 }
 
 // summarise sets res's LoadRSS* from the samples taken between from and to (seconds since
@@ -540,14 +543,14 @@ func (s *rssSamples) summarise(from, to float64, res *Result) {
 	defer s.mu.Unlock()
 	from = max(from, 0)
 	var n, sum, sumAnon int64
-	for i, at := range s.at {
-		if at < from || at > to {
+	for _, x := range s.samples {
+		if x.at < from || x.at > to {
 			continue
 		}
 		n++
-		sum += s.rss[i]
-		sumAnon += s.rssAnon[i]
-		res.LoadRSSMaxBytes = max(res.LoadRSSMaxBytes, s.rss[i])
+		sum += x.p.rss
+		sumAnon += x.p.rssAnon
+		res.LoadRSSMaxBytes = max(res.LoadRSSMaxBytes, x.p.rss)
 	}
 	if n == 0 {
 		return
