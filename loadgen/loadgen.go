@@ -256,6 +256,10 @@ func Quantiles(latencies []time.Duration, qs ...float64) []float64 {
 // times within one attempt, waiting as long as it says.
 const maxRetries = 10
 
+// maxRetryAfter bounds the wait a server may ask for, in seconds: beyond it (or beyond what a
+// time.Duration holds) the answer stands as a refusal.
+const maxRetryAfter = 3600
+
 // send posts body until it is answered without a request to retry, or maxRetries times
 // again, and returns the last answer and the retries.
 func send(ctx context.Context, c *http.Client, url, token string, body []byte, live *Live) (string, int) {
@@ -295,7 +299,7 @@ func post(ctx context.Context, c *http.Client, url, token string, body []byte) (
 		return code, 0, false
 	}
 	secs, err := strconv.Atoi(resp.Header.Get("Retry-After"))
-	if err != nil || secs < 0 {
+	if err != nil || secs < 0 || secs > maxRetryAfter {
 		return code, 0, false
 	}
 	return code, time.Duration(secs) * time.Second, true

@@ -105,7 +105,11 @@ func TestRunRetriesAsTheWebhookClientDoes(t *testing.T) {
 		posts++
 		n, m := posts, mode
 		mu.Unlock()
-		if m == "always" || n%2 == 1 {
+		switch {
+		case m == "huge":
+			w.Header().Set("Retry-After", "99999999999999")
+			http.Error(w, "overloaded", http.StatusServiceUnavailable)
+		case m == "always" || n%2 == 1:
 			w.Header().Set("Retry-After", "0")
 			http.Error(w, "overloaded", http.StatusServiceUnavailable)
 		}
@@ -133,5 +137,17 @@ func TestRunRetriesAsTheWebhookClientDoes(t *testing.T) {
 	mu.Unlock()
 	if res.Err() == nil || res.Codes["503"] != 2 || res.Retries != 2*maxRetries || n != 2*(maxRetries+1) {
 		t.Errorf("always refused: %+v after %d posts; want 2 batches refused after %d posts each", res, n, maxRetries+1)
+	}
+
+	// A wait beyond maxRetryAfter (here beyond a time.Duration) is not waited for.
+	mu.Lock()
+	posts, mode = 0, "huge"
+	mu.Unlock()
+	res, _ = Run(context.Background(), o)
+	mu.Lock()
+	n = posts
+	mu.Unlock()
+	if res.Err() == nil || res.Codes["503"] != 2 || res.Retries != 0 || n != 2 {
+		t.Errorf("Retry-After beyond an hour: %+v after %d posts; want 2 batches refused after one post each", res, n)
 	}
 }
