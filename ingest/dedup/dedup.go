@@ -4,8 +4,9 @@
 //
 // Keys are kept in memory by the minute of receipt and forgotten once older than the horizon.
 // The memory survives restarts without a log of its own: the Persister, a spool consumer,
-// writes each finished minute's keys to a small file and only then lets the spool move on, so
-// on start Load reads the files and rescans the spool frames that came after them.
+// appends each minute's keys to a part file as they come, makes it a key file once the minute
+// is over, and only then lets the spool move on, so on start Load reads the key files and
+// rescans the spool frames that came after them.
 package dedup
 
 import (
