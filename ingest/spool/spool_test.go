@@ -453,3 +453,49 @@ func TestRunLendsPayloadsWhole(t *testing.T) {
 		t.Fatalf("%d frames in %d calls, %d of them not as written; want %d whole in several calls", c.next, c.calls, c.bad, n)
 	}
 }
+
+// TestReaderSlabShrinksAfterCatchUp: the payload memory a catch-up grew is given back once
+// calls have needed far less for a while, and a small call after that still reads whole.
+func TestReaderSlabShrinksAfterCatchUp(t *testing.T) {
+	s := open(t, t.TempDir(), func(o *Options) { o.Consumers = []string{"a"}; o.SegmentBytes = 1 << 20; o.MaxBytes = 64 << 20 })
+	defer s.Close()
+	const big = 200 // about 6 MB in one call
+	for i := range big {
+		if _, err := s.Append(bigPayload(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Wait(context.Background(), s.Written()); err != nil {
+		t.Fatal(err)
+	}
+	r := s.NewReader(0)
+	defer r.Close()
+	r.recycle()
+	for range big {
+		if _, ok, err := r.TryNext(); err != nil || !ok {
+			t.Fatalf("catch-up read: %v %v", ok, err)
+		}
+	}
+	r.recycle()
+	grown := cap(r.slab)
+	if grown < 4<<20 {
+		t.Fatalf("after the catch-up the slab holds %d bytes: the test needs it grown", grown)
+	}
+	for i := range shrinkAfter {
+		p := payload(i)
+		appendWait(t, s, p)
+		e, ok, err := r.TryNext()
+		if err != nil || !ok || string(e.Payload) != string(p) {
+			t.Fatalf("call %d: read %v %v, payload intact %v", i, ok, err, ok && string(e.Payload) == string(p))
+		}
+		r.recycle()
+	}
+	if c := cap(r.slab); c > 2*len(payload(shrinkAfter)) && c > 2*700+64 {
+		t.Fatalf("after %d small calls the slab still holds %d bytes (grown to %d)", shrinkAfter, c, grown)
+	}
+	p := bigPayload(big)
+	appendWait(t, s, p)
+	if e, ok, err := r.TryNext(); err != nil || !ok || string(e.Payload) != string(p) {
+		t.Fatalf("a big frame after the shrink: %v %v", ok, err)
+	}
+}
