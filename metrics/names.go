@@ -29,6 +29,8 @@ const (
 	DedupKeys = "peertrail_dedup_keys"
 	// DedupMemoryBytes is an estimate of the memory the duplicate index holds.
 	DedupMemoryBytes = "peertrail_dedup_memory_bytes"
+	// DedupFileErrorsTotal counts failed writes and reads of the duplicate index's spilled minutes.
+	DedupFileErrorsTotal = "peertrail_dedup_file_errors_total"
 )
 
 // Spool: the on-disk write-ahead log between the receiver and its consumers.

@@ -117,8 +117,11 @@ func New(ctx context.Context, cfg config.File, log *slog.Logger) (_ *Server, err
 		Name: metrics.DedupKeys, Help: "Event keys remembered for duplicate detection.",
 	}, func() float64 { return float64(index.Len()) }))
 	s.registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: metrics.DedupMemoryBytes, Help: "Estimated bytes the duplicate index holds (a sealed minute about 9 bytes a key, a minute still written about 31).",
+		Name: metrics.DedupMemoryBytes, Help: "Estimated bytes the duplicate index holds in memory (a sealed minute about 3 bytes a key, the rest in a file; a minute still written about 31).",
 	}, func() float64 { return float64(index.Bytes()) }))
+	s.registry.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: metrics.DedupFileErrorsTotal, Help: "Failed writes (the minute stays in memory) and reads (the event is taken as new) of the duplicate index's spilled minutes.",
+	}, func() float64 { return float64(index.FileErrors()) }))
 
 	dead, err := ingest.OpenDeadLetters(filepath.Join(cfg.DataDir, "deadletter"), int64(cfg.Limits.MaxDeadLetterBytes), policy == spool.SyncAlways)
 	if err != nil {

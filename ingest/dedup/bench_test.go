@@ -1,6 +1,7 @@
 package dedup
 
 import (
+	"log/slog"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -9,21 +10,22 @@ import (
 )
 
 // BenchmarkFilter is the receiver's lookup of a batch of 400 fresh keys against a full horizon:
-// ten minutes of 10,000 events/s (6 million keys), sealed into runs as serve does, against the
-// same minutes left as maps (the index before runs; the baseline).
+// ten minutes of 10,000 events/s (6 million keys), sealed into runs in memory and into spilled
+// runs as serve does, against the same minutes left as maps (the index before runs; the
+// baseline).
 //
 //	go test ./ingest/dedup -run '^$' -bench Filter -count 3
 func BenchmarkFilter(b *testing.B) {
 	const perMinute = 600_000
-	for _, sealed := range []bool{false, true} {
-		name := "maps"
-		if sealed {
-			name = "sealed"
-		}
+	for _, name := range []string{"maps", "sealed", "spilled"} {
+		sealed := name != "maps"
 		b.Run(name, func(b *testing.B) {
 			rng := rand.New(rand.NewPCG(7, 8))
 			start := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
 			ix := NewIndex(10 * time.Minute)
+			if name == "spilled" {
+				ix = newSpillingIndex(10*time.Minute, b.TempDir(), slog.New(slog.DiscardHandler))
+			}
 			for m := range 10 {
 				at := start.Add(time.Duration(m) * time.Minute)
 				keys := randomKeys(rng, perMinute)
@@ -48,6 +50,44 @@ func BenchmarkFilter(b *testing.B) {
 				b.StartTimer()
 			}
 			b.ReportMetric(float64(ix.Bytes())/float64(ix.Len()), "bytes/key")
+		})
+	}
+}
+
+// BenchmarkFilterResent is a batch the apiserver sends again a few minutes later (all 400 keys
+// duplicates in a sealed minute of a full horizon): in memory, and spilled, where each key is
+// read back from its run's file.
+//
+//	go test ./ingest/dedup -run '^$' -bench FilterResent -count 3
+func BenchmarkFilterResent(b *testing.B) {
+	const perMinute = 600_000
+	for _, name := range []string{"sealed", "spilled"} {
+		b.Run(name, func(b *testing.B) {
+			rng := rand.New(rand.NewPCG(9, 10))
+			start := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+			ix := NewIndex(10 * time.Minute)
+			if name == "spilled" {
+				ix = newSpillingIndex(10*time.Minute, b.TempDir(), slog.New(slog.DiscardHandler))
+			}
+			var batches [][]record.Key
+			for m := range 10 {
+				at := start.Add(time.Duration(m) * time.Minute)
+				keys := randomKeys(rng, perMinute)
+				for i := 0; i < len(keys); i += 400 {
+					ix.Filter(at, keys[i:i+400])
+					if i%(40*400) == 0 {
+						batches = append(batches, keys[i:i+400])
+					}
+				}
+				ix.Seal(at.Add(time.Minute))
+			}
+			now := start.Add(10 * time.Minute)
+			b.ResetTimer()
+			for i := range b.N {
+				if _, n := ix.Filter(now, batches[i%len(batches)]); n != 400 {
+					b.Fatalf("%d of 400 recognised", n)
+				}
+			}
 		})
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"os"
 	"path/filepath"
 	"runtime"
 	"sync"
@@ -147,131 +148,148 @@ func randomKeys(rng *rand.Rand, n int) []record.Key {
 	return keys
 }
 
+// kinds runs f with an index in memory (NewIndex) and with one whose runs spill to files (as
+// Load makes them).
+func kinds(t *testing.T, horizon time.Duration, f func(t *testing.T, ix *Index)) {
+	t.Run("memory", func(t *testing.T) { f(t, NewIndex(horizon)) })
+	t.Run("spilled", func(t *testing.T) {
+		ix := newSpillingIndex(horizon, t.TempDir(), slog.New(slog.DiscardHandler))
+		f(t, ix)
+		if ix.FileErrors() != 0 {
+			t.Errorf("%d file errors", ix.FileErrors())
+		}
+	})
+}
+
 // TestSealedMinutesAnswerAsMapsDid fills minutes, seals them, and checks every key is still
 // found, keys never added are not, and keys crafted to share their leading bytes (a sender
 // choosing auditIDs) are found among them too.
 func TestSealedMinutesAnswerAsMapsDid(t *testing.T) {
-	rng := rand.New(rand.NewPCG(1, 2))
-	start := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
-	ix := NewIndex(10 * time.Minute)
-	var added []record.Key
-	for m := range 5 {
-		keys := randomKeys(rng, 1000+m*3000)
-		if m == 2 {
-			for i := range keys[:500] {
-				copy(keys[i][:8], make([]byte, 8)) // 500 keys in one directory slot
+	kinds(t, 10*time.Minute, func(t *testing.T, ix *Index) {
+		rng := rand.New(rand.NewPCG(1, 2))
+		start := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+		var added []record.Key
+		for m := range 5 {
+			keys := randomKeys(rng, 1000+m*3000)
+			if m == 2 {
+				for i := range keys[:500] {
+					copy(keys[i][:8], make([]byte, 8)) // 500 keys in one directory slot
+				}
+			}
+			if _, n := ix.Filter(start.Add(time.Duration(m)*time.Minute), keys); n != 0 {
+				t.Fatalf("minute %d: %d fresh keys taken for duplicates", m, n)
+			}
+			added = append(added, keys...)
+		}
+		before := ix.Len()
+		ix.Expire(start.Add(5 * time.Minute))
+		if len(ix.open) != 0 || len(ix.runs) != 5 {
+			t.Fatalf("after Seal: %d minutes open, %d sealed; want 0 and 5", len(ix.open), len(ix.runs))
+		}
+		if ix.Len() != before {
+			t.Fatalf("Len %d after sealing, %d before", ix.Len(), before)
+		}
+		for i, k := range added {
+			if !ix.Contains(k) {
+				t.Fatalf("key %d lost by sealing", i)
 			}
 		}
-		if _, n := ix.Filter(start.Add(time.Duration(m)*time.Minute), keys); n != 0 {
-			t.Fatalf("minute %d: %d fresh keys taken for duplicates", m, n)
+		for _, k := range randomKeys(rng, 20000) {
+			if ix.Contains(k) {
+				t.Fatalf("a key never added is found")
+			}
 		}
-		added = append(added, keys...)
-	}
-	before := ix.Len()
-	ix.Expire(start.Add(5 * time.Minute))
-	if len(ix.open) != 0 || len(ix.runs) != 5 {
-		t.Fatalf("after Seal: %d minutes open, %d sealed; want 0 and 5", len(ix.open), len(ix.runs))
-	}
-	if ix.Len() != before {
-		t.Fatalf("Len %d after sealing, %d before", ix.Len(), before)
-	}
-	for i, k := range added {
-		if !ix.Contains(k) {
-			t.Fatalf("key %d lost by sealing", i)
+		dup, n := ix.Filter(start.Add(5*time.Minute), added[100:110])
+		if n != 10 || !dup[0] {
+			t.Fatalf("sealed keys sent again: %d of 10 recognised", n)
 		}
-	}
-	for _, k := range randomKeys(rng, 20000) {
-		if ix.Contains(k) {
-			t.Fatalf("a key never added is found")
-		}
-	}
-	dup, n := ix.Filter(start.Add(5*time.Minute), added[100:110])
-	if n != 10 || !dup[0] {
-		t.Fatalf("sealed keys sent again: %d of 10 recognised", n)
-	}
+	})
 }
 
 // TestForgetAfterSeal: the minute of a batch that fails after Filter can be sealed before its
 // Forget; the keys must still be forgotten, and accepted (and remembered) when sent again.
 func TestForgetAfterSeal(t *testing.T) {
-	rng := rand.New(rand.NewPCG(3, 4))
-	start := time.Date(2026, 12, 1, 10, 0, 30, 0, time.UTC)
-	ix := NewIndex(10 * time.Minute)
-	keys := randomKeys(rng, 50)
-	dup, _ := ix.Filter(start, keys)
-	ix.Expire(start.Add(time.Minute)) // seals the batch's minute
-	ix.Forget(keys, dup)
-	for i, k := range keys {
-		if ix.Contains(k) {
-			t.Fatalf("key %d still remembered after Forget", i)
+	kinds(t, 10*time.Minute, func(t *testing.T, ix *Index) {
+		rng := rand.New(rand.NewPCG(3, 4))
+		start := time.Date(2026, 12, 1, 10, 0, 30, 0, time.UTC)
+		keys := randomKeys(rng, 50)
+		dup, _ := ix.Filter(start, keys)
+		ix.Expire(start.Add(time.Minute)) // seals the batch's minute
+		ix.Forget(keys, dup)
+		for i, k := range keys {
+			if ix.Contains(k) {
+				t.Fatalf("key %d still remembered after Forget", i)
+			}
 		}
-	}
-	if ix.Len() != 0 {
-		t.Fatalf("Len %d after forgetting every key", ix.Len())
-	}
-	_, n := ix.Filter(start.Add(time.Minute), keys)
-	if n != 0 {
-		t.Fatalf("resent batch: %d of %d taken for duplicates", n, len(keys))
-	}
-	ix.Expire(start.Add(2 * time.Minute))
-	for i, k := range keys {
-		if !ix.Contains(k) {
-			t.Fatalf("key %d of the resent batch not remembered", i)
+		if ix.Len() != 0 {
+			t.Fatalf("Len %d after forgetting every key", ix.Len())
 		}
-	}
-	if _, n := ix.Filter(start.Add(2*time.Minute), keys); n != len(keys) {
-		t.Fatalf("third copy: %d of %d recognised", n, len(keys))
-	}
-	// The forgotten marks go with their minute.
-	ix.Expire(start.Add(13 * time.Minute))
-	if len(ix.forgotten) != 0 || ix.Len() != 0 {
-		t.Fatalf("after the horizon: %d marks, %d keys", len(ix.forgotten), ix.Len())
-	}
+		_, n := ix.Filter(start.Add(time.Minute), keys)
+		if n != 0 {
+			t.Fatalf("resent batch: %d of %d taken for duplicates", n, len(keys))
+		}
+		ix.Expire(start.Add(2 * time.Minute))
+		for i, k := range keys {
+			if !ix.Contains(k) {
+				t.Fatalf("key %d of the resent batch not remembered", i)
+			}
+		}
+		if _, n := ix.Filter(start.Add(2*time.Minute), keys); n != len(keys) {
+			t.Fatalf("third copy: %d of %d recognised", n, len(keys))
+		}
+		// The forgotten marks go with their minute.
+		ix.Expire(start.Add(13 * time.Minute))
+		if len(ix.forgotten) != 0 || ix.Len() != 0 {
+			t.Fatalf("after the horizon: %d marks, %d keys", len(ix.forgotten), ix.Len())
+		}
+	})
 }
 
 // TestFilterWhileSealing runs batches against the index while it seals (go test -race).
 func TestFilterWhileSealing(t *testing.T) {
-	start := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
-	ix := NewIndex(10 * time.Minute)
-	var wg sync.WaitGroup
-	var seen [4][][]record.Key
-	for w := range 4 {
+	kinds(t, 10*time.Minute, func(t *testing.T, ix *Index) {
+		start := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+		var wg sync.WaitGroup
+		var seen [4][][]record.Key
+		for w := range 4 {
+			wg.Go(func() {
+				rng := rand.New(rand.NewPCG(uint64(w), 9))
+				for i := range 200 {
+					keys := randomKeys(rng, 50)
+					at := start.Add(time.Duration(i) * time.Second)
+					if _, n := ix.Filter(at, keys); n != 0 {
+						t.Errorf("fresh keys taken for duplicates")
+					}
+					if i%7 == 0 {
+						ix.Forget(keys, nil)
+						continue
+					}
+					seen[w] = append(seen[w], keys)
+				}
+			})
+		}
 		wg.Go(func() {
-			rng := rand.New(rand.NewPCG(uint64(w), 9))
 			for i := range 200 {
-				keys := randomKeys(rng, 50)
-				at := start.Add(time.Duration(i) * time.Second)
-				if _, n := ix.Filter(at, keys); n != 0 {
-					t.Errorf("fresh keys taken for duplicates")
-				}
-				if i%7 == 0 {
-					ix.Forget(keys, nil)
-					continue
-				}
-				seen[w] = append(seen[w], keys)
+				ix.Expire(start.Add(time.Duration(i) * time.Second))
 			}
 		})
-	}
-	wg.Go(func() {
-		for i := range 200 {
-			ix.Expire(start.Add(time.Duration(i) * time.Second))
-		}
-	})
-	wg.Wait()
-	ix.Expire(start.Add(5 * time.Minute))
-	for w := range seen {
-		for _, keys := range seen[w] {
-			for _, k := range keys {
-				if !ix.Contains(k) {
-					t.Fatal("a key added while sealing is lost")
+		wg.Wait()
+		ix.Expire(start.Add(5 * time.Minute))
+		for w := range seen {
+			for _, keys := range seen[w] {
+				for _, k := range keys {
+					if !ix.Contains(k) {
+						t.Fatal("a key added while sealing is lost")
+					}
 				}
 			}
 		}
-	}
+	})
 }
 
-// TestBytesPerKey measures what a remembered key costs, in a minute still written and in a
-// sealed one, and holds the sealed minute under 9 bytes and Bytes to what is measured.
+// TestBytesPerKey measures what a remembered key costs, in a minute still written, in a sealed
+// one and in a spilled one, and holds the sealed minute under 9 bytes, the spilled under 3,
+// and Bytes to what is measured.
 func TestBytesPerKey(t *testing.T) {
 	const n = 300_000
 	rng := rand.New(rand.NewPCG(5, 6))
@@ -283,50 +301,65 @@ func TestBytesPerKey(t *testing.T) {
 		runtime.ReadMemStats(&ms)
 		return ms.HeapAlloc
 	}
-	base := heap()
-	ix := NewIndex(10 * time.Minute)
-	for i := 0; i < n; i += 400 {
-		ix.Filter(start, keys[i:min(i+400, n)])
+	measure := func(ix *Index) (perOpen, perSealed, estimate float64) {
+		base := heap()
+		for i := 0; i < n; i += 400 {
+			ix.Filter(start, keys[i:min(i+400, n)])
+		}
+		perOpen = float64(heap()-base) / n
+		ix.Expire(start.Add(time.Minute))
+		perSealed = float64(heap()-base) / n
+		estimate = float64(ix.Bytes()) / n
+		runtime.KeepAlive(ix)
+		return perOpen, perSealed, estimate
 	}
-	perOpen := float64(heap()-base) / n
-	ix.Expire(start.Add(time.Minute))
-	perSealed := float64(heap()-base) / n
-	estimate := float64(ix.Bytes()) / n
-	runtime.KeepAlive(ix)
+	perOpen, perSealed, estimate := measure(NewIndex(10 * time.Minute))
+	spilled := newSpillingIndex(10*time.Minute, t.TempDir(), slog.New(slog.DiscardHandler))
+	_, perSpilled, spilledEstimate := measure(spilled)
 	runtime.KeepAlive(keys) // held from before base: not part of what is measured
-	t.Logf("bytes per key: %.1f in a map, %.1f sealed (Bytes says %.1f)", perOpen, perSealed, estimate)
+	t.Logf("bytes per key: %.1f in a map, %.1f sealed (Bytes says %.1f), %.1f spilled (Bytes says %.1f)",
+		perOpen, perSealed, estimate, perSpilled, spilledEstimate)
 	if perSealed > 9 {
 		t.Errorf("%.1f bytes per sealed key, over 9", perSealed)
+	}
+	if perSpilled > 3 || spilled.runs[0].f == nil {
+		t.Errorf("%.1f bytes per spilled key, over 3 (spilled: %v)", perSpilled, spilled.runs[0].f != nil)
 	}
 	if perOpen < 1.4*perSealed {
 		t.Errorf("a map (%.1f bytes a key) should cost well over a sealed run (%.1f): is the test measuring the index?", perOpen, perSealed)
 	}
-	if estimate < 0.9*perSealed || estimate > 1.1*perSealed {
-		t.Errorf("Bytes estimates %.1f bytes a key, measured %.1f", estimate, perSealed)
+	for _, m := range [][2]float64{{estimate, perSealed}, {spilledEstimate, perSpilled}} {
+		if m[0] < 0.9*m[1] || m[0] > 1.1*m[1] {
+			t.Errorf("Bytes estimates %.1f bytes a key, measured %.1f", m[0], m[1])
+		}
 	}
 }
 
 // TestMinuteSealedTwice: a batch whose request began in a minute already sealed adds to that
 // minute again; the next seal merges both into the minute's one run.
 func TestMinuteSealedTwice(t *testing.T) {
-	rng := rand.New(rand.NewPCG(11, 12))
-	start := time.Date(2026, 12, 1, 10, 0, 50, 0, time.UTC)
-	ix := NewIndex(10 * time.Minute)
-	first, late := randomKeys(rng, 3000), randomKeys(rng, 40)
-	ix.Filter(start, first)
-	ix.Expire(start.Add(15 * time.Second))
-	if _, n := ix.Filter(start.Add(5*time.Second), late); n != 0 {
-		t.Fatalf("%d fresh keys of the late batch taken for duplicates", n)
-	}
-	ix.Expire(start.Add(25 * time.Second))
-	if len(ix.runs) != 1 || len(ix.open) != 0 || ix.Len() != len(first)+len(late) {
-		t.Fatalf("%d runs, %d open minutes, %d keys; want the minute's one run of %d", len(ix.runs), len(ix.open), ix.Len(), len(first)+len(late))
-	}
-	for _, k := range append(first, late...) {
-		if !ix.Contains(k) {
-			t.Fatal("a key lost in the merge")
+	kinds(t, 10*time.Minute, func(t *testing.T, ix *Index) {
+		rng := rand.New(rand.NewPCG(11, 12))
+		start := time.Date(2026, 12, 1, 10, 0, 50, 0, time.UTC)
+		first, late := randomKeys(rng, 6000), randomKeys(rng, 40) // first spills
+		ix.Filter(start, first)
+		ix.Expire(start.Add(15 * time.Second))
+		if _, n := ix.Filter(start.Add(5*time.Second), late); n != 0 {
+			t.Fatalf("%d fresh keys of the late batch taken for duplicates", n)
 		}
-	}
+		ix.Expire(start.Add(25 * time.Second))
+		if len(ix.runs) != 1 || len(ix.open) != 0 || ix.Len() != len(first)+len(late) {
+			t.Fatalf("%d runs, %d open minutes, %d keys; want the minute's one run of %d", len(ix.runs), len(ix.open), ix.Len(), len(first)+len(late))
+		}
+		for _, k := range append(first, late...) {
+			if !ix.Contains(k) {
+				t.Fatal("a key lost in the merge")
+			}
+		}
+		if ix.dir != "" && ix.runs[0].f == nil {
+			t.Fatal("the merged run did not spill")
+		}
+	})
 }
 
 // TestRunsOfOneMinuteMerge: a minute read from two key files of different sizes is merged into
@@ -348,14 +381,127 @@ func TestRunsOfOneMinuteMerge(t *testing.T) {
 			t.Fatalf("merged run holds %d keys, want %d", len(m.lo), len(small)+len(big))
 		}
 		for _, k := range append(append([]record.Key(nil), small...), big...) {
-			if !m.contains(k) {
+			if !has(t, &m, k) {
 				t.Fatal("a key lost in the merge")
 			}
 		}
 		for _, k := range randomKeys(rng, 20000) {
-			if m.contains(k) {
+			if has(t, &m, k) {
 				t.Fatal("a key never added is found")
 			}
 		}
+	}
+}
+
+func has(t *testing.T, r *run, k record.Key) bool {
+	t.Helper()
+	found, err := r.contains(k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return found
+}
+
+// TestSpilledRunsConfirmFromTheirFile: a spilled run keeps 2 of each key's 8 low bytes in
+// memory, so keys that share them with a remembered key (the same slot and tag: crafted here,
+// one new key in 8,000 by chance) must be told apart by the file. The files are unlinked, so
+// the directory stays empty, and Load's index spills too.
+func TestSpilledRunsConfirmFromTheirFile(t *testing.T) {
+	dir := t.TempDir()
+	rng := rand.New(rand.NewPCG(21, 22))
+	start := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	ix := newSpillingIndex(10*time.Minute, dir, slog.New(slog.DiscardHandler))
+	var added []record.Key
+	for m := range 3 {
+		keys := randomKeys(rng, 20_000)
+		ix.Filter(start.Add(time.Duration(m)*time.Minute), keys)
+		added = append(added, keys...)
+	}
+	ix.Expire(start.Add(3 * time.Minute))
+	if len(ix.runs) != 3 {
+		t.Fatalf("%d runs, want 3", len(ix.runs))
+	}
+	for _, r := range ix.runs {
+		if r.f == nil || r.lo != nil || len(r.tags) != 20_000 {
+			t.Fatalf("run of minute %d not spilled: %d low words, %d tags", r.minute, len(r.lo), len(r.tags))
+		}
+	}
+	if names, err := os.ReadDir(dir); err != nil || len(names) != 0 {
+		t.Fatalf("the directory holds %v (%v); spilled runs' files are unlinked", names, err)
+	}
+	for i, k := range added {
+		if !ix.Contains(k) {
+			t.Fatalf("key %d lost by spilling", i)
+		}
+	}
+	for i, k := range added[:5000] {
+		near := k
+		near[15] ^= 1 // same slot, same tag: only the file tells it apart
+		if ix.Contains(near) {
+			t.Fatalf("key %d with its last bit changed is taken for it", i)
+		}
+		near = k
+		near[9] ^= 1 // another tag
+		if ix.Contains(near) {
+			t.Fatalf("key %d with its tag changed is taken for it", i)
+		}
+	}
+	if dup, n := ix.Filter(start.Add(3*time.Minute), added[:400]); n != 400 || !dup[399] {
+		t.Fatalf("a resent batch: %d of 400 recognised", n)
+	}
+	if ix.FileErrors() != 0 {
+		t.Fatalf("%d file errors", ix.FileErrors())
+	}
+}
+
+// TestSpillFailureKeepsTheRunInMemory: when the file cannot be written (here the directory is
+// a file), the run stays in memory whole, and is counted.
+func TestSpillFailureKeepsTheRunInMemory(t *testing.T) {
+	notDir := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(notDir, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(23, 24))
+	start := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	ix := newSpillingIndex(10*time.Minute, notDir, slog.New(slog.DiscardHandler))
+	keys := randomKeys(rng, 10_000)
+	ix.Filter(start, keys)
+	ix.Expire(start.Add(time.Minute))
+	if len(ix.runs) != 1 || ix.runs[0].f != nil || len(ix.runs[0].lo) != len(keys) {
+		t.Fatalf("want one run in memory, have %d runs", len(ix.runs))
+	}
+	if ix.FileErrors() != 1 {
+		t.Fatalf("%d file errors, want 1", ix.FileErrors())
+	}
+	for _, k := range keys {
+		if !ix.Contains(k) {
+			t.Fatal("a key lost")
+		}
+	}
+}
+
+// TestUnreadableRunTakesKeysAsNew: a spilled run whose file cannot be read does not make the
+// receiver drop events it cannot show it has seen: they are taken as new (the events table
+// folds a second copy) and the failure is counted.
+func TestUnreadableRunTakesKeysAsNew(t *testing.T) {
+	rng := rand.New(rand.NewPCG(25, 26))
+	start := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	ix := newSpillingIndex(10*time.Minute, t.TempDir(), slog.New(slog.DiscardHandler))
+	keys := randomKeys(rng, 10_000)
+	ix.Filter(start, keys)
+	ix.Expire(start.Add(time.Minute))
+	if ix.runs[0].f == nil {
+		t.Fatal("not spilled")
+	}
+	ix.runs[0].f.Close()
+	if _, n := ix.Filter(start.Add(time.Minute), keys[:100]); n != 0 {
+		t.Fatalf("%d of 100 keys dropped as duplicates on an unreadable file", n)
+	}
+	if ix.FileErrors() != 100 {
+		t.Fatalf("%d file errors, want 100", ix.FileErrors())
+	}
+	// Remembered again, in the open minute: the next copy is recognised.
+	if _, n := ix.Filter(start.Add(time.Minute), keys[:100]); n != 100 {
+		t.Fatalf("%d of 100 recognised the second time", n)
 	}
 }

@@ -282,9 +282,14 @@ func listFiles(dir string, re *regexp.Regexp) ([]keyFile, error) {
 
 // Load rebuilds the index: the key files in dir younger than the horizon, then the keys of
 // every spool frame from the Persister's committed position on. It returns the number of keys
-// read from files and from the spool.
+// read from files and from the spool. The index spills its sealed minutes to files in dir
+// (see Index).
 func Load(ctx context.Context, log *slog.Logger, dir string, horizon time.Duration, sp *spool.Spool, now time.Time) (ix *Index, fromFiles, fromSpool int, err error) {
-	ix = NewIndex(horizon)
+	ix = newSpillingIndex(horizon, dir, log)
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		// The Persister will fail on the same directory and say so; the runs stay in memory.
+		log.Warn("dedup: create directory", "err", err)
+	}
 	files, err := listFiles(dir, keyFileName)
 	if err != nil {
 		return nil, 0, 0, fmt.Errorf("dedup: list key files: %w", err)

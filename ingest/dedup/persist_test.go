@@ -239,6 +239,9 @@ func TestLoadReadsVersion1KeyFiles(t *testing.T) {
 			t.Fatal("a key of a version 1 file is not remembered")
 		}
 	}
+	if ix.dir != dir {
+		t.Fatalf("Load's index spills to %q, want %q", ix.dir, dir)
+	}
 }
 
 // TestPersisterRetriesAFailedFinish: a call that wrote its keys and then failed to make the
