@@ -2,6 +2,7 @@ package correlate
 
 import (
 	"encoding/hex"
+	"math/bits"
 	"slices"
 	"strings"
 
@@ -31,52 +32,144 @@ const (
 )
 
 // slab holds chains in pages that never move, so that a *chainState stays valid while other
-// chains are added; free slots are reused first.
+// chains are added. A new chain takes a free slot of the lowest page that has one, so that
+// after a burst the chains that stay gather in the low pages and the high ones empty: an
+// empty page is given back to the runtime (one is kept for the next chains), so the slab holds
+// what its chains need now, not the most it ever held.
 type slab struct {
-	pages [][]chainState
-	free  ref // free slots, linked through next
+	pages [][]chainState // nil: a page given back
+	free  []ref          // per page: its free slots, linked through next
+	nfree []int32        // per page: how many
+	avail []uint64       // bit p: page p has a free slot
 	used  int
+	spare int    // 1 + the index of the empty page kept; 0 if none
+	made  uint32 // pages made so far: each new page's slots start at a generation of their own
 }
 
 func (s *slab) at(r ref) *chainState {
 	return &s.pages[r>>pageBits][r&(pageSize-1)]
 }
 
+// live returns the chain at r if its slot still has generation gen: a chain kept by (ref,
+// generation) beyond the call that found it may have left memory, and its page with it.
+func (s *slab) live(r ref, gen uint32) *chainState {
+	if p := s.pages[r>>pageBits]; p != nil && p[r&(pageSize-1)].gen == gen {
+		return &p[r&(pageSize-1)]
+	}
+	return nil
+}
+
+// slots is the number of slots a page p has: ref 0 is none, so page 0 has one fewer.
+func slots(p int) int32 {
+	if p == 0 {
+		return pageSize - 1
+	}
+	return pageSize
+}
+
 // alloc returns a zeroed slot that knows its ref, with the generation it had.
 func (s *slab) alloc() *chainState {
-	if s.free == 0 {
-		n := len(s.pages) * pageSize
-		s.pages = append(s.pages, make([]chainState, pageSize))
-		first := n
-		if n == 0 {
-			first = 1 // ref 0 is none
-		}
-		// Linked in reverse so that the lowest slot is taken first.
-		for i := n + pageSize - 1; i >= first; i-- {
-			c := s.at(ref(i))
-			c.self, c.next = ref(i), s.free
-			s.free = ref(i)
-		}
+	p := s.lowestAvail()
+	if p < 0 {
+		p = s.newPage()
 	}
-	c := s.at(s.free)
-	s.free = c.next
+	c := s.at(s.free[p])
+	s.free[p] = c.next
 	c.next = 0
+	if s.nfree[p]--; s.nfree[p] == 0 {
+		s.avail[p/64] &^= 1 << (p % 64)
+	}
+	if s.spare == p+1 {
+		s.spare = 0
+	}
 	s.used++
 	return c
+}
+
+func (s *slab) lowestAvail() int {
+	for i, w := range s.avail {
+		if w != 0 {
+			return i*64 + bits.TrailingZeros64(w)
+		}
+	}
+	return -1
+}
+
+// newPage makes a page where one was given back, or a new one at the end.
+func (s *slab) newPage() int {
+	p := slices.IndexFunc(s.pages, func(pg []chainState) bool { return pg == nil })
+	if p < 0 {
+		p = len(s.pages)
+		s.pages = append(s.pages, nil)
+		s.free = append(s.free, 0)
+		s.nfree = append(s.nfree, 0)
+		if p/64 == len(s.avail) {
+			s.avail = append(s.avail, 0)
+		}
+	}
+	s.pages[p] = make([]chainState, pageSize)
+	// A (ref, generation) kept from a chain of the page given back must not name a chain of
+	// this one: its generations start at 2^20 times the pages made (a slot is reused far fewer
+	// times than that while such a pair is kept).
+	gen := s.made << 20
+	s.made++
+	first := p * pageSize
+	if p == 0 {
+		first = 1
+	}
+	// Linked in reverse so that the lowest slot is taken first.
+	for i := p*pageSize + pageSize - 1; i >= first; i-- {
+		c := s.at(ref(i))
+		c.self, c.gen, c.next = ref(i), gen, s.free[p]
+		s.free[p] = ref(i)
+	}
+	s.nfree[p] = slots(p)
+	s.avail[p/64] |= 1 << (p % 64)
+	return p
 }
 
 // release zeroes c's slot and makes it free; its generation changes, so that a (ref,
 // generation) kept elsewhere sees that the chain is gone.
 func (s *slab) release(c *chainState) {
 	self, gen := c.self, c.gen+1
-	*c = chainState{self: self, gen: gen, next: s.free}
-	s.free = self
+	p := int(self >> pageBits)
+	*c = chainState{self: self, gen: gen, next: s.free[p]}
+	s.free[p] = self
+	s.nfree[p]++
+	s.avail[p/64] |= 1 << (p % 64)
 	s.used--
+	if s.nfree[p] == slots(p) {
+		s.emptied(p)
+	}
+}
+
+// emptied keeps page p, now empty, as the spare, or gives back the higher of it and the spare.
+func (s *slab) emptied(p int) {
+	if s.spare == 0 {
+		s.spare = p + 1
+		return
+	}
+	drop := max(p, s.spare-1)
+	s.spare = min(p, s.spare-1) + 1
+	s.pages[drop] = nil
+	s.free[drop], s.nfree[drop] = 0, 0
+	s.avail[drop/64] &^= 1 << (drop % 64)
+}
+
+// pagesHeld is the number of pages the slab holds.
+func (s *slab) pagesHeld() int {
+	n := 0
+	for _, pg := range s.pages {
+		if pg != nil {
+			n++
+		}
+	}
+	return n
 }
 
 // bytes is the memory of the pages.
 func (s *slab) bytes() int64 {
-	return int64(len(s.pages)) * pageSize * int64(chainStateSize)
+	return int64(s.pagesHeld()) * pageSize * int64(chainStateSize)
 }
 
 // value is what a table holds: comparable by same, with a cost in bytes for the metrics.

@@ -71,6 +71,70 @@ func TestMemoryDoesNotGrowWithWhatWasSeen(t *testing.T) {
 			t.Errorf("after the late window, table %s holds %d values, %d bytes", tb.name, tb.entries, tb.bytes)
 		}
 	}
+	if n := co.j.slab.pagesHeld(); n > 1 {
+		t.Errorf("after the late window the chains' slab holds %d pages (of %d it had), want the one spare", n, slots)
+	}
+}
+
+// TestSlabGivesBackPagesAfterABurst: a burst fills many pages; once most of its chains have
+// left, the ones that stay and the new ones are in the low pages, and the rest are given
+// back. A (ref, generation) kept from a chain that left never finds another chain, even in a
+// page made again where one was given back.
+func TestSlabGivesBackPagesAfterABurst(t *testing.T) {
+	var s slab
+	type kept struct {
+		r   ref
+		gen uint32
+	}
+	var burst []*chainState
+	for range 20 * pageSize {
+		burst = append(burst, s.alloc())
+	}
+	if s.pagesHeld() != 21 { // page 0 has one slot fewer
+		t.Fatalf("%d pages for %d chains", s.pagesHeld(), len(burst))
+	}
+	var gone []kept
+	// Every chain leaves but one in 100 (in every page), in the order they came.
+	for i, c := range burst {
+		if i%100 == 0 {
+			continue
+		}
+		gone = append(gone, kept{c.self, c.gen})
+		s.release(c)
+	}
+	// A steady stream: each new chain stays a while, then leaves.
+	var steady []*chainState
+	for i := range 50 * pageSize {
+		steady = append(steady, s.alloc())
+		if i >= pageSize {
+			s.release(steady[i-pageSize])
+		}
+	}
+	for i, c := range burst {
+		if i%100 == 0 {
+			s.release(c)
+		}
+	}
+	held := s.pagesHeld()
+	// pageSize open chains of the stream fit in two pages, with the spare three.
+	if held > 3 {
+		t.Errorf("%d pages held for %d chains after the burst left", held, s.used)
+	}
+	if s.used != pageSize {
+		t.Fatalf("%d slots used, want %d", s.used, pageSize)
+	}
+	// Fill again past the burst's size: pages given back are made again.
+	for range 25 * pageSize {
+		s.alloc()
+	}
+	for _, k := range gone {
+		if c := s.live(k.r, k.gen); c != nil {
+			t.Fatalf("slot %d of a chain that left answers for another (generation %d)", k.r, c.gen)
+		}
+	}
+	if s.pagesHeld() < 25 {
+		t.Fatalf("%d pages for %d chains", s.pagesHeld(), s.used)
+	}
 }
 
 // TestChainKeepsTheAuditIDAsWritten: an auditID is given back exactly as the apiserver wrote

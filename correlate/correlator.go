@@ -570,7 +570,7 @@ func (co *Correlator) finishLocked(ctx context.Context, cs *chainState) {
 		cs.waiting = true
 		co.undecided = append(co.undecided, chainRef{cs.self, cs.gen})
 		if len(co.undecided) > maxUndecided {
-			if c := co.j.at(co.undecided[0].r); c.gen == co.undecided[0].gen {
+			if c := co.j.slab.live(co.undecided[0].r, co.undecided[0].gen); c != nil {
 				c.waiting = false
 			}
 			co.undecided = co.undecided[1:]
@@ -609,8 +609,8 @@ func (co *Correlator) reevaluateLocked(ctx context.Context, list []chainRef) []c
 	late := co.opts.LateWindow.Nanoseconds()
 	keep := list[:0]
 	for _, cr := range list {
-		cs := co.j.at(cr.r)
-		if cs.gen != cr.gen {
+		cs := co.j.slab.live(cr.r, cr.gen)
+		if cs == nil {
 			continue // it has left memory
 		}
 		if !cs.final || !cs.res.set || cs.last < co.j.now-late {

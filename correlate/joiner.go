@@ -894,7 +894,7 @@ type joinerMemory struct {
 }
 
 func (j *Joiner) memory() joinerMemory {
-	m := joinerMemory{chains: j.slab.used, slots: len(j.slab.pages) * pageSize, slabBytes: j.slab.bytes() + j.chains.bytes()}
+	m := joinerMemory{chains: j.slab.used, slots: j.slab.pagesHeld() * pageSize, slabBytes: j.slab.bytes() + j.chains.bytes()}
 	m.tables[0].name, m.tables[0].entries, m.tables[0].bytes = "strings", j.strs.len(), j.strs.bytes
 	m.tables[1].name, m.tables[1].entries, m.tables[1].bytes = "identities", j.ids.len(), j.ids.bytes
 	m.tables[2].name, m.tables[2].entries, m.tables[2].bytes = "addresses", j.addrs.len(), j.addrs.bytes
