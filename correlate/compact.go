@@ -16,7 +16,9 @@ import (
 // felt. So a chain is a fixed-size struct without pointers, in pages the collector does not
 // scan (chainState), naming its strings and shared values by number (sym) in tables that hold
 // each distinct value once, for as long as a chain refers to it (table). Nothing grows with
-// what the process has seen: a slot and a table entry are reused once their chain leaves memory.
+// what the process has seen: a slot and a table entry are reused once their chain leaves
+// memory, and a page of slots that empties is given back (a table's arrays and index keep the
+// size of the most values it held at once).
 
 // ref names a chain: a slot in the Joiner's pages. 0 is none.
 type ref int32
