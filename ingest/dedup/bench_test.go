@@ -9,34 +9,43 @@ import (
 	"github.com/peertrail/peertrail/ingest/record"
 )
 
-// BenchmarkFilter is the receiver's lookup of a batch of 400 fresh keys against a full horizon:
-// ten minutes of 10,000 events/s (6 million keys), sealed into runs in memory and into spilled
-// runs as serve does, against the same minutes left as maps (the index before runs; the
-// baseline).
+// fullHorizon is an index holding ten minutes of 10,000 events/s (6 million keys), filled as
+// the receiver fills it, in batches of 400: left as maps ("maps"), sealed into runs in memory
+// ("sealed") or into spilled runs as serve does ("spilled"). It returns the time after the
+// last minute and every 40th batch, to send again.
+func fullHorizon(b *testing.B, kind string, rng *rand.Rand) (ix *Index, now time.Time, batches [][]record.Key) {
+	const perMinute = 600_000
+	start := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	ix = NewIndex(10 * time.Minute)
+	if kind == "spilled" {
+		ix = newSpillingIndex(10*time.Minute, b.TempDir(), slog.New(slog.DiscardHandler))
+	}
+	for m := range 10 {
+		at := start.Add(time.Duration(m) * time.Minute)
+		keys := randomKeys(rng, perMinute)
+		for i := 0; i < len(keys); i += 400 {
+			ix.Filter(at, keys[i:i+400])
+			if i%(40*400) == 0 {
+				batches = append(batches, keys[i:i+400])
+			}
+		}
+		if kind != "maps" {
+			ix.Seal(at.Add(time.Minute))
+		}
+	}
+	return ix, start.Add(10 * time.Minute), batches
+}
+
+// BenchmarkFilter is the receiver's lookup of a batch of 400 fresh keys against a full horizon
+// (fullHorizon): sealed into runs in memory and into spilled runs as serve does, against the
+// same minutes left as maps (the index before runs; the baseline).
 //
 //	go test ./ingest/dedup -run '^$' -bench Filter -count 3
 func BenchmarkFilter(b *testing.B) {
-	const perMinute = 600_000
-	for _, name := range []string{"maps", "sealed", "spilled"} {
-		sealed := name != "maps"
-		b.Run(name, func(b *testing.B) {
+	for _, kind := range []string{"maps", "sealed", "spilled"} {
+		b.Run(kind, func(b *testing.B) {
 			rng := rand.New(rand.NewPCG(7, 8))
-			start := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
-			ix := NewIndex(10 * time.Minute)
-			if name == "spilled" {
-				ix = newSpillingIndex(10*time.Minute, b.TempDir(), slog.New(slog.DiscardHandler))
-			}
-			for m := range 10 {
-				at := start.Add(time.Duration(m) * time.Minute)
-				keys := randomKeys(rng, perMinute)
-				for i := 0; i < len(keys); i += 400 {
-					ix.Filter(at, keys[i:i+400])
-				}
-				if sealed {
-					ix.Seal(at.Add(time.Minute))
-				}
-			}
-			now := start.Add(10 * time.Minute)
+			ix, now, _ := fullHorizon(b, kind, rng)
 			batches := make([][]record.Key, 64)
 			for i := range batches {
 				batches[i] = randomKeys(rng, 400)
@@ -60,28 +69,9 @@ func BenchmarkFilter(b *testing.B) {
 //
 //	go test ./ingest/dedup -run '^$' -bench FilterResent -count 3
 func BenchmarkFilterResent(b *testing.B) {
-	const perMinute = 600_000
-	for _, name := range []string{"sealed", "spilled"} {
-		b.Run(name, func(b *testing.B) {
-			rng := rand.New(rand.NewPCG(9, 10))
-			start := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
-			ix := NewIndex(10 * time.Minute)
-			if name == "spilled" {
-				ix = newSpillingIndex(10*time.Minute, b.TempDir(), slog.New(slog.DiscardHandler))
-			}
-			var batches [][]record.Key
-			for m := range 10 {
-				at := start.Add(time.Duration(m) * time.Minute)
-				keys := randomKeys(rng, perMinute)
-				for i := 0; i < len(keys); i += 400 {
-					ix.Filter(at, keys[i:i+400])
-					if i%(40*400) == 0 {
-						batches = append(batches, keys[i:i+400])
-					}
-				}
-				ix.Seal(at.Add(time.Minute))
-			}
-			now := start.Add(10 * time.Minute)
+	for _, kind := range []string{"sealed", "spilled"} {
+		b.Run(kind, func(b *testing.B) {
+			ix, now, batches := fullHorizon(b, kind, rand.New(rand.NewPCG(9, 10)))
 			b.ResetTimer()
 			for i := range b.N {
 				if _, n := ix.Filter(now, batches[i%len(batches)]); n != 400 {

@@ -526,7 +526,7 @@ func (r *run) contains(k record.Key) (bool, error) {
 		j++
 	}
 	var small [8 * 8]byte
-	b := small[:0]
+	var b []byte
 	if n := 8 * (j - i); n <= len(small) {
 		b = small[:n]
 	} else {
