@@ -2,6 +2,7 @@ package correlate
 
 import (
 	"encoding/hex"
+	"maps"
 	"math/bits"
 	"slices"
 	"strings"
@@ -17,8 +18,7 @@ import (
 // scan (chainState), naming its strings and shared values by number (sym) in tables that hold
 // each distinct value once, for as long as a chain refers to it (table). Nothing grows with
 // what the process has seen: a slot and a table entry are reused once their chain leaves
-// memory, and a page of slots that empties is given back (a table's arrays and index keep the
-// size of the most values it held at once).
+// memory, and a page of slots or the end of a table's arrays that empties is given back.
 
 // ref names a chain: a slot in the Joiner's pages. 0 is none.
 type ref int32
@@ -183,14 +183,30 @@ type value[V any] interface {
 // table holds distinct values by number, each as long as something refers to it (refs), found
 // by a hash (index). A value whose hash is taken by a different one (a collision) is still
 // held, just not found again: only sharing is lost.
+//
+// A new value takes the lowest free number, so that the values held gather at the low numbers
+// and, once the values at the end are freed (after a burst, when its chains leave), the arrays
+// are cut back and given back: a table holds what its chains refer to now, not the most it
+// ever held. Numbers in use never change.
 type table[V value[V]] struct {
 	vals   []V
 	refs   []int32
 	hashes []uint64
-	free   []sym
-	index  map[uint64]sym
-	bytes  int64
+	// free holds freed numbers as a min-heap. It may also hold numbers cut off since (at least
+	// len(vals)), which take skips; add appends only once it is empty, so a number in it is
+	// never one in use, which take checks all the same (one handed out twice would mix two
+	// chains' values without a sign).
+	free  []sym
+	index map[uint64]sym
+	// peakIndex is the most entries index has had since it was made: a Go map never shrinks,
+	// so it is made again once it holds a quarter of that.
+	peakIndex int
+	n         int // values held
+	bytes     int64
 }
+
+// minShrink is the size below which a table's arrays and index are not made smaller.
+const minShrink = 1 << 12
 
 func newTable[V value[V]]() table[V] {
 	// Entry 0 is the zero value, never counted or freed.
@@ -206,9 +222,7 @@ func (t *table[V]) add(h uint64, v V) sym {
 		t.refs[id]++
 		return id
 	}
-	if n := len(t.free); n > 0 {
-		id = t.free[n-1]
-		t.free = t.free[:n-1]
+	if id = t.take(); id != 0 {
 		t.vals[id], t.refs[id], t.hashes[id] = v, 1, h
 	} else {
 		id = sym(len(t.vals))
@@ -216,9 +230,22 @@ func (t *table[V]) add(h uint64, v V) sym {
 	}
 	if !found {
 		t.index[h] = id
+		t.peakIndex = max(t.peakIndex, len(t.index))
 	}
+	t.n++
 	t.bytes += int64(v.cost())
 	return id
+}
+
+// take returns the lowest free number, or 0 if there is none.
+func (t *table[V]) take() sym {
+	for len(t.free) > 0 {
+		id := popMin(&t.free)
+		if int(id) < len(t.vals) && t.refs[id] == 0 {
+			return id
+		}
+	}
+	return 0
 }
 
 // release drops a reference to s; the last one frees it.
@@ -231,15 +258,85 @@ func (t *table[V]) release(s sym) {
 	}
 	if h := t.hashes[s]; t.index[h] == s {
 		delete(t.index, h)
+		if t.peakIndex >= minShrink && len(t.index) < t.peakIndex/4 {
+			index := make(map[uint64]sym, len(t.index)) // maps.Clone keeps the old one's size
+			maps.Copy(index, t.index)
+			t.index, t.peakIndex = index, len(index)
+		}
 	}
 	t.bytes -= int64(t.vals[s].cost())
 	var zero V
 	t.vals[s] = zero
-	t.free = append(t.free, s)
+	t.n--
+	pushMin(&t.free, s)
+	if int(s) == len(t.vals)-1 {
+		t.trim()
+	}
+}
+
+// trim cuts the free values off the end of the arrays, and makes the arrays and the free heap
+// anew when they are mostly unused.
+func (t *table[V]) trim() {
+	l := len(t.vals)
+	for l > 1 && t.refs[l-1] == 0 {
+		l--
+	}
+	t.vals, t.refs, t.hashes = t.vals[:l], t.refs[:l], t.hashes[:l]
+	if cap(t.vals) < minShrink || cap(t.vals) <= 4*l {
+		return
+	}
+	t.vals, t.refs, t.hashes = slices.Clone(t.vals), slices.Clone(t.refs), slices.Clone(t.hashes)
+	free := make([]sym, 0, t.n/4+1)
+	for _, id := range t.free {
+		if int(id) < l && t.refs[id] == 0 {
+			free = append(free, id)
+		}
+	}
+	slices.Sort(free) // a sorted slice is a min-heap
+	t.free = slices.Compact(free)
 }
 
 // len is the number of values held.
-func (t *table[V]) len() int { return len(t.vals) - 1 - len(t.free) }
+func (t *table[V]) len() int { return t.n }
+
+// pushMin adds x to the min-heap h.
+func pushMin(h *[]sym, x sym) {
+	*h = append(*h, x)
+	s := *h
+	for i := len(s) - 1; i > 0; {
+		p := (i - 1) / 2
+		if s[p] <= s[i] {
+			break
+		}
+		s[p], s[i] = s[i], s[p]
+		i = p
+	}
+}
+
+// popMin removes and returns the least of the min-heap h, which must not be empty.
+func popMin(h *[]sym) sym {
+	s := *h
+	top := s[0]
+	last := len(s) - 1
+	s[0] = s[last]
+	s = s[:last]
+	for i := 0; ; {
+		l, r, m := 2*i+1, 2*i+2, i
+		if l < len(s) && s[l] < s[m] {
+			m = l
+		}
+		if r < len(s) && s[r] < s[m] {
+			m = r
+		}
+		if m == i {
+			break
+		}
+		s[i], s[m] = s[m], s[i]
+		i = m
+	}
+	*h = s
+	return top
+}
 
 // text is a string in a table.
 type text string

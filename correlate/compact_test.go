@@ -74,6 +74,63 @@ func TestMemoryDoesNotGrowWithWhatWasSeen(t *testing.T) {
 	if n := co.j.slab.pagesHeld(); n > 1 {
 		t.Errorf("after the late window the chains' slab holds %d pages (of %d it had), want the one spare", n, slots)
 	}
+	if n := len(co.j.strs.vals); n != 1 {
+		t.Errorf("after the late window the strings' arrays hold %d entries, want only the zero value", n)
+	}
+}
+
+// TestTableAgreesWithAModelThroughABurst runs a burst of distinct values through a table, then
+// a steady stream whose values each live a while, the burst's leaving in the order it came, as
+// chains do; every value held must be read back by its number all along, and once the burst
+// has left the arrays and the index must be the stream's size, not the burst's.
+func TestTableAgreesWithAModelThroughABurst(t *testing.T) {
+	tb := newTable[text]()
+	type held struct {
+		id sym
+		v  string
+	}
+	var live []held // in the order added
+	add := func(v string) {
+		id := tb.add(uint64(len(v))*1e9+uint64(len(live))+uint64(v[len(v)-1]), text(v))
+		live = append(live, held{id, v})
+	}
+	check := func(step string) {
+		t.Helper()
+		if tb.len() != len(live) {
+			t.Fatalf("%s: the table holds %d values, the model %d", step, tb.len(), len(live))
+		}
+		for _, h := range live {
+			if got := string(*tb.get(h.id)); got != h.v {
+				t.Fatalf("%s: number %d reads %q, want %q", step, h.id, got, h.v)
+			}
+		}
+	}
+	for i := range 50_000 {
+		add(fmt.Sprintf("burst-%d", i))
+	}
+	check("after the burst")
+	burstCap := cap(tb.vals)
+	for i := range 200_000 {
+		add(fmt.Sprintf("steady-%d", i))
+		// The oldest leave, the burst's first, two for each one added until 1,000 are held.
+		for range 2 {
+			if len(live) > 1_000 {
+				tb.release(live[0].id)
+				live = live[1:]
+			}
+		}
+		if i%20_000 == 0 {
+			check(fmt.Sprintf("step %d", i))
+		}
+	}
+	check("at the end")
+	t.Logf("%d values held: arrays of %d (capacity %d; %d after the burst), index made for %d", len(live), len(tb.vals), cap(tb.vals), burstCap, tb.peakIndex)
+	if len(tb.vals) > 4*len(live) || cap(tb.vals) > burstCap/4 {
+		t.Errorf("%d values held in arrays of %d (capacity %d; %d after the burst)", len(live), len(tb.vals), cap(tb.vals), burstCap)
+	}
+	if tb.peakIndex > 4*len(live) {
+		t.Errorf("the index was last made for %d entries, %d held", tb.peakIndex, len(tb.index))
+	}
 }
 
 // TestSlabGivesBackPagesAfterABurst: a burst fills many pages; once most of its chains have
