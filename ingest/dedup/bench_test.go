@@ -3,6 +3,7 @@ package dedup
 import (
 	"log/slog"
 	"math/rand/v2"
+	"runtime"
 	"testing"
 	"time"
 
@@ -78,6 +79,54 @@ func BenchmarkFilterResent(b *testing.B) {
 					b.Fatalf("%d of 400 recognised", n)
 				}
 			}
+		})
+	}
+}
+
+// BenchmarkSealMinute is a minute of 10,000 events/s (600,000 keys in batches of 400) taken in
+// and sealed into a spilled run: sealed once, after the minute (the index before it sealed the
+// current minute; the baseline), and every 10 s as serve does. Each op is a whole minute;
+// live-MB is the most the index held live just before a Seal (measured after a collection,
+// outside the timer).
+//
+//	go test ./ingest/dedup -run '^$' -bench SealMinute -benchmem -count 3
+func BenchmarkSealMinute(b *testing.B) {
+	const perMinute = 600_000
+	for _, every := range []time.Duration{time.Minute, 10 * time.Second} {
+		b.Run("every-"+every.String(), func(b *testing.B) {
+			rng := rand.New(rand.NewPCG(11, 12))
+			keys := randomKeys(rng, perMinute)
+			dir := b.TempDir()
+			live := func() uint64 {
+				runtime.GC()
+				var ms runtime.MemStats
+				runtime.ReadMemStats(&ms)
+				return ms.HeapAlloc
+			}
+			var peak uint64
+			b.ReportAllocs()
+			for i := range b.N {
+				b.StopTimer()
+				base := live()
+				b.StartTimer()
+				ix := newSpillingIndex(10*time.Minute, dir, slog.New(slog.DiscardHandler))
+				start := time.Date(2026, 12, 1, 10, i%60, 0, 0, time.UTC)
+				const batches = perMinute / 400
+				for j := range batches {
+					at := start.Add(time.Duration(j) * time.Minute / batches)
+					ix.Filter(at, keys[j*400:(j+1)*400])
+					if next := start.Add(time.Duration(j+1) * time.Minute / batches); next.Truncate(every) != at.Truncate(every) {
+						b.StopTimer()
+						peak = max(peak, live()-base)
+						b.StartTimer()
+						ix.Seal(next)
+					}
+				}
+				if ix.Len() != perMinute || len(ix.runs) != 1 || ix.runs[0].f == nil {
+					b.Fatalf("%d keys in %d runs", ix.Len(), len(ix.runs))
+				}
+			}
+			b.ReportMetric(float64(peak)/1e6, "live-MB")
 		})
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -369,11 +370,11 @@ func TestRunsOfOneMinuteMerge(t *testing.T) {
 	rng := rand.New(rand.NewPCG(13, 14))
 	small, big := randomKeys(rng, 40), randomKeys(rng, 50_000)
 	for _, order := range [][2][]record.Key{{small, big}, {big, small}} {
-		a, b := newRun(7, order[0]), newRun(7, order[1])
+		a, b := newRun(7, order[0], 0), newRun(7, order[1], 0)
 		if a.bits == b.bits {
 			t.Fatalf("both runs have %d bits: the merge is not what this test is about", a.bits)
 		}
-		m := newRun(7, nil, &a, &b)
+		m := newRun(7, nil, 0, &a, &b)
 		if want := min(a.bits, b.bits); m.bits != want {
 			t.Errorf("merged directory has %d bits, want %d", m.bits, want)
 		}
@@ -503,5 +504,94 @@ func TestUnreadableRunTakesKeysAsNew(t *testing.T) {
 	// Remembered again, in the open minute: the next copy is recognised.
 	if _, n := ix.Filter(start.Add(time.Minute), keys[:100]); n != 100 {
 		t.Fatalf("%d of 100 recognised the second time", n)
+	}
+}
+
+// TestCurrentMinuteSealsAsItGoes: every Seal turns the current minute's map into the minute's
+// one run, in memory, merging what came since; the run keeps the directory its first Seal sized
+// for the minute, and spills once the minute is over. Nothing is lost or taken for a duplicate
+// on the way, and a batch forgotten after its keys were sealed is accepted when resent.
+func TestCurrentMinuteSealsAsItGoes(t *testing.T) {
+	kinds(t, 10*time.Minute, func(t *testing.T, ix *Index) {
+		rng := rand.New(rand.NewPCG(31, 32))
+		start := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+		var added []record.Key
+		var bits uint
+		for s := range 6 {
+			at := start.Add(time.Duration(s)*10*time.Second + time.Second)
+			keys := randomKeys(rng, 2000)
+			if _, n := ix.Filter(at, keys); n != 0 {
+				t.Fatalf("step %d: %d fresh keys taken for duplicates", s, n)
+			}
+			added = append(added, keys...)
+			ix.Expire(at.Add(4 * time.Second))
+			if len(ix.open) != 0 || len(ix.runs) != 1 {
+				t.Fatalf("step %d: %d maps and %d runs; want the minute's one run", s, len(ix.open), len(ix.runs))
+			}
+			r := ix.runs[0]
+			if !r.partial || r.f != nil || len(r.lo) != len(added) || ix.Len() != len(added) {
+				t.Fatalf("step %d: run partial %v, spilled %v, %d keys (Len %d); want %d in memory", s, r.partial, r.f != nil, len(r.lo), ix.Len(), len(added))
+			}
+			if s == 0 {
+				// 2,000 keys in the minute's first 5 s: sized for 24,000.
+				if bits = r.bits; bits != 12 {
+					t.Fatalf("first Seal of the minute: a directory of %d bits, want 12", bits)
+				}
+			} else if r.bits != bits {
+				t.Fatalf("step %d: the directory went from %d to %d bits", s, bits, r.bits)
+			}
+		}
+		for i, k := range added {
+			if !ix.Contains(k) {
+				t.Fatalf("key %d lost", i)
+			}
+		}
+		for _, k := range randomKeys(rng, 20000) {
+			if ix.Contains(k) {
+				t.Fatal("a key never added is found")
+			}
+		}
+
+		// A batch whose keys a Seal took before the batch failed.
+		failed := randomKeys(rng, 300)
+		dup, _ := ix.Filter(start.Add(57*time.Second), failed)
+		ix.Expire(start.Add(58 * time.Second))
+		ix.Forget(failed, dup)
+		if _, n := ix.Filter(start.Add(59*time.Second), failed); n != 0 {
+			t.Fatalf("the resent batch: %d of %d taken for duplicates", n, len(failed))
+		}
+		added = append(added, failed...)
+
+		ix.Expire(start.Add(65 * time.Second))
+		if len(ix.runs) != 1 || ix.runs[0].partial || ix.Len() != len(added) {
+			t.Fatalf("after the minute: %d runs (partial %v), Len %d; want one final run of %d", len(ix.runs), ix.runs[0].partial, ix.Len(), len(added))
+		}
+		if ix.dir != "" && ix.runs[0].f == nil {
+			t.Fatal("the minute is over and its run did not spill")
+		}
+		if dup, n := ix.Filter(start.Add(66*time.Second), added); n != len(added) || !dup[len(dup)-1] {
+			t.Fatalf("every key sent again: %d of %d recognised", n, len(added))
+		}
+	})
+}
+
+// TestMergeInOrderIsTheSortedRun: merging keys into a run with the same directory (one pass)
+// gives exactly the run sorted from all the keys at once, shared keys kept once.
+func TestMergeInOrderIsTheSortedRun(t *testing.T) {
+	rng := rand.New(rand.NewPCG(33, 34))
+	first, more := randomKeys(rng, 30_000), randomKeys(rng, 7_000)
+	more = append(more, first[:500]...) // also in the run: a forgotten key added again
+	for i := range more[:200] {
+		copy(more[i][:8], first[i][:8]) // the same slot as a key of the run
+	}
+	const expect = 100_000
+	a := newRun(3, first, expect)
+	merged := newRun(3, more, 0, &a)
+	whole := newRun(3, append(append([]record.Key(nil), first...), more[:7000]...), expect)
+	if merged.bits != a.bits || whole.bits != a.bits {
+		t.Fatalf("directories of %d, %d and %d bits", a.bits, merged.bits, whole.bits)
+	}
+	if !slices.Equal(merged.lo, whole.lo) || !slices.Equal(merged.dir, whole.dir) {
+		t.Fatalf("merged run (%d keys) differs from the run sorted whole (%d keys)", len(merged.lo), len(whole.lo))
 	}
 }
