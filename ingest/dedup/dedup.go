@@ -2,9 +2,9 @@
 // the apiserver resends (after a timeout, a 5xx, or a crash of peertrail before its answer
 // arrived) is recognised and counted instead of stored twice.
 //
-// Keys are kept by the minute of receipt and forgotten once older than the horizon: the minute
-// being received in a map, each finished one as a sorted run, whose bulk the index Load builds
-// keeps in an unlinked file beside the key files (see Index). The index survives restarts
+// Keys are kept by the minute of receipt and forgotten once older than the horizon: the last
+// few seconds' in a map, the rest of each minute as a sorted run, whose bulk the index Load
+// builds keeps in an unlinked file beside the key files once the minute is over (see Index). The index survives restarts
 // without a log of its own: the Persister, a spool consumer, appends each minute's keys to a
 // part file as they come, makes it a key file once the minute is over, and only then lets the
 // spool move on, so on start Load reads the key files and rescans the spool frames that came
@@ -31,13 +31,14 @@ const bucketWidth = time.Minute
 
 // Index is the set of remembered keys. It is safe for concurrent use.
 //
-// A minute that is still receiving keys is a map. Once the clock has left it, Seal turns it
-// into a run: a directory by the keys' leading bits and, sorted under it, the 8 bytes of each
-// key that the directory does not say, about 9 bytes a key against about 31 in a map (a map
-// doubles as it grows and keeps a control byte a slot). A minute holds 600,000 keys at 10,000
-// events/s and the horizon keeps ten of them, so this is most of the index's memory. Sorting a
-// minute takes tens of milliseconds; Seal does it outside the lock that the receiver's Filter
-// takes, while the map, now read-only, still answers lookups.
+// Keys are added to a map. Every few seconds (Expire) Seal turns the maps into runs: a
+// directory by the keys' leading bits and, sorted under it, the 8 bytes of each key that the
+// directory does not say, about 9 bytes a key against about 31 in a map (a map doubles as it
+// grows and keeps a control byte a slot). A minute holds 600,000 keys at 10,000 events/s and
+// the horizon keeps ten of them, so this is most of the index's memory. A minute has one run,
+// which each Seal merges what came since into; sorting and merging take milliseconds to tens of
+// them, which Seal spends outside the lock that the receiver's Filter takes, while the maps,
+// now read-only, still answer lookups.
 //
 // An index Load built spills each large run's 8 bytes a key to a file in its directory and
 // keeps their first 2 in memory: about 3 bytes a key with the directory, for one read of the
