@@ -63,13 +63,14 @@ func MemoryBudget(cfg config.File) Budget {
 }
 
 // gcPercent is the Go collector's GOGC unless the environment sets one: it collects when the
-// heap has grown by a quarter of what was live, not by all of it (Go's default of 100). The
+// heap has grown by an eighth of what was live, not by all of it (Go's default of 100). The
 // heap peertrail keeps live is mostly without pointers (the correlator's chains, the spool
 // frames the store writer holds), so a collection costs little: at 10,000 events/s the
-// collector took under 1% of serve's CPU, and four times as many collections moved neither
-// its CPU nor the acknowledge latency beyond the noise, while Go held 120-220 MB less
-// (BENCHMARKS.md).
-const gcPercent = 25
+// collector took under 1% of serve's CPU. Four times as many collections (25 against 100)
+// moved neither its CPU nor the acknowledge latency beyond the noise, while Go held 120-220 MB
+// less; twice as many again (12 against 25), 20-40 MB less, again for no CPU or latency
+// beyond the noise (BENCHMARKS.md).
+const gcPercent = 12
 
 // applyGoLimit sets the runtime's soft memory limit to b.Go, unless GOMEMLIMIT is set, and the
 // collector's percentage to gcPercent, unless GOGC is: the environment is Go's own way to say
