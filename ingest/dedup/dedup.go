@@ -4,11 +4,11 @@
 //
 // Keys are kept by the minute of receipt and forgotten once older than the horizon: the last
 // few seconds' in a map, the rest of each minute as a sorted run, whose bulk the index Load
-// builds keeps in an unlinked file beside the key files once the minute is over (see Index). The index survives restarts
-// without a log of its own: the Persister, a spool consumer, appends each minute's keys to a
-// part file as they come, makes it a key file once the minute is over, and only then lets the
-// spool move on, so on start Load reads the key files and rescans the spool frames that came
-// after them.
+// builds keeps in an unlinked file beside the key files once the minute is over (see Index).
+// The index survives restarts without a log of its own: the Persister, a spool consumer,
+// appends each minute's keys to a part file as they come, makes it a key file once the minute
+// is over, and only then lets the spool move on, so on start Load reads the key files and
+// rescans the spool frames that came after them.
 package dedup
 
 import (
@@ -508,19 +508,14 @@ const minRunBits = 10
 // minute's run taking what came since the last Seal, so sealing a minute ten times costs
 // about what sealing it once did.
 func newRun(minute int64, keys []record.Key, expect int, prev ...*run) run {
-	n := len(keys)
-	for _, p := range prev {
-		n += len(p.lo)
-	}
 	b := uint(minRunBits)
-	if n := max(n, expect) / keysPerSlot; n > 1 {
-		b = max(b, uint(bits.Len(uint(n-1))))
-	}
 	if len(prev) > 0 {
 		b = prev[0].bits
 		for _, p := range prev[1:] {
 			b = min(b, p.bits)
 		}
+	} else if n := max(len(keys), expect) / keysPerSlot; n > 1 {
+		b = max(b, uint(bits.Len(uint(n-1))))
 	}
 	var inOrder *run
 	all := make([]shortKey, 0, len(keys)) // sorted here, then merged: a shortKey takes 16 bytes
