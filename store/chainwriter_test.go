@@ -26,7 +26,8 @@ func chainsAfterStored(t *testing.T, s store.Store, a string, n int) []correlate
 	base = base.Truncate(time.Second).Add(time.Minute)
 	chains := make([]correlate.Chain, n)
 	for i := range chains {
-		at := base.Add(time.Duration(i) * time.Second)
+		// With nanoseconds, as a receiver's clock gives them; the table keeps microseconds.
+		at := base.Add(time.Duration(i)*time.Second + 345_678_901)
 		chains[i] = chainAt(fmt.Sprintf("%s-%04d", a, i), at, correlate.StateFinal, at.Add(2*time.Second))
 		chains[i].Entry.APIServer = a
 	}

@@ -223,7 +223,7 @@ func (w *Writer) writeFrames(ctx context.Context) error {
 			w.recs = batch.Records
 			for j := range w.recs {
 				r := &w.recs[j]
-				if !r.ReceivedAt.After(w.suspect) {
+				if !w.newerThanTable(r) {
 					rs.err = errUnsure
 					return b
 				}
@@ -260,6 +260,14 @@ func (w *Writer) writeFrames(ctx context.Context) error {
 		records = append(records, b.Records...)
 	}
 	return w.writeEvents(ctx, records)
+}
+
+// newerThanTable says r cannot be in the events table: it was received after the newest
+// record there when the writer last looked. The table keeps microseconds and the receiver's
+// clock has nanoseconds, so r is compared as the table holds it: compared as it is, the
+// batch stored last before a crash was newer than itself and written again.
+func (w *Writer) newerThanTable(r *record.Record) bool {
+	return r.ReceivedAt.Truncate(time.Microsecond).After(w.suspect)
 }
 
 // findTableEnd reads where the events table ends (suspect) when the writer does not know.
@@ -357,7 +365,7 @@ func (w *Writer) skipStored(ctx context.Context, records []record.Record) ([]rec
 	apiservers := map[string]bool{}
 	for i := range records {
 		r := &records[i]
-		if r.ReceivedAt.After(w.suspect) {
+		if w.newerThanTable(r) {
 			continue
 		}
 		if lo.IsZero() || r.ReceivedAt.Before(lo) {
@@ -392,7 +400,7 @@ WHERE received_at >= {lo:DateTime64(6, 'UTC')} AND received_at <= {hi:DateTime64
 	}
 	kept := make([]record.Record, 0, len(records))
 	for i := range records {
-		if records[i].ReceivedAt.After(w.suspect) || !stored[records[i].Key()] {
+		if w.newerThanTable(&records[i]) || !stored[records[i].Key()] {
 			kept = append(kept, records[i])
 		}
 	}

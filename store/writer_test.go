@@ -103,7 +103,8 @@ func newTraffic(t *testing.T, prefix string, hoursAgo, n, per int) *traffic {
 	g := simulate.NewEvents(uint64(hoursAgo), func() time.Time { clock = clock.Add(time.Millisecond); return clock })
 	for i := range n {
 		for _, a := range tr.apiservers {
-			received := base.Add(time.Duration(i+1) * time.Second)
+			// A receiver's clock has nanoseconds; the table keeps microseconds.
+			received := base.Add(time.Duration(i+1)*time.Second + 345_678_901)
 			recs, err := simulatedRecords(g, a, received, per)
 			if err != nil {
 				t.Fatal(err)
