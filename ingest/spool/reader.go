@@ -133,48 +133,60 @@ func (r *Reader) TryNext() (Entry, bool, error) {
 
 func (r *Reader) tryNext() (Entry, bool, <-chan struct{}, error) {
 	s := r.s
-	s.mu.Lock()
-	if s.closed {
+	for {
+		s.mu.Lock()
+		if s.closed {
+			s.mu.Unlock()
+			return Entry{}, false, nil, ErrClosed
+		}
+		durable := s.durable
+		wait := s.advanced
+		seg, ok := s.locateLocked(r.pos)
+		active := ok && seg.base == s.segs[len(s.segs)-1].base
 		s.mu.Unlock()
-		return Entry{}, false, nil, ErrClosed
+		if !ok || seg.base+Position(headerLen) > durable {
+			return Entry{}, false, wait, nil
+		}
+		if r.pos < seg.base+Position(headerLen) {
+			r.pos = seg.base + Position(headerLen)
+		}
+		if r.pos >= durable {
+			return Entry{}, false, wait, nil
+		}
+		if err := r.open(seg); err != nil {
+			return Entry{}, false, nil, err
+		}
+		off := int64(r.pos - seg.base)
+		var fh [frameOverhead]byte
+		if !active && off+frameOverhead > seg.size {
+			r.pos = seg.end() // too little left for a frame: the end of a full segment
+			continue
+		}
+		if _, err := r.f.ReadAt(fh[:], off); err != nil {
+			return Entry{}, false, nil, r.corrupt(seg, fmt.Errorf("read frame header: %w", err))
+		}
+		n := binary.BigEndian.Uint32(fh[0:4])
+		sum := binary.BigEndian.Uint32(fh[4:8])
+		if n == 0 && !active {
+			// The zeros after the last frame of a segment made at full size.
+			r.pos = seg.end()
+			continue
+		}
+		end := r.pos + frameOverhead + Position(n)
+		if n == 0 || n > MaxFrameBytes || end > durable || end > seg.end() {
+			return Entry{}, false, nil, r.corrupt(seg, fmt.Errorf("frame length %d", n))
+		}
+		payload := r.payload(int(n))
+		if _, err := r.f.ReadAt(payload, off+frameOverhead); err != nil {
+			return Entry{}, false, nil, r.corrupt(seg, fmt.Errorf("read frame: %w", err))
+		}
+		if crc32.Checksum(payload, castagnoli) != sum {
+			return Entry{}, false, nil, r.corrupt(seg, errors.New("checksum mismatch"))
+		}
+		e := Entry{Pos: r.pos, End: end, Payload: payload}
+		r.pos = end
+		return e, true, nil, nil
 	}
-	durable := s.durable
-	wait := s.advanced
-	seg, ok := s.locateLocked(r.pos)
-	s.mu.Unlock()
-	if !ok || seg.base+Position(headerLen) > durable {
-		return Entry{}, false, wait, nil
-	}
-	if r.pos < seg.base+Position(headerLen) {
-		r.pos = seg.base + Position(headerLen)
-	}
-	if r.pos >= durable {
-		return Entry{}, false, wait, nil
-	}
-	if err := r.open(seg); err != nil {
-		return Entry{}, false, nil, err
-	}
-	off := int64(r.pos - seg.base)
-	var fh [frameOverhead]byte
-	if _, err := r.f.ReadAt(fh[:], off); err != nil {
-		return Entry{}, false, nil, r.corrupt(seg, fmt.Errorf("read frame header: %w", err))
-	}
-	n := binary.BigEndian.Uint32(fh[0:4])
-	sum := binary.BigEndian.Uint32(fh[4:8])
-	end := r.pos + frameOverhead + Position(n)
-	if n == 0 || n > MaxFrameBytes || end > durable {
-		return Entry{}, false, nil, r.corrupt(seg, fmt.Errorf("frame length %d", n))
-	}
-	payload := r.payload(int(n))
-	if _, err := r.f.ReadAt(payload, off+frameOverhead); err != nil {
-		return Entry{}, false, nil, r.corrupt(seg, fmt.Errorf("read frame: %w", err))
-	}
-	if crc32.Checksum(payload, castagnoli) != sum {
-		return Entry{}, false, nil, r.corrupt(seg, errors.New("checksum mismatch"))
-	}
-	e := Entry{Pos: r.pos, End: end, Payload: payload}
-	r.pos = end
-	return e, true, nil, nil
 }
 
 // locateLocked finds the segment holding p, moving on to the next segment when p is at a

@@ -8,6 +8,14 @@
 // Layout under Dir: segments named by the position of their first byte (%020d.seg), each a
 // magic header followed by frames of [length u32][crc32c u32][payload]; and one file per
 // consumer under consumers/ holding its committed position.
+//
+// A segment is made at its full size before it is written, and the next one is made while
+// the current one fills, so that writing a frame never changes a file's size and its sync is
+// an fdatasync that need not wait for the filesystem's journal (see BENCHMARKS.md). A segment
+// is therefore its frames followed by zeros; a zero length ends its frames. Positions follow
+// the files' sizes, so a segment's unwritten end is a gap in the positions that readers step
+// over. Where the filesystem cannot allocate ahead (no fallocate, no space), segments grow as
+// they are written, as before.
 package spool
 
 import (
@@ -26,6 +34,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -99,7 +109,9 @@ type Options struct {
 	Dir string
 	// SegmentBytes is the size at which the active segment is closed and a new one begun.
 	SegmentBytes int64
-	// MaxBytes bounds the total size of all segments; appends beyond it fail with ErrFull.
+	// MaxBytes bounds the total size of all segments' frames; appends beyond it fail with
+	// ErrFull. The disk holds up to two segments more: the unwritten end of the active one
+	// and the next one, both allocated ahead of use.
 	MaxBytes int64
 	// Sync is the fsync policy; SyncInterval is its period for SyncInterval.
 	Sync         SyncPolicy
@@ -129,7 +141,16 @@ var (
 
 type segment struct {
 	base Position
-	size int64 // bytes in the file, header included
+	// size is the file's size and the segment's span of positions: the next segment begins
+	// at base+size. A segment made ahead of use has its full size before anything is written.
+	size int64
+	// used is what the segment counts against MaxBytes: its header and frames, which end at
+	// base+used. A segment found on disk before the last counts its size (the zeros after its
+	// last frame are less than one frame, and finding them would mean reading it).
+	used int64
+	// fixed says the segment was made at full size: it is not grown while it holds frames
+	// (the spare may already sit at its end), and the spare is made only after such a one.
+	fixed bool
 }
 
 func (s segment) end() Position { return s.base + Position(s.size) }
@@ -159,6 +180,17 @@ type Spool struct {
 	done    chan struct{}
 	stopped chan struct{}
 
+	// prealloc says segments are made at full size; it is turned off when the filesystem
+	// cannot (no fallocate) and stays off.
+	prealloc atomic.Bool
+	// spareMu is held while the spare segment is made and to take it; it is taken after mu
+	// when both are held, and mu is never waited for while holding it.
+	spareMu   sync.Mutex
+	spare     *os.File // a segment made ahead of use (header written, synced) at spareBase
+	spareBase Position
+	spareKick chan struct{}
+	spareDone chan struct{}
+
 	stats        statCounters
 	syncDuration prometheus.Histogram
 	closeOnce    sync.Once
@@ -172,7 +204,11 @@ type statCounters struct {
 
 // Open opens or creates the spool in opts.Dir, recovering from a crash: a torn frame at the
 // end of the last segment (never acknowledged under SyncAlways) is cut off.
-func Open(opts Options) (*Spool, error) {
+func Open(opts Options) (*Spool, error) { return openSpool(opts, true) }
+
+// openSpool is Open, with making segments ahead of use left to the caller (tests of the segments
+// that grow as they are written).
+func openSpool(opts Options, prealloc bool) (*Spool, error) {
 	if opts.Dir == "" {
 		return nil, errors.New("spool: no directory")
 	}
@@ -207,12 +243,15 @@ func Open(opts Options) (*Spool, error) {
 		kick:      make(chan struct{}, 1),
 		done:      make(chan struct{}),
 		stopped:   make(chan struct{}),
+		spareKick: make(chan struct{}, 1),
+		spareDone: make(chan struct{}),
 		syncDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    metrics.SpoolSyncDurationSeconds,
-			Help:    "Time to fsync the spool's written segments (one fsync covers every batch written meanwhile).",
+			Help:    "Time to sync the spool's written segments to disk (one sync, an fdatasync, covers every batch written meanwhile).",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16),
 		}),
 	}
+	s.prealloc.Store(prealloc)
 	if err := s.recover(); err != nil {
 		return nil, err
 	}
@@ -221,6 +260,8 @@ func Open(opts Options) (*Spool, error) {
 		return nil, err
 	}
 	go s.syncLoop()
+	go s.spareLoop()
+	s.kickSpare()
 	return s, nil
 }
 
@@ -246,7 +287,7 @@ func (s *Spool) recover() error {
 		if err != nil {
 			return fmt.Errorf("spool: stat %s: %w", e.Name(), err)
 		}
-		s.segs = append(s.segs, segment{base: Position(base), size: info.Size()})
+		s.segs = append(s.segs, segment{base: Position(base), size: info.Size(), used: info.Size()})
 	}
 	sort.Slice(s.segs, func(i, j int) bool { return s.segs[i].base < s.segs[j].base })
 	for i := 1; i < len(s.segs); i++ {
@@ -258,6 +299,9 @@ func (s *Spool) recover() error {
 	}
 	if len(s.segs) == 0 {
 		return s.createSegment(0)
+	}
+	if err := s.dropEmptyLast(); err != nil {
+		return err
 	}
 	last := &s.segs[len(s.segs)-1]
 	f, err := os.OpenFile(s.segPath(last.base), os.O_RDWR, 0)
@@ -278,31 +322,98 @@ func (s *Spool) recover() error {
 		good = int64(headerLen)
 	}
 	if good != last.size {
-		// A crash mid-write leaves a torn last frame, never acknowledged under SyncAlways. The
-		// cut bytes are kept beside the segment in case they were disk damage rather than a tear.
-		kept, kerr := keepTail(f, good, last.size)
-		s.log.Warn("spool: cut off a torn or corrupt tail", "segment", s.segPath(last.base), "bytes", last.size-good, "kept_in", kept, "keep_err", kerr)
-		s.stats.truncatedBytes += last.size - good
-		if err := f.Truncate(good); err != nil {
+		// After the last frame: zeros, where the segment was made at full size, or else a
+		// frame a crash tore, never acknowledged under SyncAlways.
+		tail, err := nonZeroEnd(f, good, last.size)
+		if err != nil {
 			f.Close()
-			return fmt.Errorf("spool: truncate torn tail: %w", err)
+			return fmt.Errorf("spool: scan the end of %s: %w", s.segPath(last.base), err)
 		}
-		if err := f.Sync(); err != nil {
-			f.Close()
-			return fmt.Errorf("spool: sync after truncation: %w", err)
+		if tail > good {
+			// The cut bytes are kept beside the segment in case they were disk damage rather
+			// than a tear. Cutting them makes this a segment that grows as it is written.
+			kept, kerr := keepTail(f, good, tail)
+			s.log.Warn("spool: cut off a torn or corrupt tail", "segment", s.segPath(last.base), "bytes", tail-good, "kept_in", kept, "keep_err", kerr)
+			s.stats.truncatedBytes += tail - good
+			if err := f.Truncate(good); err != nil {
+				f.Close()
+				return fmt.Errorf("spool: truncate torn tail: %w", err)
+			}
+			if err := f.Sync(); err != nil {
+				f.Close()
+				return fmt.Errorf("spool: sync after truncation: %w", err)
+			}
+			last.size = good
 		}
-		last.size = good
 	}
-	if _, err := f.Seek(good, io.SeekStart); err != nil {
-		f.Close()
-		return fmt.Errorf("spool: seek: %w", err)
-	}
+	last.used = good
+	last.fixed = last.size > good
 	s.active = f
 	for _, sg := range s.segs {
-		s.total += sg.size
+		s.total += sg.used
 	}
-	s.written = last.end()
+	s.written = last.base + Position(good)
 	s.durable = s.written
+	return nil
+}
+
+// nonZeroEnd returns the offset just past the last byte in [from, to) of f that is not zero,
+// or from if there is none.
+func nonZeroEnd(f *os.File, from, to int64) (int64, error) {
+	end := from
+	buf := make([]byte, 1<<20)
+	for off := from; off < to; {
+		n, err := f.ReadAt(buf[:min(int64(len(buf)), to-off)], off)
+		for i := n - 1; i >= 0; i-- {
+			if buf[i] != 0 {
+				end = off + int64(i) + 1
+				break
+			}
+		}
+		off += int64(n)
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			return 0, err
+		}
+	}
+	return end, nil
+}
+
+// dropEmptyLast removes the last segment when it holds no frame and follows another: the
+// segment made ahead of use that a crash left behind, or one made on rotation before its
+// first frame was written. Writing then goes on after the frames of the one before it, rather
+// than leaving the rest of that one unused for good.
+func (s *Spool) dropEmptyLast() error {
+	if len(s.segs) < 2 {
+		return nil
+	}
+	last := s.segs[len(s.segs)-1]
+	if s.segs[len(s.segs)-2].end() != last.base {
+		return nil
+	}
+	f, err := os.Open(s.segPath(last.base))
+	if err != nil {
+		return fmt.Errorf("spool: open last segment: %w", err)
+	}
+	defer f.Close()
+	good, err := validEnd(f, last.size)
+	if err != nil || good > int64(headerLen) {
+		return err
+	}
+	// No frame; nor anything else but zeros after the header's place (a torn frame there
+	// is kept and cut as any torn tail is).
+	if tail, err := nonZeroEnd(f, int64(headerLen), last.size); err != nil || tail > int64(headerLen) {
+		return err
+	}
+	if err := os.Remove(f.Name()); err != nil {
+		return fmt.Errorf("spool: remove an empty last segment: %w", err)
+	}
+	if err := fsutil.SyncDir(s.opts.Dir); err != nil {
+		return fmt.Errorf("spool: sync the directory: %w", err)
+	}
+	s.segs = s.segs[:len(s.segs)-1]
 	return nil
 }
 
@@ -364,29 +475,149 @@ func writeHeader(f *os.File) error {
 	return nil
 }
 
-// createSegment starts a new active segment at base. Callers hold mu (or own s exclusively).
-func (s *Spool) createSegment(base Position) error {
+// makeSegment creates the segment file at base with its header, at full size when prealloc
+// is on and the filesystem can; it returns the file and its size. The file is not synced.
+func (s *Spool) makeSegment(base Position, prealloc bool) (*os.File, int64, error) {
 	f, err := os.OpenFile(s.segPath(base), os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o640)
 	if err != nil {
-		return fmt.Errorf("spool: create segment: %w", err)
+		return nil, 0, fmt.Errorf("spool: create segment: %w", err)
+	}
+	size := int64(headerLen)
+	if prealloc {
+		if err := allocate(f, s.opts.SegmentBytes); err != nil {
+			// No space for a whole segment, or no fallocate: this one grows as it is written
+			// (and a full disk is met frame by frame, as the receiver expects).
+			s.log.Info("spool: a segment could not be allocated ahead; it grows as it is written", "segment", f.Name(), "err", err)
+			if errors.Is(err, errors.ErrUnsupported) || errors.Is(err, syscall.EOPNOTSUPP) {
+				s.prealloc.Store(false)
+			}
+			if terr := f.Truncate(0); terr != nil {
+				f.Close()
+				os.Remove(f.Name())
+				return nil, 0, fmt.Errorf("spool: undo a failed allocation: %w", terr)
+			}
+		} else {
+			size = s.opts.SegmentBytes
+		}
 	}
 	if err := writeHeader(f); err != nil {
 		f.Close()
 		os.Remove(f.Name())
-		return err
+		return nil, 0, err
 	}
-	if _, err := f.Seek(int64(headerLen), io.SeekStart); err != nil {
-		f.Close()
-		return fmt.Errorf("spool: seek: %w", err)
+	return f, size, nil
+}
+
+// createSegment starts a new active segment at base, taking the spare when it was made for
+// base. Callers hold mu (or own s exclusively).
+func (s *Spool) createSegment(base Position) error {
+	s.spareMu.Lock()
+	f, size := s.takeSpareLocked(base)
+	s.spareMu.Unlock()
+	if f == nil {
+		var err error
+		if f, size, err = s.makeSegment(base, s.prealloc.Load()); err != nil {
+			return err
+		}
+		s.dirDirty = true
 	}
 	if s.active != nil {
 		s.unsynced = append(s.unsynced, s.active)
 	}
 	s.active = f
-	s.segs = append(s.segs, segment{base: base, size: int64(headerLen)})
+	s.segs = append(s.segs, segment{base: base, size: size, used: int64(headerLen), fixed: size > int64(headerLen)})
 	s.total += int64(headerLen)
 	s.written = base + Position(headerLen)
+	s.kickSpare()
+	return nil
+}
+
+// takeSpareLocked returns the spare segment when it was made at base, and removes a spare made
+// anywhere else. Callers hold spareMu.
+func (s *Spool) takeSpareLocked(base Position) (*os.File, int64) {
+	if s.spare == nil {
+		return nil, 0
+	}
+	f := s.spare
+	s.spare = nil
+	if s.spareBase == base {
+		return f, s.opts.SegmentBytes
+	}
+	s.removeFile(f)
 	s.dirDirty = true
+	return nil, 0
+}
+
+// removeFile closes and deletes a segment file that never held a frame.
+func (s *Spool) removeFile(f *os.File) {
+	f.Close()
+	if err := os.Remove(f.Name()); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		s.log.Warn("spool: remove an unused segment", "segment", f.Name(), "err", err)
+	}
+}
+
+func (s *Spool) kickSpare() {
+	select {
+	case s.spareKick <- struct{}{}:
+	default:
+	}
+}
+
+// spareLoop makes the segment that follows the active one, at full size, synced and named
+// durably, so that moving on to it changes no file's size and no directory.
+func (s *Spool) spareLoop() {
+	defer close(s.spareDone)
+	for {
+		select {
+		case <-s.done:
+			return
+		case <-s.spareKick:
+		}
+		// mu, then spareMu: the order createSegment takes them in. The target cannot move
+		// while the spare is made, since moving it (rotating, growing the active segment past
+		// its size) waits for spareMu.
+		s.mu.Lock()
+		active := s.segs[len(s.segs)-1]
+		if !s.prealloc.Load() || !active.fixed || s.closed || s.failed != nil {
+			s.mu.Unlock()
+			continue
+		}
+		s.spareMu.Lock()
+		s.mu.Unlock()
+		base := active.end()
+		if s.spare == nil || s.spareBase != base {
+			if s.spare != nil {
+				s.removeFile(s.spare)
+				s.spare = nil
+			}
+			if err := s.makeSpareLocked(base); err != nil {
+				s.log.Warn("spool: could not make the next segment ahead of use; it will be made when needed", "err", err)
+			}
+		}
+		s.spareMu.Unlock()
+	}
+}
+
+// makeSpareLocked makes the spare at base. Callers hold spareMu.
+func (s *Spool) makeSpareLocked(base Position) error {
+	f, size, err := s.makeSegment(base, true)
+	if err != nil {
+		return err
+	}
+	if size != s.opts.SegmentBytes {
+		// Not allocated: no better than making it when it is needed.
+		s.removeFile(f)
+		return nil
+	}
+	if err := f.Sync(); err != nil {
+		s.removeFile(f)
+		return fmt.Errorf("spool: sync the next segment: %w", err)
+	}
+	if err := fsutil.SyncDir(s.opts.Dir); err != nil {
+		s.removeFile(f)
+		return fmt.Errorf("spool: sync the directory of the next segment: %w", err)
+	}
+	s.spare, s.spareBase = f, base
 	return nil
 }
 
@@ -454,23 +685,33 @@ func (s *Spool) Append(payload []byte) (Position, error) {
 		return 0, fmt.Errorf("%w: %d of %d bytes used, frame needs %d", ErrFull, s.total, s.opts.MaxBytes, size)
 	}
 	activeSeg := &s.segs[len(s.segs)-1]
-	if activeSeg.size > int64(headerLen) && activeSeg.size+size > s.opts.SegmentBytes {
-		if err := s.createSegment(activeSeg.end()); err != nil {
-			return 0, err
+	if activeSeg.used > int64(headerLen) {
+		if activeSeg.fixed && activeSeg.used+size > activeSeg.size || !activeSeg.fixed && activeSeg.used+size > s.opts.SegmentBytes {
+			if err := s.createSegment(activeSeg.end()); err != nil {
+				return 0, err
+			}
+			activeSeg = &s.segs[len(s.segs)-1]
 		}
-		activeSeg = &s.segs[len(s.segs)-1]
 	}
-	if _, err := s.active.Write(buf); err != nil {
-		// Cut a partial frame off so the file stays a sequence of whole frames; if even that
+	if activeSeg.fixed && activeSeg.used+size > activeSeg.size {
+		// A frame larger than a whole segment: this one grows to hold it, over where the spare
+		// was made, so the spare goes first, durably.
+		if err := s.dropSpareLocked(); err != nil {
+			s.failLocked(fmt.Errorf("%w: %v", ErrFailed, err))
+			return 0, s.failed
+		}
+		activeSeg.fixed = false
+	}
+	if _, err := s.active.WriteAt(buf, activeSeg.used); err != nil {
+		// Undo a partial frame so the segment stays whole frames then zeros; if even that
 		// fails the spool is unusable until reopened (reopening cuts the tail).
-		if terr := s.active.Truncate(activeSeg.size); terr != nil {
-			s.failLocked(fmt.Errorf("%w: write: %v; truncate: %v", ErrFailed, err, terr))
-		} else if _, serr := s.active.Seek(activeSeg.size, io.SeekStart); serr != nil {
-			s.failLocked(fmt.Errorf("%w: write: %v; seek: %v", ErrFailed, err, serr))
+		if uerr := undoWrite(s.active, activeSeg.used, activeSeg.size, len(buf)); uerr != nil {
+			s.failLocked(fmt.Errorf("%w: write: %v; undo: %v", ErrFailed, err, uerr))
 		}
 		return 0, fmt.Errorf("spool: write frame: %w", err)
 	}
-	activeSeg.size += size
+	activeSeg.used += size
+	activeSeg.size = max(activeSeg.size, activeSeg.used)
 	s.total += size
 	s.written += Position(size)
 	s.stats.writtenBytes += size
@@ -478,6 +719,37 @@ func (s *Spool) Append(payload []byte) (Position, error) {
 		s.advanceLocked(s.written)
 	}
 	return s.written, nil
+}
+
+// undoWrite restores a segment file whose frame of n bytes at used failed to be written
+// whole: the file back to its size, and zeros where the frame went in it.
+func undoWrite(f *os.File, used, size int64, n int) error {
+	if used+int64(n) > size {
+		if err := f.Truncate(size); err != nil {
+			return err
+		}
+	}
+	if zeros := min(int64(n), size-used); zeros > 0 {
+		if _, err := f.WriteAt(make([]byte, zeros), used); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// dropSpareLocked removes the spare segment durably. Callers hold mu.
+func (s *Spool) dropSpareLocked() error {
+	s.spareMu.Lock()
+	defer s.spareMu.Unlock()
+	if s.spare == nil {
+		return nil
+	}
+	s.removeFile(s.spare)
+	s.spare = nil
+	if err := fsutil.SyncDir(s.opts.Dir); err != nil {
+		return fmt.Errorf("spool: sync the directory after removing the next segment: %w", err)
+	}
+	return nil
 }
 
 func (s *Spool) usableLocked() error {
@@ -578,8 +850,8 @@ func (s *Spool) sync() error {
 	var err error
 	if s.opts.Sync != SyncNever {
 		for _, f := range files {
-			if e := f.Sync(); e != nil && err == nil {
-				err = fmt.Errorf("fsync %s: %w", f.Name(), e)
+			if e := syncData(f); e != nil && err == nil {
+				err = fmt.Errorf("fdatasync %s: %w", f.Name(), e)
 			}
 		}
 		if err == nil && dirDirty {
@@ -656,7 +928,7 @@ func (s *Spool) deletePassed() error {
 	var doomed []segment
 	for len(s.segs) > 1 && s.segs[0].end() <= low {
 		doomed = append(doomed, s.segs[0])
-		s.total -= s.segs[0].size
+		s.total -= s.segs[0].used
 		s.segs = s.segs[1:]
 	}
 	s.mu.Unlock()
@@ -716,6 +988,13 @@ func (s *Spool) Close() error {
 func (s *Spool) close() error {
 	close(s.done)
 	<-s.stopped
+	<-s.spareDone
+	s.spareMu.Lock()
+	if s.spare != nil {
+		s.removeFile(s.spare)
+		s.spare = nil
+	}
+	s.spareMu.Unlock()
 	err := s.sync()
 	if errors.Is(err, ErrFailed) {
 		err = nil // already reported; closing must still release the files

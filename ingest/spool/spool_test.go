@@ -14,11 +14,35 @@ import (
 
 func open(t *testing.T, dir string, mod func(*Options)) *Spool {
 	t.Helper()
+	return openMode(t, dir, true, mod)
+}
+
+// opener opens a spool in dir; the tests that take one run with each of the two kinds of
+// segment (see bothKinds).
+type opener func(t *testing.T, dir string, mod func(*Options)) *Spool
+
+// bothKinds runs test with segments made at full size ahead of use and with segments that
+// grow as they are written (a filesystem without fallocate, or a disk too full to allocate).
+func bothKinds(t *testing.T, test func(*testing.T, opener)) {
+	for _, prealloc := range []bool{true, false} {
+		t.Run(fmt.Sprintf("prealloc=%v", prealloc), func(t *testing.T) {
+			test(t, func(t *testing.T, dir string, mod func(*Options)) *Spool {
+				t.Helper()
+				return openMode(t, dir, prealloc, mod)
+			})
+		})
+	}
+}
+
+// openMode opens a spool whose segments are made at full size ahead of use (prealloc) or grow
+// as they are written, as on a filesystem without fallocate.
+func openMode(t *testing.T, dir string, prealloc bool, mod func(*Options)) *Spool {
+	t.Helper()
 	o := Options{Dir: dir, SegmentBytes: 4 << 10, MaxBytes: 1 << 20, Consumers: []string{"a", "b"}}
 	if mod != nil {
 		mod(&o)
 	}
-	s, err := Open(o)
+	s, err := openSpool(o, prealloc)
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}
@@ -59,7 +83,9 @@ func readAll(t *testing.T, s *Spool, from Position) []Entry {
 	}
 }
 
-func TestAppendReadAcrossSegments(t *testing.T) {
+func TestAppendReadAcrossSegments(t *testing.T) { bothKinds(t, testAppendReadAcrossSegments) }
+
+func testAppendReadAcrossSegments(t *testing.T, open opener) {
 	s := open(t, t.TempDir(), nil)
 	defer s.Close()
 	var ends []Position
@@ -91,28 +117,31 @@ func TestAppendReadAcrossSegments(t *testing.T) {
 	}
 }
 
-func TestTornTailIsCutOnOpen(t *testing.T) {
+func TestTornTailIsCutOnOpen(t *testing.T) { bothKinds(t, testTornTailIsCutOnOpen) }
+
+func testTornTailIsCutOnOpen(t *testing.T, open opener) {
 	dir := t.TempDir()
-	s := open(t, dir, func(o *Options) { o.SegmentBytes = 1 << 20 })
+	mod := func(o *Options) { o.SegmentBytes = 1 << 20 }
+	s := open(t, dir, mod)
 	for i := range 10 {
 		appendWait(t, s, payload(i))
 	}
 	end := s.Written()
 	s.Close()
 
-	// A crash in the middle of a write leaves a header promising more than was written.
+	// A crash in the middle of a write leaves a header promising more than was written, at
+	// the end of the frames: the end of the file, or where the zeros of a full segment begin.
 	seg := filepath.Join(dir, fmt.Sprintf("%020d.seg", 0))
-	f, err := os.OpenFile(seg, os.O_WRONLY|os.O_APPEND, 0)
+	f, err := os.OpenFile(seg, os.O_WRONLY, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var hdr [8]byte
 	binary.BigEndian.PutUint32(hdr[:4], 1000)
-	f.Write(hdr[:])
-	f.Write([]byte("partial"))
+	f.WriteAt(append(hdr[:], "partial"...), int64(end))
 	f.Close()
 
-	s = open(t, dir, func(o *Options) { o.SegmentBytes = 1 << 20 })
+	s = open(t, dir, mod)
 	defer s.Close()
 	if s.Written() != end {
 		t.Fatalf("after recovery written=%d, want %d", s.Written(), end)
@@ -135,6 +164,10 @@ func TestTornTailIsCutOnOpen(t *testing.T) {
 }
 
 func TestSegmentsDeletedOnlyWhenEveryConsumerPassed(t *testing.T) {
+	bothKinds(t, testSegmentsDeletedOnlyWhenEveryConsumerPassed)
+}
+
+func testSegmentsDeletedOnlyWhenEveryConsumerPassed(t *testing.T, open opener) {
 	dir := t.TempDir()
 	s := open(t, dir, nil)
 	for i := range 100 {
@@ -176,7 +209,9 @@ func TestSegmentsDeletedOnlyWhenEveryConsumerPassed(t *testing.T) {
 	}
 }
 
-func TestFullUntilConsumersCatchUp(t *testing.T) {
+func TestFullUntilConsumersCatchUp(t *testing.T) { bothKinds(t, testFullUntilConsumersCatchUp) }
+
+func testFullUntilConsumersCatchUp(t *testing.T, open opener) {
 	s := open(t, t.TempDir(), func(o *Options) { o.MaxBytes = 16 << 10; o.SegmentBytes = 4 << 10 })
 	defer s.Close()
 	var err error
@@ -203,12 +238,18 @@ func TestFullUntilConsumersCatchUp(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// Only the active segment is left, and it counts its header and frames.
+	if st := s.Stats(); st.Segments != 1 || st.Bytes != int64(s.Written()-st.Oldest) {
+		t.Fatalf("after every consumer passed all: %d segments counting %d bytes, %d written from %d", st.Segments, st.Bytes, s.Written(), st.Oldest)
+	}
 	if _, err := s.Append(payload(n)); err != nil {
 		t.Fatalf("append after consumers caught up: %v", err)
 	}
 }
 
-func TestConcurrentAppendsGroupCommit(t *testing.T) {
+func TestConcurrentAppendsGroupCommit(t *testing.T) { bothKinds(t, testConcurrentAppendsGroupCommit) }
+
+func testConcurrentAppendsGroupCommit(t *testing.T, open opener) {
 	s := open(t, t.TempDir(), func(o *Options) { o.SegmentBytes = 64 << 10; o.MaxBytes = 64 << 20 })
 	defer s.Close()
 	const writers, each = 8, 100
@@ -246,6 +287,10 @@ func TestConcurrentAppendsGroupCommit(t *testing.T) {
 }
 
 func TestCorruptFrameSkipsSegmentAndCounts(t *testing.T) {
+	bothKinds(t, testCorruptFrameSkipsSegmentAndCounts)
+}
+
+func testCorruptFrameSkipsSegmentAndCounts(t *testing.T, open opener) {
 	dir := t.TempDir()
 	s := open(t, dir, nil)
 	for i := range 60 {
@@ -497,5 +542,206 @@ func TestReaderSlabShrinksAfterCatchUp(t *testing.T) {
 	appendWait(t, s, p)
 	if e, ok, err := r.TryNext(); err != nil || !ok || string(e.Payload) != string(p) {
 		t.Fatalf("a big frame after the shrink: %v %v", ok, err)
+	}
+}
+
+// segmentFiles returns the segment files in dir: base position and size.
+func segmentFiles(t *testing.T, dir string) []segment {
+	t.Helper()
+	names, err := filepath.Glob(filepath.Join(dir, "*.seg"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []segment
+	for _, n := range names {
+		var base uint64
+		if _, err := fmt.Sscanf(filepath.Base(n), "%020d.seg", &base); err != nil {
+			t.Fatal(err)
+		}
+		fi, err := os.Stat(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, segment{base: Position(base), size: fi.Size()})
+	}
+	return out
+}
+
+// checkTiling fails unless each segment file begins where the one before it ends.
+func checkTiling(t *testing.T, segs []segment) {
+	t.Helper()
+	for i := 1; i < len(segs); i++ {
+		if segs[i-1].end() != segs[i].base {
+			t.Fatalf("segment at %d of %d bytes is followed by one at %d: %v", segs[i-1].base, segs[i-1].size, segs[i].base, segs)
+		}
+	}
+}
+
+func TestSegmentsAreMadeAheadAtFullSize(t *testing.T) {
+	dir := t.TempDir()
+	const segBytes = 8 << 10
+	s := open(t, dir, func(o *Options) { o.SegmentBytes = segBytes })
+	defer s.Close()
+	waitSpare := func(want int) []segment {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+			files := segmentFiles(t, dir)
+			if len(files) == want || time.Now().After(deadline) {
+				return files
+			}
+		}
+	}
+	// Before the first frame: the active segment and the next one, both at full size.
+	files := waitSpare(2)
+	if len(files) != 2 || files[0].size != segBytes || files[1].size != segBytes || files[1].base != segBytes {
+		t.Fatalf("an empty spool has segments %v, want two of %d bytes, the second at %d", files, segBytes, segBytes)
+	}
+	spare := waitAhead(t, s)
+	var ends []Position
+	rotations := 0
+	for i := 0; rotations < 3; i++ {
+		before := s.Stats().Segments
+		ends = append(ends, appendWait(t, s, payload(i)))
+		if s.Stats().Segments == before {
+			continue
+		}
+		rotations++
+		s.mu.Lock()
+		active := s.active
+		s.mu.Unlock()
+		if active != spare {
+			t.Fatalf("rotation %d made a segment rather than take the one made ahead", rotations)
+		}
+		// Moving on to the next segment took the one made ahead: no new file, no other size.
+		// The one after it is made in the background.
+		files := waitSpare(s.Stats().Segments + 1)
+		checkTiling(t, files)
+		for _, f := range files {
+			if f.size != segBytes {
+				t.Fatalf("segment at %d has %d bytes, want %d: %v", f.base, f.size, segBytes, files)
+			}
+		}
+		last := files[len(files)-1]
+		if last.base <= ends[len(ends)-1] {
+			t.Fatalf("no segment made ahead of the active one: last file at %d, written to %d", last.base, ends[len(ends)-1])
+		}
+		spare = waitAhead(t, s)
+	}
+	// Every frame is read back across the zeros that end each full segment.
+	got := readAll(t, s, 0)
+	if len(got) != len(ends) {
+		t.Fatalf("read %d frames, appended %d", len(got), len(ends))
+	}
+	for i, e := range got {
+		if e.End != ends[i] || string(e.Payload) != string(payload(i)) {
+			t.Fatalf("frame %d: end %d (appended to %d), payload %q", i, e.End, ends[i], e.Payload[:12])
+		}
+	}
+	if c := s.Stats().CorruptFrames; c != 0 {
+		t.Fatalf("%d frames counted corrupt in segments ending in zeros", c)
+	}
+}
+
+// waitAhead waits until the segment after the active one has been made, and returns it.
+func waitAhead(t *testing.T, s *Spool) *os.File {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		s.mu.Lock()
+		end := s.segs[len(s.segs)-1].end()
+		s.mu.Unlock()
+		s.spareMu.Lock()
+		f, base := s.spare, s.spareBase
+		s.spareMu.Unlock()
+		if f != nil && base == end {
+			return f
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no segment was made ahead of the active one")
+		}
+	}
+}
+
+// TestCrashImageWithSpareRecovers opens what a crash leaves: full segments ending in zeros, the
+// active one part written, and the one made ahead of use still empty after it.
+func TestCrashImageWithSpareRecovers(t *testing.T) {
+	dir := t.TempDir()
+	s := open(t, dir, nil)
+	defer s.Close()
+	var ends []Position
+	for i := range 60 {
+		ends = append(ends, appendWait(t, s, payload(i)))
+	}
+	// The spool's files as they are on disk now, all of it synced: as if the power went.
+	for deadline := time.Now().Add(10 * time.Second); len(segmentFiles(t, dir)) <= s.Stats().Segments; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("no segment was made ahead of the active one")
+		}
+	}
+	img := t.TempDir()
+	if err := os.CopyFS(img, os.DirFS(dir)); err != nil {
+		t.Fatal(err)
+	}
+	c := open(t, img, nil)
+	defer c.Close()
+	// The empty segment made ahead is dropped: writing goes on after the last frame.
+	if c.Written() != ends[len(ends)-1] {
+		t.Fatalf("recovered written end %d, want the last frame's end %d", c.Written(), ends[len(ends)-1])
+	}
+	if st := c.Stats(); st.TruncatedBytes != 0 {
+		t.Fatalf("recovery cut %d bytes of zeros as a torn tail", st.TruncatedBytes)
+	}
+	ends = append(ends, appendWait(t, c, payload(60)))
+	got := readAll(t, c, 0)
+	if len(got) != len(ends) {
+		t.Fatalf("read %d frames after recovery, want %d", len(got), len(ends))
+	}
+	for i, e := range got {
+		if e.End != ends[i] || string(e.Payload) != string(payload(i)) {
+			t.Fatalf("frame %d after recovery: end %d, want %d", i, e.End, ends[i])
+		}
+	}
+	checkTiling(t, segmentFiles(t, img))
+	// Consumers that passed everything let every segment but the active one go.
+	for _, name := range []string{"a", "b"} {
+		if err := c.Commit(name, got[len(got)-1].End); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st := c.Stats(); st.Segments != 1 || st.Bytes != int64(got[len(got)-1].End-st.Oldest) {
+		t.Fatalf("after every consumer passed all: %d segments counting %d bytes, oldest at %d, end %d", st.Segments, st.Bytes, st.Oldest, got[len(got)-1].End)
+	}
+}
+
+// TestFrameLargerThanASegment grows the active segment over where the next one was made ahead:
+// that one must go first, or a restart would find two segments claiming the same positions.
+func TestFrameLargerThanASegment(t *testing.T) {
+	dir := t.TempDir()
+	s := open(t, dir, nil) // 4 KiB segments
+	big := append([]byte("big-"), make([]byte, 10<<10)...)
+	// The first frame goes into the first segment, empty, with the next one made ahead.
+	frames := [][]byte{big, payload(2), big, big, payload(3), big}
+	var ends []Position
+	for _, p := range frames {
+		s.mu.Lock()
+		fixed := s.segs[len(s.segs)-1].fixed
+		s.mu.Unlock()
+		if fixed {
+			waitAhead(t, s)
+		}
+		ends = append(ends, appendWait(t, s, p))
+		checkTiling(t, segmentFiles(t, dir))
+	}
+	s.Close()
+	checkTiling(t, segmentFiles(t, dir))
+	s = open(t, dir, nil)
+	defer s.Close()
+	got := readAll(t, s, 0)
+	if len(got) != len(frames) {
+		t.Fatalf("read %d frames, want %d", len(got), len(frames))
+	}
+	for i, e := range got {
+		if e.End != ends[i] || string(e.Payload) != string(frames[i]) {
+			t.Fatalf("frame %d: end %d, want %d", i, e.End, ends[i])
+		}
 	}
 }
