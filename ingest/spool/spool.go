@@ -9,13 +9,13 @@
 // magic header followed by frames of [length u32][crc32c u32][payload]; and one file per
 // consumer under consumers/ holding its committed position.
 //
-// A segment is made at its full size before it is written, and the next one is made while
-// the current one fills, so that writing a frame never changes a file's size and its sync is
-// an fdatasync that need not wait for the filesystem's journal (see BENCHMARKS.md). A segment
-// is therefore its frames followed by zeros; a zero length ends its frames. Positions follow
-// the files' sizes, so a segment's unwritten end is a gap in the positions that readers step
-// over. Where the filesystem cannot allocate ahead (no fallocate, no space), segments grow as
-// they are written, as before.
+// A segment is made at its full size before it is written, and the next one is made (written
+// with zeros and synced) while the current one fills, so that writing a frame changes neither
+// a file's size nor its allocation and its sync is an fdatasync that need not wait for the
+// filesystem's journal (see BENCHMARKS.md). A segment is therefore its frames followed by
+// zeros; a zero length ends its frames. Positions follow the files' sizes, so a segment's
+// unwritten end is a gap in the positions that readers step over. Where the filesystem cannot
+// allocate ahead (no fallocate, no space), segments grow as they are written.
 package spool
 
 import (
@@ -590,12 +590,33 @@ func (s *Spool) spareLoop() {
 				s.removeFile(s.spare)
 				s.spare = nil
 			}
-			if err := s.makeSpareLocked(base); err != nil {
+			if err := s.makeSpareLocked(base); err != nil && !errors.Is(err, ErrClosed) {
 				s.log.Warn("spool: could not make the next segment ahead of use; it will be made when needed", "err", err)
 			}
 		}
 		s.spareMu.Unlock()
 	}
+}
+
+// writeZeros writes zeros over [from, to) of f. Allocated space is only reserved: ext4 marks
+// it unwritten, and the first sync after writing into it must commit, through the journal,
+// that it was written. Zeros written here, and synced before the segment is used, leave the
+// frames' syncs nothing but data (BENCHMARKS.md, twelfth session: segments only allocated
+// had as many syncs over 50 ms as appended ones; written with zeros, a few times fewer). It
+// stops when the spool closes.
+func (s *Spool) writeZeros(f *os.File, from, to int64) error {
+	zero := make([]byte, min(1<<20, to-from))
+	for off := from; off < to; off += int64(len(zero)) {
+		select {
+		case <-s.done:
+			return ErrClosed
+		default:
+		}
+		if _, err := f.WriteAt(zero[:min(int64(len(zero)), to-off)], off); err != nil {
+			return fmt.Errorf("spool: write zeros into the next segment: %w", err)
+		}
+	}
+	return nil
 }
 
 // makeSpareLocked makes the spare at base. Callers hold spareMu.
@@ -608,6 +629,10 @@ func (s *Spool) makeSpareLocked(base Position) error {
 		// Not allocated: no better than making it when it is needed.
 		s.removeFile(f)
 		return nil
+	}
+	if err := s.writeZeros(f, int64(headerLen), size); err != nil {
+		s.removeFile(f)
+		return err
 	}
 	if err := f.Sync(); err != nil {
 		s.removeFile(f)
