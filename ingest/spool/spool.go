@@ -300,19 +300,27 @@ func (s *Spool) recover() error {
 	if len(s.segs) == 0 {
 		return s.createSegment(0)
 	}
-	if err := s.dropEmptyLast(); err != nil {
+	f, good, tail, err := s.scanLast()
+	for err == nil && good <= int64(headerLen) && tail <= int64(headerLen) && len(s.segs) > 1 &&
+		s.segs[len(s.segs)-2].end() == s.segs[len(s.segs)-1].base {
+		// No frame, nothing but zeros after the header's place, after another segment: the
+		// segment made ahead of use that a crash left behind, or one made on rotation before
+		// its first frame was written. Writing goes on after the frames of the one before it,
+		// rather than leaving the rest of that one unused for good.
+		f.Close()
+		if err := os.Remove(f.Name()); err != nil {
+			return fmt.Errorf("spool: remove an empty last segment: %w", err)
+		}
+		if err := fsutil.SyncDir(s.opts.Dir); err != nil {
+			return fmt.Errorf("spool: sync the directory: %w", err)
+		}
+		s.segs = s.segs[:len(s.segs)-1]
+		f, good, tail, err = s.scanLast()
+	}
+	if err != nil {
 		return err
 	}
 	last := &s.segs[len(s.segs)-1]
-	f, err := os.OpenFile(s.segPath(last.base), os.O_RDWR, 0)
-	if err != nil {
-		return fmt.Errorf("spool: open active segment: %w", err)
-	}
-	good, err := validEnd(f, last.size)
-	if err != nil {
-		f.Close()
-		return fmt.Errorf("spool: scan active segment %s: %w", s.segPath(last.base), err)
-	}
 	if good < int64(headerLen) {
 		// The header itself was torn: rewrite it.
 		if err := writeHeader(f); err != nil {
@@ -321,30 +329,23 @@ func (s *Spool) recover() error {
 		}
 		good = int64(headerLen)
 	}
-	if good != last.size {
-		// After the last frame: zeros, where the segment was made at full size, or else a
-		// frame a crash tore, never acknowledged under SyncAlways.
-		tail, err := nonZeroEnd(f, good, last.size)
-		if err != nil {
+	if tail > good {
+		// After the last frame should be only zeros, where the segment was made at full
+		// size; these bytes are a frame a crash tore, never acknowledged under SyncAlways.
+		// They are kept beside the segment in case they were disk damage rather than a tear.
+		// Cutting them makes this a segment that grows as it is written.
+		kept, kerr := keepTail(f, good, tail)
+		s.log.Warn("spool: cut off a torn or corrupt tail", "segment", s.segPath(last.base), "bytes", tail-good, "kept_in", kept, "keep_err", kerr)
+		s.stats.truncatedBytes += tail - good
+		if err := f.Truncate(good); err != nil {
 			f.Close()
-			return fmt.Errorf("spool: scan the end of %s: %w", s.segPath(last.base), err)
+			return fmt.Errorf("spool: truncate torn tail: %w", err)
 		}
-		if tail > good {
-			// The cut bytes are kept beside the segment in case they were disk damage rather
-			// than a tear. Cutting them makes this a segment that grows as it is written.
-			kept, kerr := keepTail(f, good, tail)
-			s.log.Warn("spool: cut off a torn or corrupt tail", "segment", s.segPath(last.base), "bytes", tail-good, "kept_in", kept, "keep_err", kerr)
-			s.stats.truncatedBytes += tail - good
-			if err := f.Truncate(good); err != nil {
-				f.Close()
-				return fmt.Errorf("spool: truncate torn tail: %w", err)
-			}
-			if err := f.Sync(); err != nil {
-				f.Close()
-				return fmt.Errorf("spool: sync after truncation: %w", err)
-			}
-			last.size = good
+		if err := f.Sync(); err != nil {
+			f.Close()
+			return fmt.Errorf("spool: sync after truncation: %w", err)
 		}
+		last.size = good
 	}
 	last.used = good
 	last.fixed = last.size > good
@@ -381,40 +382,23 @@ func nonZeroEnd(f *os.File, from, to int64) (int64, error) {
 	return end, nil
 }
 
-// dropEmptyLast removes the last segment when it holds no frame and follows another: the
-// segment made ahead of use that a crash left behind, or one made on rotation before its
-// first frame was written. Writing then goes on after the frames of the one before it, rather
-// than leaving the rest of that one unused for good.
-func (s *Spool) dropEmptyLast() error {
-	if len(s.segs) < 2 {
-		return nil
-	}
+// scanLast opens the last segment and reads it once: good is the end of its intact frames
+// (0 when its header is not whole), tail the end of what is not zero from there (from the
+// header's end at least) on.
+func (s *Spool) scanLast() (f *os.File, good, tail int64, err error) {
 	last := s.segs[len(s.segs)-1]
-	if s.segs[len(s.segs)-2].end() != last.base {
-		return nil
+	if f, err = os.OpenFile(s.segPath(last.base), os.O_RDWR, 0); err != nil {
+		return nil, 0, 0, fmt.Errorf("spool: open active segment: %w", err)
 	}
-	f, err := os.Open(s.segPath(last.base))
-	if err != nil {
-		return fmt.Errorf("spool: open last segment: %w", err)
+	if good, err = validEnd(f, last.size); err != nil {
+		f.Close()
+		return nil, 0, 0, fmt.Errorf("spool: scan active segment %s: %w", f.Name(), err)
 	}
-	defer f.Close()
-	good, err := validEnd(f, last.size)
-	if err != nil || good > int64(headerLen) {
-		return err
+	if tail, err = nonZeroEnd(f, max(good, int64(headerLen)), last.size); err != nil {
+		f.Close()
+		return nil, 0, 0, fmt.Errorf("spool: scan the end of %s: %w", f.Name(), err)
 	}
-	// No frame; nor anything else but zeros after the header's place (a torn frame there
-	// is kept and cut as any torn tail is).
-	if tail, err := nonZeroEnd(f, int64(headerLen), last.size); err != nil || tail > int64(headerLen) {
-		return err
-	}
-	if err := os.Remove(f.Name()); err != nil {
-		return fmt.Errorf("spool: remove an empty last segment: %w", err)
-	}
-	if err := fsutil.SyncDir(s.opts.Dir); err != nil {
-		return fmt.Errorf("spool: sync the directory: %w", err)
-	}
-	s.segs = s.segs[:len(s.segs)-1]
-	return nil
+	return f, good, tail, nil
 }
 
 // validEnd returns the offset just past the last intact frame of a segment file of size bytes.
@@ -475,15 +459,15 @@ func writeHeader(f *os.File) error {
 	return nil
 }
 
-// makeSegment creates the segment file at base with its header, at full size when prealloc
-// is on and the filesystem can; it returns the file and its size. The file is not synced.
-func (s *Spool) makeSegment(base Position, prealloc bool) (*os.File, int64, error) {
+// makeSegment creates the segment file at base with its header, at full size unless the
+// filesystem cannot; it returns the file and its size. The file is not synced.
+func (s *Spool) makeSegment(base Position) (*os.File, int64, error) {
 	f, err := os.OpenFile(s.segPath(base), os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o640)
 	if err != nil {
 		return nil, 0, fmt.Errorf("spool: create segment: %w", err)
 	}
 	size := int64(headerLen)
-	if prealloc {
+	if s.prealloc.Load() {
 		if err := allocate(f, s.opts.SegmentBytes); err != nil {
 			// No space for a whole segment, or no fallocate: this one grows as it is written
 			// (and a full disk is met frame by frame, as the receiver expects).
@@ -516,7 +500,7 @@ func (s *Spool) createSegment(base Position) error {
 	s.spareMu.Unlock()
 	if f == nil {
 		var err error
-		if f, size, err = s.makeSegment(base, s.prealloc.Load()); err != nil {
+		if f, size, err = s.makeSegment(base); err != nil {
 			return err
 		}
 		s.dirDirty = true
@@ -621,7 +605,7 @@ func (s *Spool) writeZeros(f *os.File, from, to int64) error {
 
 // makeSpareLocked makes the spare at base. Callers hold spareMu.
 func (s *Spool) makeSpareLocked(base Position) error {
-	f, size, err := s.makeSegment(base, true)
+	f, size, err := s.makeSegment(base)
 	if err != nil {
 		return err
 	}
