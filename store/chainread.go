@@ -477,7 +477,7 @@ func ReadRecords(st Store) correlate.RecordsLookup {
 		if err != nil {
 			return nil, err
 		}
-		first, last := c.FirstReceived.Truncate(time.Microsecond), c.LastReceived.Truncate(time.Microsecond)
+		first, last := asStored(c.FirstReceived), asStored(c.LastReceived)
 		out := []correlate.StoredRecord{}
 		for i := range res.Rows {
 			d := rowDecoder{res: res, i: i}

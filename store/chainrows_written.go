@@ -123,10 +123,10 @@ func (r *writtenChains) version(k chainKey) (uint64, bool) {
 }
 
 // mayBeStored reports whether a chain first received at first may be in the store without
-// being in the record. first is compared as the table holds it, in microseconds: the floor read
-// from the table has no nanoseconds, and a chain first received in its microsecond is not newer.
+// being in the record. The floor was read from the table: a chain first received in its
+// microsecond is not newer.
 func (r *writtenChains) mayBeStored(first time.Time) bool {
-	return !r.known || !first.Truncate(time.Microsecond).After(r.floor)
+	return !r.known || !asStored(first).After(r.floor)
 }
 
 // put records that the store holds version v of the chain with key k, first received at first.

@@ -288,6 +288,11 @@ func formatTime(t time.Time, chType string) string {
 // clickhouseTimeLayout is how ClickHouse prints DateTime64(6) and parses it back.
 const clickhouseTimeLayout = "2006-01-02 15:04:05.000000"
 
+// asStored is t as the tables' DateTime64(6) columns hold it: to the microsecond, where the
+// receiver's clock gives nanoseconds. A time compared with one read back from a table must be
+// compared as this.
+func asStored(t time.Time) time.Time { return t.Truncate(time.Microsecond) }
+
 // FormatTime returns t in the text form ClickHouse accepts for a DateTime64(6, 'UTC')
 // parameter or literal.
 func FormatTime(t time.Time) string {

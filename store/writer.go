@@ -263,11 +263,10 @@ func (w *Writer) writeFrames(ctx context.Context) error {
 }
 
 // newerThanTable says r cannot be in the events table: it was received after the newest
-// record there when the writer last looked. The table keeps microseconds and the receiver's
-// clock has nanoseconds, so r is compared as the table holds it: compared as it is, the
-// batch stored last before a crash was newer than itself and written again.
+// record there when the writer last looked. Compared with its nanoseconds, the batch stored
+// last before a crash was newer than itself and written again.
 func (w *Writer) newerThanTable(r *record.Record) bool {
-	return r.ReceivedAt.Truncate(time.Microsecond).After(w.suspect)
+	return asStored(r.ReceivedAt).After(w.suspect)
 }
 
 // findTableEnd reads where the events table ends (suspect) when the writer does not know.
