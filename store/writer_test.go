@@ -614,6 +614,53 @@ func TestEventsTableFoldsDuplicates(t *testing.T) {
 	}
 }
 
+// An insert of chains may hold two rows of one chain (a retraction and the new revision).
+// The engine keeps both as it writes the insert (optimize_on_insert off, see insertSettings),
+// so the chains table must fold them as it folds rows of separate inserts: FINAL and its
+// merges keep the highest version.
+func TestChainsTableFoldsVersionsOfOneInsert(t *testing.T) {
+	s := engine(t)
+	ctx := context.Background()
+	if err := s.Exec(ctx, "SYSTEM STOP MERGES peertrail.chains"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Exec(context.Background(), "SYSTEM START MERGES peertrail.chains") })
+	at := time.Now().UTC().Truncate(time.Hour).Add(-20*time.Hour + 345_678_901)
+	var rows [][]any
+	for i := range 20 {
+		c := chainAt(fmt.Sprintf("fold-chain-%02d", i), at.Add(time.Duration(i)*time.Second), correlate.StateFinal, at.Add(time.Minute))
+		// Sides of their own: other tests count the chains of chainAt's apiservers.
+		entry, peer := *c.Entry, *c.Peer
+		entry.APIServer, peer.APIServer = "fold-chains-a", "fold-chains-c"
+		c.Entry, c.Peer = &entry, &peer
+		old := c
+		old.State = store.StateRetracted
+		c.Revision = 2
+		rows = append(rows, store.ChainRow(&old), store.ChainRow(&c))
+	}
+	if err := s.Insert(ctx, store.ChainsTable, store.ChainColumns, rows); err != nil {
+		t.Fatal(err)
+	}
+	p := map[string]string{"p": "fold-chains-c"}
+	if got := scalar(t, s, "SELECT count() FROM peertrail.chains WHERE peer_apiserver = {p:String}", p); got != "40" {
+		t.Fatalf("before merging: %s rows, want 40 (were the two versions folded as the insert was written?)", got)
+	}
+	res := query(t, s, "SELECT state, revision, count() AS n FROM peertrail.chains FINAL WHERE peer_apiserver = {p:String} GROUP BY state, revision", p)
+	if len(res.Rows) != 1 || res.Value(0, "state") != "final" || res.Value(0, "revision") != "2" || res.Value(0, "n") != "20" {
+		t.Fatalf("FINAL: %v, want 20 final chains of revision 2", res.Rows)
+	}
+	if err := s.Exec(ctx, "SYSTEM START MERGES peertrail.chains"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Exec(ctx, "OPTIMIZE TABLE peertrail.chains PARTITION ID '"+at.Add(time.Second).Format("20060102")+"' FINAL"); err != nil {
+		t.Fatal(err)
+	}
+	res = query(t, s, "SELECT state, revision, count() AS n FROM peertrail.chains WHERE peer_apiserver = {p:String} GROUP BY state, revision", p)
+	if len(res.Rows) != 1 || res.Value(0, "state") != "final" || res.Value(0, "revision") != "2" || res.Value(0, "n") != "20" {
+		t.Fatalf("after merging: %v, want 20 final chains of revision 2", res.Rows)
+	}
+}
+
 // chainAt is a final chain of a proxied request received at t.
 func chainAt(id string, t time.Time, state correlate.State, last time.Time) correlate.Chain {
 	entry := &correlate.Side{APIServer: "chains-a", Code: 200, User: "alice", RequestReceived: t, Completed: t.Add(5 * time.Millisecond), Stages: []string{"RequestReceived", "ResponseComplete"}}
