@@ -222,8 +222,8 @@ func insertStatement(table string, columns []Column) string {
 // across inserts, and the rollups count every row inserted either way (views see the block as
 // inserted): without the pass the writer wrote 1.4 times as many chains a second at 50,000 an
 // insert (BenchmarkChainWriter, BENCHMARKS.md). Rows of one key are still folded by the
-// tables' merges, as they are across inserts. Both stores take the clause (clickhouse-go keeps a batch's
-// SETTINGS; TestServerStoreAgainstEngine writes events through it).
+// tables' merges, as they are across inserts. Both stores take the clause (clickhouse-go
+// keeps a batch's SETTINGS; TestServerStoreAgainstEngine writes events through it).
 func insertSettings(table string) string {
 	if table == EventsTable || table == ChainsTable {
 		return "optimize_on_insert = 0"

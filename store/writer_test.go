@@ -645,20 +645,22 @@ func TestChainsTableFoldsVersionsOfOneInsert(t *testing.T) {
 	if got := scalar(t, s, "SELECT count() FROM peertrail.chains WHERE peer_apiserver = {p:String}", p); got != "40" {
 		t.Fatalf("before merging: %s rows, want 40 (were the two versions folded as the insert was written?)", got)
 	}
-	res := query(t, s, "SELECT state, revision, count() AS n FROM peertrail.chains FINAL WHERE peer_apiserver = {p:String} GROUP BY state, revision", p)
-	if len(res.Rows) != 1 || res.Value(0, "state") != "final" || res.Value(0, "revision") != "2" || res.Value(0, "n") != "20" {
-		t.Fatalf("FINAL: %v, want 20 final chains of revision 2", res.Rows)
+	// Only the new revisions are left, read as the table's readers read it, or merged.
+	onlyNewRevisions := func(when, from string) {
+		t.Helper()
+		res := query(t, s, "SELECT state, revision, count() AS n FROM "+from+" WHERE peer_apiserver = {p:String} GROUP BY state, revision", p)
+		if len(res.Rows) != 1 || res.Value(0, "state") != "final" || res.Value(0, "revision") != "2" || res.Value(0, "n") != "20" {
+			t.Fatalf("%s: %v, want 20 final chains of revision 2", when, res.Rows)
+		}
 	}
+	onlyNewRevisions("FINAL", "peertrail.chains FINAL")
 	if err := s.Exec(ctx, "SYSTEM START MERGES peertrail.chains"); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Exec(ctx, "OPTIMIZE TABLE peertrail.chains PARTITION ID '"+at.Add(time.Second).Format("20060102")+"' FINAL"); err != nil {
 		t.Fatal(err)
 	}
-	res = query(t, s, "SELECT state, revision, count() AS n FROM peertrail.chains WHERE peer_apiserver = {p:String} GROUP BY state, revision", p)
-	if len(res.Rows) != 1 || res.Value(0, "state") != "final" || res.Value(0, "revision") != "2" || res.Value(0, "n") != "20" {
-		t.Fatalf("after merging: %v, want 20 final chains of revision 2", res.Rows)
-	}
+	onlyNewRevisions("after merging", "peertrail.chains")
 }
 
 // chainAt is a final chain of a proxied request received at t.
