@@ -79,11 +79,11 @@ type Writer struct {
 	// payload (S2-compressed) is about a tenth of its decoded records with their strings and
 	// raw JSON, and a flush decodes one frame at a time as the engine reads the rows.
 	frames   []pendingFrame
-	pending  int             // records in frames
-	bufFrom  spool.Position  // Pos of the first entry with records in frames
-	bufSince time.Time       // when the first record in frames arrived
-	seen     spool.Position  // End of the last entry delivered
-	recs     []record.Record // the decoded records of the frame being streamed (writeFrames)
+	pending  int                 // records in frames
+	bufFrom  spool.Position      // Pos of the first entry with records in frames
+	bufSince time.Time           // when the first record in frames arrived
+	seen     spool.Position      // End of the last entry delivered
+	frame    *record.FrameReader // decodes the frame being streamed (writeFrames)
 	// known is false while the writer does not know what the store holds; then suspect is
 	// read again before the next insert. Records received at or before suspect may be in
 	// the store already.
@@ -103,7 +103,7 @@ type Writer struct {
 // NewWriter returns a writer into s. codec decodes the spool's frames.
 func NewWriter(s Store, codec *record.Codec, opts WriterOptions) *Writer {
 	opts.defaults()
-	return &Writer{store: s, codec: codec, opts: opts, log: opts.Logger, metrics: newWriterMetrics(),
+	return &Writer{store: s, codec: codec, frame: record.NewFrameReader(), opts: opts, log: opts.Logger, metrics: newWriterMetrics(),
 		written: newWrittenChains(opts.RememberChains), chainMetrics: newChainMetrics(),
 		rows: bufpool.NewFree(2, func(b []byte) bool { return cap(b) <= 4*rowReaderChunk })}
 }
@@ -215,14 +215,14 @@ func (w *Writer) writeFrames(ctx context.Context) error {
 		)
 		rs.row = func(b []byte, i int) []byte {
 			f := &w.frames[i]
-			batch, err := w.codec.DecodeFrameInto(w.recs, f.payload)
+			// The records alias the reader's memory until the next frame: each is a row before then.
+			batch, err := w.frame.Decode(f.payload)
 			if err != nil {
 				w.badFrame(f.pos, err)
 				return b
 			}
-			w.recs = batch.Records
-			for j := range w.recs {
-				r := &w.recs[j]
+			for j := range batch.Records {
+				r := &batch.Records[j]
 				if !w.newerThanTable(r) {
 					rs.err = errUnsure
 					return b
@@ -237,7 +237,6 @@ func (w *Writer) writeFrames(ctx context.Context) error {
 		}
 		start := time.Now()
 		err := w.insertStream(ctx, s, EventsTable, EventColumns, rs)
-		clear(w.recs) // their strings and raw JSON are garbage now
 		if rs.err == nil {
 			if err == nil && !rs.done() {
 				err = fmt.Errorf("the engine stopped reading after %d rows without an error", rows)

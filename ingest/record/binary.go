@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math"
 	"time"
+	"unsafe"
 )
 
 // The records of a frame are written field by field in the order of Record's declaration:
@@ -133,6 +134,9 @@ type reader struct {
 	// skipRaw leaves Record.Raw and Record.Annotations nil: consumers that never look at them
 	// (the correlator) do not pay for copying them.
 	skipRaw bool
+	// fr, when set, is the memory strings, lists and maps are read into and alias (see
+	// FrameReader), rather than copies of their own.
+	fr *FrameReader
 }
 
 func (r *reader) uvarint() uint64 {
@@ -174,12 +178,21 @@ func (r *reader) take(n uint64) []byte {
 	return p
 }
 
-func (r *reader) str() string { return string(r.take(r.uvarint())) }
+func (r *reader) str() string {
+	p := r.take(r.uvarint())
+	if r.fr != nil {
+		return unsafe.String(unsafe.SliceData(p), len(p))
+	}
+	return string(p)
+}
 
 func (r *reader) bytes() []byte {
 	p := r.take(r.uvarint())
 	if len(p) == 0 || r.skipRaw {
 		return nil
+	}
+	if r.fr != nil {
+		return p
 	}
 	return append([]byte(nil), p...)
 }
@@ -203,6 +216,16 @@ func (r *reader) strs() []string {
 	if isNil {
 		return nil
 	}
+	if r.fr != nil {
+		if n == 0 {
+			return []string{}
+		}
+		from := len(r.fr.strs)
+		for range n {
+			r.fr.strs = append(r.fr.strs, r.str())
+		}
+		return r.fr.strs[from:len(r.fr.strs):len(r.fr.strs)]
+	}
 	ss := make([]string, n)
 	for i := range ss {
 		ss[i] = r.str()
@@ -215,7 +238,12 @@ func (r *reader) extra() map[string][]string {
 	if isNil {
 		return nil
 	}
-	m := make(map[string][]string, n)
+	var m map[string][]string
+	if r.fr != nil {
+		m = r.fr.extra(n)
+	} else {
+		m = make(map[string][]string, n)
+	}
 	for range n {
 		k := r.str()
 		m[k] = r.strs()
@@ -234,7 +262,12 @@ func (r *reader) annotations() map[string]string {
 		}
 		return nil
 	}
-	m := make(map[string]string, n)
+	var m map[string]string
+	if r.fr != nil {
+		m = r.fr.annotationMap(n)
+	} else {
+		m = make(map[string]string, n)
+	}
 	for range n {
 		k := r.str()
 		m[k] = r.str()

@@ -149,17 +149,34 @@ func FuzzDecodeFrame(f *testing.F) {
 	f.Add(frame)
 	f.Add(frame[:20])
 	f.Add([]byte{1, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0x0f})
+	want, err := c.DecodeFrame(frame)
+	if err != nil {
+		f.Fatal(err)
+	}
+	// One FrameReader for every input, so that each decodes into memory the inputs before it
+	// left behind, whatever they were.
+	fr := NewFrameReader()
 	f.Fuzz(func(t *testing.T, b []byte) {
 		batch, err := c.DecodeFrame(b)
-		if err != nil {
-			if !errors.Is(err, ErrBadFrame) {
-				t.Fatalf("error not wrapping ErrBadFrame: %v", err)
-			}
-			return
+		got, frErr := fr.Decode(b)
+		if (err == nil) != (frErr == nil) {
+			t.Fatalf("DecodeFrame: %v; FrameReader: %v", err, frErr)
 		}
-		h, err := ParseHeader(b)
-		if err != nil || len(h.Keys) != len(batch.Records) {
-			t.Fatalf("decoded frame with inconsistent header: %v", err)
+		if err != nil {
+			if !errors.Is(err, ErrBadFrame) || !errors.Is(frErr, ErrBadFrame) {
+				t.Fatalf("error not wrapping ErrBadFrame: %v; %v", err, frErr)
+			}
+		} else {
+			h, err := ParseHeader(b)
+			if err != nil || len(h.Keys) != len(batch.Records) {
+				t.Fatalf("decoded frame with inconsistent header: %v", err)
+			}
+			if !reflect.DeepEqual(got, batch) {
+				t.Fatalf("FrameReader gives\n %+v\nDecodeFrame gives\n %+v", got, batch)
+			}
+		}
+		if got, err := fr.Decode(frame); err != nil || !reflect.DeepEqual(got, want) {
+			t.Fatalf("the real frame after this input: %v\n %+v", err, got)
 		}
 	})
 }

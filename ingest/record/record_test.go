@@ -3,6 +3,7 @@ package record
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -301,4 +302,100 @@ func TestFastDecoderMatchesEncodingJSON(t *testing.T) {
 		})
 	}
 	t.Logf("%d bodies (%d real captures), %d records identical", len(bodies), len(real), records)
+}
+
+// TestFrameReaderDecodesAsDecodeFrame decodes frames of every body we have, real captures and
+// synthetic batches, one after another with one FrameReader, so that each frame lands in
+// memory that larger and smaller frames filled before it, and compares every record with
+// DecodeFrame's copies before the next frame overwrites it. Records with many annotations and a
+// large extra (past the maps the reader keeps) and nil against empty lists and maps are among
+// them. Then a frame decoded again allocates nothing but its apiserver's name.
+func TestFrameReaderDecodesAsDecodeFrame(t *testing.T) {
+	c, err := NewCodec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	paths, _ := filepath.Glob("testdata/*.json")
+	real, _ := filepath.Glob("../../test/testdata/real/*/*.json")
+	var batches [][]Record
+	for _, p := range append(paths, real...) {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if recs, _, err := Decode(b, "kas-a", received); err == nil && len(recs) > 0 {
+			batches = append(batches, recs)
+		}
+	}
+	for _, n := range []int{2000, 3} {
+		body, _, err := simulate.NewEvents(uint64(n), nil).EventList(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		batches = append(batches, mustDecodeRecords(t, body))
+	}
+	odd := batches[0][0]
+	odd.Annotations, odd.UserExtra = map[string]string{}, map[string][]string{"scopes": {}, "empty": nil}
+	for i := range 3 * maxKeptMapLen {
+		odd.Annotations[fmt.Sprint("a/", i)] = fmt.Sprint(i)
+		odd.UserExtra[fmt.Sprint("x/", i)] = []string{fmt.Sprint(i), ""}
+	}
+	odd.UserGroups, odd.SourceIPs, odd.ImpersonatedGroups, odd.Raw = []string{}, nil, []string{""}, nil
+	batches = append(batches, []Record{odd, batches[0][0], odd})
+	if len(batches) < 10 {
+		t.Fatalf("only %d bodies to decode", len(batches))
+	}
+
+	var frames [][]byte
+	for _, recs := range batches {
+		keys := make([]Key, len(recs))
+		for i := range recs {
+			keys[i] = recs[i].Key()
+		}
+		f, err := c.AppendFrame(nil, recs[0].APIServer, received, recs, keys)
+		if err != nil {
+			t.Fatal(err)
+		}
+		frames = append(frames, f)
+	}
+	fr := NewFrameReader()
+	records := 0
+	for round := range 2 {
+		for i, f := range frames {
+			want, err := c.DecodeFrame(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := fr.Decode(f)
+			if err != nil {
+				t.Fatalf("round %d, frame %d: %v", round, i, err)
+			}
+			if !reflect.DeepEqual(got, want) {
+				t.Fatalf("round %d, frame %d: FrameReader gives\n %+v\nDecodeFrame gives\n %+v", round, i, got, want)
+			}
+			records += len(got.Records)
+		}
+	}
+	if _, err := fr.Decode(frames[0][:len(frames[0])-3]); !errors.Is(err, ErrBadFrame) {
+		t.Fatalf("truncated frame: %v", err)
+	}
+	t.Logf("%d frames, %d records", 2*len(frames), records)
+
+	big := frames[len(frames)-3] // the 2000 synthetic events
+	if allocs := testing.AllocsPerRun(20, func() {
+		if _, err := fr.Decode(big); err != nil {
+			t.Fatal(err)
+		}
+	}); allocs > 1 {
+		t.Errorf("decoding a frame again allocates %.0f times; want 1 (the apiserver's name)", allocs)
+	}
+}
+
+func mustDecodeRecords(t *testing.T, body []byte) []Record {
+	t.Helper()
+	recs, inv, err := Decode(body, "kas-a", received)
+	if err != nil || len(inv) > 0 {
+		t.Fatalf("decode: %v, %d invalid", err, len(inv))
+	}
+	return recs
 }
