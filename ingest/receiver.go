@@ -111,8 +111,9 @@ type Receiver struct {
 // batchMem is the memory one batch is decoded into, reused by a later batch once this one is
 // answered.
 type batchMem struct {
-	dec  *record.Decoder
-	keys []record.Key
+	dec    *record.Decoder
+	keys   []record.Key
+	stamps []int64
 }
 
 // pooledBuffers is how many bodies, frames and decoded batches are kept for reuse: more than
@@ -412,9 +413,10 @@ func (rc *Receiver) accept(ctx context.Context, body []byte, name, remote string
 	}
 
 	keys := slices.Grow(mem.keys[:0], len(recs))[:len(recs)]
-	mem.keys = keys
+	stamps := slices.Grow(mem.stamps[:0], len(recs))[:len(recs)]
+	mem.keys, mem.stamps = keys, stamps
 	for i := range recs {
-		keys[i] = recs[i].Key()
+		keys[i], stamps[i] = recs[i].Key(), recs[i].KeyStamp()
 	}
 	// Encode outside the lock on the bet that nothing is a duplicate, which is the common case.
 	frame, err := rc.codec.AppendFrame(rc.frames.Get(), name, start, recs, keys)
@@ -425,7 +427,7 @@ func (rc *Receiver) accept(ctx context.Context, body []byte, name, remote string
 	}
 
 	rc.commit.Lock()
-	dup, ndup := rc.index.Filter(start, keys)
+	dup, ndup := rc.index.Filter(start, keys, stamps)
 	if ndup > 0 && ndup < len(recs) {
 		fresh, freshKeys := make([]record.Record, 0, len(recs)-ndup), make([]record.Key, 0, len(recs)-ndup)
 		for i := range recs {

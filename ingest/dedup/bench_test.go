@@ -12,20 +12,25 @@ import (
 
 // fullHorizon is an index holding ten minutes of 10,000 events/s (6 million keys), filled as
 // the receiver fills it, in batches of 400: left as maps ("maps"), sealed into runs in memory
-// ("sealed") or into spilled runs as serve does ("spilled"). It returns the time after the
-// last minute and every 40th batch, to send again.
+// ("sealed") or into spilled runs as serve does, without stamps ("spilled") and with the
+// stamps of events received as they happened ("stamped", as the receiver gives them). It
+// returns the time after the last minute and every 40th batch, to send again.
 func fullHorizon(b *testing.B, kind string, rng *rand.Rand) (ix *Index, now time.Time, batches [][]record.Key) {
 	const perMinute = 600_000
 	start := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
 	ix = NewIndex(10 * time.Minute)
-	if kind == "spilled" {
+	if kind == "spilled" || kind == "stamped" {
 		ix = newSpillingIndex(10*time.Minute, b.TempDir(), slog.New(slog.DiscardHandler))
 	}
 	for m := range 10 {
 		at := start.Add(time.Duration(m) * time.Minute)
 		keys := randomKeys(rng, perMinute)
 		for i := 0; i < len(keys); i += 400 {
-			ix.Filter(at, keys[i:i+400])
+			var ts []int64
+			if kind == "stamped" {
+				ts = nowStamps(at.Add(time.Duration(i)*time.Minute/perMinute), 400)
+			}
+			ix.Filter(at, keys[i:i+400], ts)
 			if i%(40*400) == 0 {
 				batches = append(batches, keys[i:i+400])
 			}
@@ -38,12 +43,13 @@ func fullHorizon(b *testing.B, kind string, rng *rand.Rand) (ix *Index, now time
 }
 
 // BenchmarkFilter is the receiver's lookup of a batch of 400 fresh keys against a full horizon
-// (fullHorizon): sealed into runs in memory and into spilled runs as serve does, against the
-// same minutes left as maps (the index before runs; the baseline).
+// (fullHorizon): sealed into runs in memory and into spilled runs, against the same minutes
+// left as maps (the index before runs; the baseline); and spilled with stamps, the keys
+// looked up stamped now, as serve does.
 //
 //	go test ./ingest/dedup -run '^$' -bench Filter -count 3
 func BenchmarkFilter(b *testing.B) {
-	for _, kind := range []string{"maps", "sealed", "spilled"} {
+	for _, kind := range []string{"maps", "sealed", "spilled", "stamped"} {
 		b.Run(kind, func(b *testing.B) {
 			rng := rand.New(rand.NewPCG(7, 8))
 			ix, now, _ := fullHorizon(b, kind, rng)
@@ -54,7 +60,11 @@ func BenchmarkFilter(b *testing.B) {
 			b.ResetTimer()
 			for i := range b.N {
 				keys := batches[i%len(batches)]
-				dup, _ := ix.Filter(now, keys)
+				var ts []int64
+				if kind == "stamped" {
+					ts = nowStamps(now, len(keys))
+				}
+				dup, _ := ix.Filter(now, keys, ts)
 				b.StopTimer()
 				ix.Forget(keys, dup) // the next round's keys are fresh again
 				b.StartTimer()
@@ -62,6 +72,16 @@ func BenchmarkFilter(b *testing.B) {
 			b.ReportMetric(float64(ix.Bytes())/float64(ix.Len()), "bytes/key")
 		})
 	}
+}
+
+// nowStamps is n events' stamps when they are received at t: their stageTimestamps up to a
+// second before.
+func nowStamps(t time.Time, n int) []int64 {
+	ts := make([]int64, n)
+	for i := range ts {
+		ts[i] = t.Add(-time.Duration(i%2) * time.Second).Unix()
+	}
+	return ts
 }
 
 // BenchmarkFilterResent is a batch the apiserver sends again a few minutes later (all 400 keys
@@ -75,7 +95,7 @@ func BenchmarkFilterResent(b *testing.B) {
 			ix, now, batches := fullHorizon(b, kind, rand.New(rand.NewPCG(9, 10)))
 			b.ResetTimer()
 			for i := range b.N {
-				if _, n := ix.Filter(now, batches[i%len(batches)]); n != 400 {
+				if _, n := ix.Filter(now, batches[i%len(batches)], nil); n != 400 {
 					b.Fatalf("%d of 400 recognised", n)
 				}
 			}
@@ -114,7 +134,7 @@ func BenchmarkSealMinute(b *testing.B) {
 				const batches = perMinute / 400
 				for j := range batches {
 					at := start.Add(time.Duration(j) * time.Minute / batches)
-					ix.Filter(at, keys[j*400:(j+1)*400])
+					ix.Filter(at, keys[j*400:(j+1)*400], nil)
 					if next := start.Add(time.Duration(j+1) * time.Minute / batches); next.Truncate(every) != at.Truncate(every) {
 						b.StopTimer()
 						peak = max(peak, live()-base)

@@ -25,11 +25,11 @@ func key(i int) record.Key {
 func TestFilterRecognisesRememberedAndRepeatedKeys(t *testing.T) {
 	ix := NewIndex(10 * time.Minute)
 	now := time.Now()
-	dup, n := ix.Filter(now, []record.Key{key(1), key(2), key(1)})
+	dup, n := ix.Filter(now, []record.Key{key(1), key(2), key(1)}, nil)
 	if n != 1 || dup[0] || dup[1] || !dup[2] {
 		t.Fatalf("first batch: dup=%v n=%d", dup, n)
 	}
-	dup, n = ix.Filter(now.Add(time.Minute), []record.Key{key(2), key(3)})
+	dup, n = ix.Filter(now.Add(time.Minute), []record.Key{key(2), key(3)}, nil)
 	if n != 1 || !dup[0] || dup[1] {
 		t.Fatalf("second batch: dup=%v n=%d", dup, n)
 	}
@@ -177,7 +177,7 @@ func TestSealedMinutesAnswerAsMapsDid(t *testing.T) {
 					copy(keys[i][:8], make([]byte, 8)) // 500 keys in one directory slot
 				}
 			}
-			if _, n := ix.Filter(start.Add(time.Duration(m)*time.Minute), keys); n != 0 {
+			if _, n := ix.Filter(start.Add(time.Duration(m)*time.Minute), keys, nil); n != 0 {
 				t.Fatalf("minute %d: %d fresh keys taken for duplicates", m, n)
 			}
 			added = append(added, keys...)
@@ -200,7 +200,7 @@ func TestSealedMinutesAnswerAsMapsDid(t *testing.T) {
 				t.Fatalf("a key never added is found")
 			}
 		}
-		dup, n := ix.Filter(start.Add(5*time.Minute), added[100:110])
+		dup, n := ix.Filter(start.Add(5*time.Minute), added[100:110], nil)
 		if n != 10 || !dup[0] {
 			t.Fatalf("sealed keys sent again: %d of 10 recognised", n)
 		}
@@ -214,7 +214,7 @@ func TestForgetAfterSeal(t *testing.T) {
 		rng := rand.New(rand.NewPCG(3, 4))
 		start := time.Date(2026, 12, 1, 10, 0, 30, 0, time.UTC)
 		keys := randomKeys(rng, 50)
-		dup, _ := ix.Filter(start, keys)
+		dup, _ := ix.Filter(start, keys, nil)
 		ix.Expire(start.Add(time.Minute)) // seals the batch's minute
 		ix.Forget(keys, dup)
 		for i, k := range keys {
@@ -225,7 +225,7 @@ func TestForgetAfterSeal(t *testing.T) {
 		if ix.Len() != 0 {
 			t.Fatalf("Len %d after forgetting every key", ix.Len())
 		}
-		_, n := ix.Filter(start.Add(time.Minute), keys)
+		_, n := ix.Filter(start.Add(time.Minute), keys, nil)
 		if n != 0 {
 			t.Fatalf("resent batch: %d of %d taken for duplicates", n, len(keys))
 		}
@@ -235,7 +235,7 @@ func TestForgetAfterSeal(t *testing.T) {
 				t.Fatalf("key %d of the resent batch not remembered", i)
 			}
 		}
-		if _, n := ix.Filter(start.Add(2*time.Minute), keys); n != len(keys) {
+		if _, n := ix.Filter(start.Add(2*time.Minute), keys, nil); n != len(keys) {
 			t.Fatalf("third copy: %d of %d recognised", n, len(keys))
 		}
 		// The forgotten marks go with their minute.
@@ -258,7 +258,7 @@ func TestFilterWhileSealing(t *testing.T) {
 				for i := range 200 {
 					keys := randomKeys(rng, 50)
 					at := start.Add(time.Duration(i) * time.Second)
-					if _, n := ix.Filter(at, keys); n != 0 {
+					if _, n := ix.Filter(at, keys, nil); n != 0 {
 						t.Errorf("fresh keys taken for duplicates")
 					}
 					if i%7 == 0 {
@@ -305,7 +305,7 @@ func TestBytesPerKey(t *testing.T) {
 	measure := func(ix *Index) (perOpen, perSealed, estimate float64) {
 		base := heap()
 		for i := 0; i < n; i += 400 {
-			ix.Filter(start, keys[i:min(i+400, n)])
+			ix.Filter(start, keys[i:min(i+400, n)], nil)
 		}
 		perOpen = float64(heap()-base) / n
 		ix.Expire(start.Add(time.Minute))
@@ -343,9 +343,9 @@ func TestMinuteSealedTwice(t *testing.T) {
 		rng := rand.New(rand.NewPCG(11, 12))
 		start := time.Date(2026, 12, 1, 10, 0, 50, 0, time.UTC)
 		first, late := randomKeys(rng, 6000), randomKeys(rng, 40) // first spills
-		ix.Filter(start, first)
+		ix.Filter(start, first, nil)
 		ix.Expire(start.Add(15 * time.Second))
-		if _, n := ix.Filter(start.Add(5*time.Second), late); n != 0 {
+		if _, n := ix.Filter(start.Add(5*time.Second), late, nil); n != 0 {
 			t.Fatalf("%d fresh keys of the late batch taken for duplicates", n)
 		}
 		ix.Expire(start.Add(25 * time.Second))
@@ -415,7 +415,7 @@ func TestSpilledRunsConfirmFromTheirFile(t *testing.T) {
 	var added []record.Key
 	for m := range 3 {
 		keys := randomKeys(rng, 20_000)
-		ix.Filter(start.Add(time.Duration(m)*time.Minute), keys)
+		ix.Filter(start.Add(time.Duration(m)*time.Minute), keys, nil)
 		added = append(added, keys...)
 	}
 	ix.Expire(start.Add(3 * time.Minute))
@@ -447,7 +447,7 @@ func TestSpilledRunsConfirmFromTheirFile(t *testing.T) {
 			t.Fatalf("key %d with its tag changed is taken for it", i)
 		}
 	}
-	if dup, n := ix.Filter(start.Add(3*time.Minute), added[:400]); n != 400 || !dup[399] {
+	if dup, n := ix.Filter(start.Add(3*time.Minute), added[:400], nil); n != 400 || !dup[399] {
 		t.Fatalf("a resent batch: %d of 400 recognised", n)
 	}
 	if ix.FileErrors() != 0 {
@@ -466,7 +466,7 @@ func TestSpillFailureKeepsTheRunInMemory(t *testing.T) {
 	start := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
 	ix := newSpillingIndex(10*time.Minute, notDir, slog.New(slog.DiscardHandler))
 	keys := randomKeys(rng, 10_000)
-	ix.Filter(start, keys)
+	ix.Filter(start, keys, nil)
 	ix.Expire(start.Add(time.Minute))
 	if len(ix.runs) != 1 || ix.runs[0].f != nil || len(ix.runs[0].lo) != len(keys) {
 		t.Fatalf("want one run in memory, have %d runs", len(ix.runs))
@@ -489,20 +489,20 @@ func TestUnreadableRunTakesKeysAsNew(t *testing.T) {
 	start := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
 	ix := newSpillingIndex(10*time.Minute, t.TempDir(), slog.New(slog.DiscardHandler))
 	keys := randomKeys(rng, 10_000)
-	ix.Filter(start, keys)
+	ix.Filter(start, keys, nil)
 	ix.Expire(start.Add(time.Minute))
 	if ix.runs[0].f == nil {
 		t.Fatal("not spilled")
 	}
 	ix.runs[0].f.Close()
-	if _, n := ix.Filter(start.Add(time.Minute), keys[:100]); n != 0 {
+	if _, n := ix.Filter(start.Add(time.Minute), keys[:100], nil); n != 0 {
 		t.Fatalf("%d of 100 keys dropped as duplicates on an unreadable file", n)
 	}
 	if ix.FileErrors() != 100 {
 		t.Fatalf("%d file errors, want 100", ix.FileErrors())
 	}
 	// Remembered again, in the open minute: the next copy is recognised.
-	if _, n := ix.Filter(start.Add(time.Minute), keys[:100]); n != 100 {
+	if _, n := ix.Filter(start.Add(time.Minute), keys[:100], nil); n != 100 {
 		t.Fatalf("%d of 100 recognised the second time", n)
 	}
 }
@@ -520,7 +520,7 @@ func TestCurrentMinuteSealsAsItGoes(t *testing.T) {
 		for s := range 6 {
 			at := start.Add(time.Duration(s)*10*time.Second + time.Second)
 			keys := randomKeys(rng, 2000)
-			if _, n := ix.Filter(at, keys); n != 0 {
+			if _, n := ix.Filter(at, keys, nil); n != 0 {
 				t.Fatalf("step %d: %d fresh keys taken for duplicates", s, n)
 			}
 			added = append(added, keys...)
@@ -554,10 +554,10 @@ func TestCurrentMinuteSealsAsItGoes(t *testing.T) {
 
 		// A batch whose keys a Seal took before the batch failed.
 		failed := randomKeys(rng, 300)
-		dup, _ := ix.Filter(start.Add(57*time.Second), failed)
+		dup, _ := ix.Filter(start.Add(57*time.Second), failed, nil)
 		ix.Expire(start.Add(58 * time.Second))
 		ix.Forget(failed, dup)
-		if _, n := ix.Filter(start.Add(59*time.Second), failed); n != 0 {
+		if _, n := ix.Filter(start.Add(59*time.Second), failed, nil); n != 0 {
 			t.Fatalf("the resent batch: %d of %d taken for duplicates", n, len(failed))
 		}
 		added = append(added, failed...)
@@ -569,7 +569,7 @@ func TestCurrentMinuteSealsAsItGoes(t *testing.T) {
 		if ix.dir != "" && ix.runs[0].f == nil {
 			t.Fatal("the minute is over and its run did not spill")
 		}
-		if dup, n := ix.Filter(start.Add(66*time.Second), added); n != len(added) || !dup[len(dup)-1] {
+		if dup, n := ix.Filter(start.Add(66*time.Second), added, nil); n != len(added) || !dup[len(dup)-1] {
 			t.Fatalf("every key sent again: %d of %d recognised", n, len(added))
 		}
 	})
@@ -593,5 +593,81 @@ func TestMergeInOrderIsTheSortedRun(t *testing.T) {
 	}
 	if !slices.Equal(merged.lo, whole.lo) || !slices.Equal(merged.dir, whole.dir) {
 		t.Fatalf("merged run (%d keys) differs from the run sorted whole (%d keys)", len(merged.lo), len(whole.lo))
+	}
+}
+
+// TestStampsChooseWhereToLook: with stamps, a key is looked for only in the minutes whose
+// stamps surround its own, and still found wherever it is. Five sealed minutes, each of keys
+// stamped with its own seconds; the first minute's file is then closed, so that every lookup
+// that reads it counts a file error. Fresh keys stamped now never read it (without stamps
+// they do); keys resent from every minute with their stamps are all found; a key whose stamp
+// is far off (a wrong clock) is found again after its minute is sealed; and keys added
+// without stamps, as Load adds them, are found by stamped lookups.
+func TestStampsChooseWhereToLook(t *testing.T) {
+	start := time.Date(2026, 12, 4, 10, 0, 0, 0, time.UTC)
+	rng := rand.New(rand.NewPCG(3, 4))
+	ix := newSpillingIndex(10*time.Minute, t.TempDir(), slog.New(slog.DiscardHandler))
+	// The first half of a minute's keys stamped with its first 30 seconds, the rest with the
+	// others.
+	stampsFor := func(m, n int) []int64 {
+		ts := make([]int64, n)
+		for i := range ts {
+			ts[i] = start.Unix() + int64(60*m+60*i/n)
+		}
+		return ts
+	}
+	var sent [][]record.Key
+	for m := range 5 {
+		at := start.Add(time.Duration(m) * time.Minute)
+		keys, ts := randomKeys(rng, 20_000), stampsFor(m, 20_000)
+		// Sealed in the middle of the minute too, as Expire does every 10 s: the minute's run
+		// takes the second half's stamps with its keys.
+		for _, half := range [][2]int{{0, 10_000}, {10_000, 20_000}} {
+			if _, n := ix.Filter(at.Add(time.Duration(half[0])*time.Millisecond), keys[half[0]:half[1]], ts[half[0]:half[1]]); n != 0 {
+				t.Fatalf("minute %d: %d fresh keys taken for duplicates", m, n)
+			}
+			ix.Seal(at.Add(time.Duration(half[1]) * time.Millisecond))
+		}
+		sent = append(sent, keys)
+		ix.Seal(at.Add(time.Minute))
+	}
+	first := slices.IndexFunc(ix.runs, func(r run) bool { return r.minute == minuteOf(start) })
+	if first < 0 || ix.runs[first].f == nil {
+		t.Fatalf("the first minute is not a spilled run")
+	}
+	ix.runs[first].f.Close()
+
+	now := start.Add(5 * time.Minute)
+	fresh := randomKeys(rng, 200_000)
+	dup, n := ix.Filter(now, fresh, stampsFor(5, len(fresh)))
+	if n != 0 || ix.FileErrors() != 0 {
+		t.Fatalf("fresh keys stamped now: %d taken for duplicates, %d reads of the first minute's file", n, ix.FileErrors())
+	}
+	ix.Forget(fresh, dup)
+	if _, n := ix.Filter(now, fresh, nil); n != 0 || ix.FileErrors() == 0 {
+		t.Fatalf("the same keys without stamps: %d duplicates, %d reads of the first minute's file; want reads", n, ix.FileErrors())
+	}
+
+	for m := 1; m < 5; m++ {
+		if _, n := ix.Filter(now, sent[m], stampsFor(m, len(sent[m]))); n != len(sent[m]) {
+			t.Fatalf("minute %d resent with its stamps: %d of %d found", m, n, len(sent[m]))
+		}
+	}
+
+	odd := randomKeys(rng, 3)
+	far := []int64{start.Unix() - 10*365*86400, start.Unix() + 365*86400, start.Unix() + 90}
+	if _, n := ix.Filter(now, odd, far); n != 0 {
+		t.Fatalf("keys with odd stamps: %d duplicates", n)
+	}
+	ix.Seal(now.Add(time.Minute))
+	if _, n := ix.Filter(now.Add(time.Minute), odd, far); n != len(odd) {
+		t.Fatalf("keys with odd stamps resent after their minute was sealed: %d of %d found", n, len(odd))
+	}
+
+	loaded := randomKeys(rng, 500)
+	ix.addSealed(minuteOf(now.Add(2*time.Minute)), loaded[:250])
+	ix.Add(now.Add(2*time.Minute), loaded[250:]...)
+	if _, n := ix.Filter(now.Add(2*time.Minute), loaded, stampsFor(7, len(loaded))); n != len(loaded) {
+		t.Fatalf("keys added without stamps: %d of %d found by stamped lookups", n, len(loaded))
 	}
 }

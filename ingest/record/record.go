@@ -100,6 +100,11 @@ func (r *Record) Key() Key {
 	return KeyOf(r.APIServer, r.AuditID, r.Stage, r.StageTimestamp)
 }
 
+// KeyStamp is the Unix second of the event's stageTimestamp: records with equal Keys have equal
+// stamps (the key holds the microsecond), and events received close in time close ones. The
+// duplicate index uses it to choose where to look (dedup.Index.Filter).
+func (r *Record) KeyStamp() int64 { return r.StageTimestamp.Unix() }
+
 // ResourceRequest reports whether the request named an API resource (as opposed to a
 // non-resource URL such as /api, /apis or /healthz).
 func (r *Record) ResourceRequest() bool { return r.Resource != "" }
