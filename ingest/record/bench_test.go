@@ -1,0 +1,51 @@
+package record
+
+import (
+	"testing"
+
+	"github.com/peertrail/peertrail/simulate"
+)
+
+// BenchmarkDecodeFrame is a spool consumer decoding a frame of 400 synthetic events:
+// DecodeFrame, whose records own copies of everything (the baseline, and what the events
+// writer did before), against a FrameReader, whose records alias its memory.
+//
+//	go test ./ingest/record -run '^$' -bench DecodeFrame -benchmem -count 3
+func BenchmarkDecodeFrame(b *testing.B) {
+	body, _, err := simulate.NewEvents(5, nil).EventList(400)
+	if err != nil {
+		b.Fatal(err)
+	}
+	recs, inv, err := Decode(body, "kas-a", received)
+	if err != nil || len(inv) > 0 {
+		b.Fatalf("decode: %v, %d invalid", err, len(inv))
+	}
+	keys := make([]Key, len(recs))
+	for i := range recs {
+		keys[i] = recs[i].Key()
+	}
+	c, err := NewCodec()
+	if err != nil {
+		b.Fatal(err)
+	}
+	frame, err := c.AppendFrame(nil, "kas-a", received, recs, keys)
+	if err != nil {
+		b.Fatal(err)
+	}
+	decoders := map[string]func([]byte) (Batch, error){
+		"DecodeFrame": c.DecodeFrame,
+		"FrameReader": NewFrameReader().Decode,
+	}
+	for _, name := range []string{"DecodeFrame", "FrameReader"} {
+		b.Run(name, func(b *testing.B) {
+			decode := decoders[name]
+			b.ReportAllocs()
+			for b.Loop() {
+				if batch, err := decode(frame); err != nil || len(batch.Records) != len(recs) {
+					b.Fatalf("%d records, %v", len(batch.Records), err)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(recs)), "ns/record")
+		})
+	}
+}
