@@ -776,14 +776,15 @@ func (co *Correlator) flushBatchOf(ctx context.Context) (done bool, err error) {
 	co.mu.Unlock()
 
 	err = co.sink.WriteChains(ctx, batch)
-	if err == nil && n <= maxSpareChains {
+	keep := err == nil && n <= maxSpareChains
+	if keep {
 		clear(batch) // the chains' strings and sides are garbage now
 	}
 
 	co.mu.Lock()
 	defer co.mu.Unlock()
 	co.inflight = 0
-	if err == nil && n <= maxSpareChains && cap(co.spare) < n {
+	if keep && cap(co.spare) < n {
 		co.spare = batch[:0]
 	}
 	if err != nil {

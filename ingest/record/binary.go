@@ -240,7 +240,7 @@ func (r *reader) extra() map[string][]string {
 	}
 	var m map[string][]string
 	if r.fr != nil {
-		m = r.fr.extra(n)
+		m = nextMap(&r.fr.extras, &r.fr.nExtras, n)
 	} else {
 		m = make(map[string][]string, n)
 	}
@@ -264,7 +264,7 @@ func (r *reader) annotations() map[string]string {
 	}
 	var m map[string]string
 	if r.fr != nil {
-		m = r.fr.annotationMap(n)
+		m = nextMap(&r.fr.annotations, &r.fr.nAnnots, n)
 	} else {
 		m = make(map[string]string, n)
 	}

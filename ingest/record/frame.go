@@ -250,34 +250,19 @@ func (fr *FrameReader) Decode(frame []byte) (Batch, error) {
 	return Batch{APIServer: h.APIServer, ReceivedAt: h.ReceivedAt, Records: recs}, nil
 }
 
-// extra is the next map for a Record's extra, empty.
-func (fr *FrameReader) extra(n int) map[string][]string {
-	if fr.nExtras == len(fr.extras) {
-		fr.extras = append(fr.extras, nil)
+// nextMap is the next of maps (n of them taken so far for this frame), empty, for a map of
+// about hint entries: a Record's extra or annotations.
+func nextMap[M ~map[string]V, V any](maps *[]M, n *int, hint int) M {
+	if *n == len(*maps) {
+		*maps = append(*maps, nil)
 	}
-	m := fr.extras[fr.nExtras]
+	m := (*maps)[*n]
 	if m == nil || len(m) > maxKeptMapLen {
-		m = make(map[string][]string, n)
-		fr.extras[fr.nExtras] = m
+		m = make(M, hint)
+		(*maps)[*n] = m
 	} else {
 		clear(m)
 	}
-	fr.nExtras++
-	return m
-}
-
-// annotationMap is the next map for a Record's annotations, empty.
-func (fr *FrameReader) annotationMap(n int) map[string]string {
-	if fr.nAnnots == len(fr.annotations) {
-		fr.annotations = append(fr.annotations, nil)
-	}
-	m := fr.annotations[fr.nAnnots]
-	if m == nil || len(m) > maxKeptMapLen {
-		m = make(map[string]string, n)
-		fr.annotations[fr.nAnnots] = m
-	} else {
-		clear(m)
-	}
-	fr.nAnnots++
+	*n++
 	return m
 }

@@ -332,7 +332,11 @@ func TestFrameReaderDecodesAsDecodeFrame(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		batches = append(batches, mustDecodeRecords(t, body))
+		recs, inv := mustDecode(t, body)
+		if len(inv) > 0 {
+			t.Fatalf("%d invalid items in a synthetic batch", len(inv))
+		}
+		batches = append(batches, recs)
 	}
 	odd := batches[0][0]
 	odd.Annotations, odd.UserExtra = map[string]string{}, map[string][]string{"scopes": {}, "empty": nil}
@@ -389,13 +393,4 @@ func TestFrameReaderDecodesAsDecodeFrame(t *testing.T) {
 	}); allocs > 1 {
 		t.Errorf("decoding a frame again allocates %.0f times; want 1 (the apiserver's name)", allocs)
 	}
-}
-
-func mustDecodeRecords(t *testing.T, body []byte) []Record {
-	t.Helper()
-	recs, inv, err := Decode(body, "kas-a", received)
-	if err != nil || len(inv) > 0 {
-		t.Fatalf("decode: %v, %d invalid", err, len(inv))
-	}
-	return recs
 }
