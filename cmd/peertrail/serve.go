@@ -31,8 +31,10 @@ Every accepted record is also written to the store (embedded ClickHouse by defau
 --data-dir; a ClickHouse server with --store clickhouse), and the embedded store answers SQL on
 --sql-listen (peertrail sql, peertrail report, Grafana's ClickHouse data source), read-only,
 with a password, within per-query limits the engine enforces. The embedded
-engine's threads run at nice 10, and the Go scheduler gets twice as many Ps as CPUs unless
-$GOMAXPROCS is set, so that acknowledgements come before the store's work (BENCHMARKS.md).
+engine's threads run below the rest of the process (on Linux: the threads it starts at
+SCHED_IDLE, those that call into it at nice 10), and the Go scheduler gets twice as many Ps as
+CPUs unless $GOMAXPROCS is set, so that acknowledgements come before the store's work
+(BENCHMARKS.md).
 
 Every accepted record is joined with the records other apiservers wrote of the same request
 into a chain (entry and peer), classified (local, proxied, proxy_failed, misleading_404,

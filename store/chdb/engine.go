@@ -176,7 +176,8 @@ func logArgs(file, level string) []string {
 // chunks it streams and cancels the insert stream when ctx is done.
 //
 // Priority: every libchdb call runs on one OS thread of the engine's own, whose nice value
-// (Options.Nice) every thread the engine starts inherits; see thread.
+// (Options.Nice) every thread the engine starts inherits; see thread. Those threads are then
+// moved to SCHED_IDLE within a second of their start; see idler.
 //
 // Ownership: every []byte returned is a Go copy that belongs to the caller;
 // the engine's own result buffer is freed before the method returns.
@@ -188,6 +189,7 @@ func logArgs(file, level string) []string {
 type Engine struct {
 	sem     chan struct{} // one token: held while a statement runs or while closing
 	thread  *thread       // runs every C call
+	idle    *idler        // moves the engine's own threads to SCHED_IDLE; nil when not at nice
 	api     *api
 	conn    unsafe.Pointer // chdb_connection * returned by chdb_connect; nil once closed
 	handle  unsafe.Pointer // *conn, the chdb_connection the query calls take
@@ -227,11 +229,18 @@ func Open(ctx context.Context, opts Options) (*Engine, error) {
 		nice = DefaultNice
 	}
 	// The engine starts its threads while it loads and connects, so both happen on its thread.
-	t := startThread(nice)
+	idle := newIdler(nice)
+	t := startThread(nice, idle)
 	e, err := open(ctx, t, libPath, opts)
 	if err != nil {
 		t.stop()
 		return nil, err
+	}
+	if t.nice > 0 {
+		// Without a nice value of their own, the engine's threads cannot be told from the
+		// runtime's.
+		e.idle = idle
+		idle.start()
 	}
 	process.open = true
 	return e, nil
@@ -408,6 +417,9 @@ func (e *Engine) Close() error {
 	e.thread.do(func() { e.api.closeConn(e.conn) })
 	e.thread.stop()
 	e.conn, e.handle = nil, nil
+	if e.idle != nil {
+		e.idle.stop()
+	}
 
 	process.mu.Lock()
 	process.open = false

@@ -53,7 +53,8 @@ type SessionOptions struct {
 var ErrBusy = errors.New("chdb: the cancelled statement is still running in the engine")
 
 // OpenSession opens a further connection to the engine's data directory with opts.Settings.
-// The connection gets an OS thread of its own at the engine's nice value.
+// The connection gets an OS thread of its own at the engine's nice value (exempt from the
+// idler, as the engine's is).
 func (e *Engine) OpenSession(ctx context.Context, opts SessionOptions) (*Session, error) {
 	if err := e.acquire(ctx); err != nil { // the Engine must stay open while a session connects
 		return nil, err
@@ -69,7 +70,7 @@ func (e *Engine) OpenSession(ctx context.Context, opts SessionOptions) (*Session
 		}
 		args = append(args, "--"+kv[0]+"="+kv[1])
 	}
-	s := &Session{e: e, args: args, init: opts.Init, sem: make(chan struct{}, 1), thread: startThread(e.thread.nice)}
+	s := &Session{e: e, args: args, init: opts.Init, sem: make(chan struct{}, 1), thread: startThread(e.thread.nice, e.idle)}
 	if err := s.connect(); err != nil {
 		s.thread.stop()
 		return nil, err

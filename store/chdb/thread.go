@@ -16,13 +16,17 @@ const DefaultNice = 10
 // Only the calls into the engine go to the thread, with the copying of their arguments and
 // results: longer Go work there (encoding an insert's data) would hold one of the runtime's Ps
 // while the kernel deprioritises the thread.
+//
+// The threads the engine starts go further down, to SCHED_IDLE, once the idler finds them; the
+// thread itself runs Go code and stays at nice (see idler).
 type thread struct {
 	jobs chan func()
 	nice int // the nice value the thread got; 0 when it could not be raised
 }
 
-// startThread starts the thread with nice value nice (none when nice <= 0).
-func startThread(nice int) *thread {
+// startThread starts the thread with nice value nice (none when nice <= 0), exempt from idle's
+// sweeps (idle may be nil).
+func startThread(nice int, idle *idler) *thread {
 	t := &thread{jobs: make(chan func())}
 	started := make(chan int)
 	var run func()
@@ -38,6 +42,9 @@ func startThread(nice int) *thread {
 		// Never unlocked: an unprivileged thread cannot lower its nice value again, so it must
 		// not go back to the runtime's pool; it exits with this goroutine. (The runtime never
 		// clones a locked thread for a new one of its own.)
+		if idle != nil {
+			idle.exempt(threadID())
+		}
 		got := 0
 		if nice > 0 && setThreadNice(nice) == nil {
 			got = nice

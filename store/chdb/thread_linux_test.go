@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/peertrail/peertrail/store/chdb"
 )
 
@@ -103,4 +105,75 @@ func readThreadStat(path string) (comm string, nice int, err error) {
 		return "", 0, fmt.Errorf("%s: nice %q: %w", path, fields[16], err)
 	}
 	return s[open+1 : end], nice, nil
+}
+
+// TestEngineThreadsGoIdle checks that the threads the engine starts are moved to SCHED_IDLE,
+// and that the threads that run Go code, the runtime's and those that call into the engine
+// (the engine's and a session's), are not: at SCHED_IDLE such a thread could hold up the Go
+// runtime's stop-the-world.
+func TestEngineThreadsGoIdle(t *testing.T) {
+	e := engine(t)
+	s, err := e.OpenSession(t.Context(), chdb.SessionOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	// Parallel queries on both connections, so that the engine's pools have threads.
+	if _, err := s.Exec(t.Context(), "SELECT sum(number) FROM numbers_mt(20000000)", "", nil, nil, 0); err != nil {
+		t.Fatal(err)
+	}
+	query(t, "SELECT sum(number) FROM numbers_mt(20000000)", "")
+	calls := map[int]bool{}
+	for _, tid := range chdb.CallThreadIDs(e) {
+		calls[tid] = true
+	}
+	if len(calls) < 2 {
+		t.Fatalf("want the engine's and the session's call threads, have %v", calls)
+	}
+
+	var normal, idle []string
+	// The idler sweeps every second.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		normal, idle = nil, nil
+		tasks, err := filepath.Glob("/proc/self/task/*")
+		if err != nil || len(tasks) == 0 {
+			t.Fatalf("no threads under /proc/self/task: %v", err)
+		}
+		for _, task := range tasks {
+			comm, nice, err := readThreadStat(task + "/stat")
+			if err != nil {
+				continue // ended meanwhile
+			}
+			tid, _ := strconv.Atoi(filepath.Base(task))
+			a, err := unix.SchedGetAttr(tid, 0)
+			if err != nil {
+				continue
+			}
+			name := fmt.Sprintf("%s (%d, nice %d, policy %d)", comm, tid, nice, a.Policy)
+			switch {
+			case calls[tid]:
+				if a.Policy != unix.SCHED_NORMAL || nice != chdb.DefaultNice {
+					t.Fatalf("a call thread left nice %d and the normal policy: %s", chdb.DefaultNice, name)
+				}
+			case nice == 0:
+				if a.Policy != unix.SCHED_NORMAL {
+					t.Fatalf("a thread at the process's nice value left the normal policy: %s", name)
+				}
+			case nice == chdb.DefaultNice && a.Policy == unix.SCHED_IDLE:
+				idle = append(idle, name)
+			case nice == chdb.DefaultNice:
+				normal = append(normal, name)
+			}
+		}
+		if len(normal) == 0 || time.Now().After(deadline) {
+			break
+		}
+	}
+	if len(normal) > 0 {
+		t.Errorf("engine threads still at the normal policy 10 s on: %v", normal)
+	}
+	if len(idle) == 0 {
+		t.Errorf("no engine thread at SCHED_IDLE")
+	}
+	t.Logf("%d engine threads idle; %d call threads", len(idle), len(calls))
 }
