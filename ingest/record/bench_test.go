@@ -49,3 +49,34 @@ func BenchmarkDecodeFrame(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkAppendFrame is the receiver encoding an accepted batch of 400 synthetic events into
+// its spool frame, on the path of the acknowledgement:
+//
+//	go test ./ingest/record -run '^$' -bench AppendFrame -count 3
+func BenchmarkAppendFrame(b *testing.B) {
+	body, _, err := simulate.NewEvents(5, nil).EventList(400)
+	if err != nil {
+		b.Fatal(err)
+	}
+	recs, inv, err := Decode(body, "kas-a", received)
+	if err != nil || len(inv) > 0 {
+		b.Fatalf("decode: %v, %d invalid", err, len(inv))
+	}
+	keys := make([]Key, len(recs))
+	for i := range recs {
+		keys[i] = recs[i].Key()
+	}
+	c, err := NewCodec()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var frame []byte
+	b.ReportAllocs()
+	for b.Loop() {
+		if frame, err = c.AppendFrame(frame[:0], "kas-a", received, recs, keys); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(len(frame)), "frame-bytes")
+}
