@@ -26,11 +26,9 @@ import (
 type idler struct {
 	nice int // the engine's nice value, which tells its threads from the runtime's
 
-	mu    sync.Mutex
+	mu    sync.Mutex   // held by exempt and by a whole sweep
 	calls map[int]bool // the call threads' ids: never moved
-
-	seen  map[int]bool // threads looked at already, moved or not; only the sweeping goroutine
-	moved int          // threads moved so far; only the sweeping goroutine until stop returns
+	seen  map[int]bool // threads looked at already, moved or not
 
 	quit, done chan struct{}
 }
@@ -46,7 +44,7 @@ func newIdler(nice int) *idler {
 }
 
 // exempt keeps thread tid at nice for good. A call thread calls it with its own id before it
-// lowers its nice value, so no sweep can find it at the engine's nice value first.
+// raises its nice value, so no sweep can find it at the engine's nice value first.
 func (d *idler) exempt(tid int) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -69,24 +67,21 @@ func (d *idler) start() {
 	}()
 }
 
-// stop ends the sweeps and returns how many threads they moved.
-func (d *idler) stop() int {
+// stop ends the sweeps.
+func (d *idler) stop() {
 	close(d.quit)
 	<-d.done
-	return d.moved
 }
 
 // sweep moves the engine threads started since the last one. A thread it cannot read or move
 // (gone meanwhile, or not permitted) is left as it is.
+//
+// It holds mu throughout, so no call thread exempts itself during a sweep: one that did after
+// the sweep looked at it was still at the process's nice value then (it exempts itself first),
+// and one that did before is in the list of threads, unless it has ended.
 func (d *idler) sweep() {
-	// The call threads before the list: one that exempts itself in between is then either
-	// in the list or not yet told apart by its nice value.
 	d.mu.Lock()
-	calls := make(map[int]bool, len(d.calls))
-	for tid := range d.calls {
-		calls[tid] = true
-	}
-	d.mu.Unlock()
+	defer d.mu.Unlock()
 	tids, err := threadIDs()
 	if err != nil {
 		return
@@ -94,7 +89,7 @@ func (d *idler) sweep() {
 	present := make(map[int]bool, len(tids))
 	for _, tid := range tids {
 		present[tid] = true
-		if d.seen[tid] || calls[tid] {
+		if d.seen[tid] || d.calls[tid] {
 			continue
 		}
 		nice, normal, err := threadPriority(tid)
@@ -103,8 +98,8 @@ func (d *idler) sweep() {
 		}
 		d.seen[tid] = true
 		// Another policy is one the engine chose for the thread itself.
-		if nice == d.nice && normal && setThreadIdle(tid, nice) == nil {
-			d.moved++
+		if nice == d.nice && normal {
+			_ = setThreadIdle(tid, nice) // not permitted: it stays at nice
 		}
 	}
 	// Thread ids are reused: forget the threads that ended, so that a new one with an old id is
@@ -114,11 +109,9 @@ func (d *idler) sweep() {
 			delete(d.seen, tid)
 		}
 	}
-	d.mu.Lock()
 	for tid := range d.calls {
-		if !present[tid] && calls[tid] {
+		if !present[tid] {
 			delete(d.calls, tid)
 		}
 	}
-	d.mu.Unlock()
 }
