@@ -12,22 +12,7 @@ import (
 //
 //	go test ./ingest/record -run '^$' -bench DecodeFrame -benchmem -count 3
 func BenchmarkDecodeFrame(b *testing.B) {
-	body, _, err := simulate.NewEvents(5, nil).EventList(400)
-	if err != nil {
-		b.Fatal(err)
-	}
-	recs, inv, err := Decode(body, "kas-a", received)
-	if err != nil || len(inv) > 0 {
-		b.Fatalf("decode: %v, %d invalid", err, len(inv))
-	}
-	keys := make([]Key, len(recs))
-	for i := range recs {
-		keys[i] = recs[i].Key()
-	}
-	c, err := NewCodec()
-	if err != nil {
-		b.Fatal(err)
-	}
+	c, recs, keys := benchBatch(b)
 	frame, err := c.AppendFrame(nil, "kas-a", received, recs, keys)
 	if err != nil {
 		b.Fatal(err)
@@ -55,6 +40,23 @@ func BenchmarkDecodeFrame(b *testing.B) {
 //
 //	go test ./ingest/record -run '^$' -bench AppendFrame -count 3
 func BenchmarkAppendFrame(b *testing.B) {
+	c, recs, keys := benchBatch(b)
+	var (
+		frame []byte
+		err   error
+	)
+	b.ReportAllocs()
+	for b.Loop() {
+		if frame, err = c.AppendFrame(frame[:0], "kas-a", received, recs, keys); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(len(frame)), "frame-bytes")
+}
+
+// benchBatch is a codec and the records and keys of a batch of 400 synthetic events.
+func benchBatch(b *testing.B) (*Codec, []Record, []Key) {
+	b.Helper()
 	body, _, err := simulate.NewEvents(5, nil).EventList(400)
 	if err != nil {
 		b.Fatal(err)
@@ -71,12 +73,5 @@ func BenchmarkAppendFrame(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	var frame []byte
-	b.ReportAllocs()
-	for b.Loop() {
-		if frame, err = c.AppendFrame(frame[:0], "kas-a", received, recs, keys); err != nil {
-			b.Fatal(err)
-		}
-	}
-	b.ReportMetric(float64(len(frame)), "frame-bytes")
+	return c, recs, keys
 }
