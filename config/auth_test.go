@@ -33,6 +33,12 @@ func TestValidateAuth(t *testing.T) {
 		"the readers' CA is the apiservers'": {func(f *File) {
 			f.TLS.ClientCAFile, f.Readers.ClientCAFile = "ca.crt", "ca.crt"
 		}, "--reader-client-ca-file"},
+		"a body limit whose records might not fit a spool frame": {func(f *File) {
+			f.Limits.MaxBodyBytes, f.Limits.MaxReadingBytes = MaxBodyBytesLimit+1, 8*MaxBodyBytesLimit
+		}, "maxBodyBytes"},
+		"the largest body limit": {func(f *File) {
+			f.Limits.MaxBodyBytes, f.Limits.MaxReadingBytes = MaxBodyBytesLimit, 8*MaxBodyBytesLimit
+		}, ""},
 		"a reading budget below one body": {func(f *File) {
 			f.Limits.MaxReadingBytes = f.Limits.MaxBodyBytes - 1
 		}, "maxReadingBytes"},

@@ -164,6 +164,11 @@ type Readers struct {
 	ClientCAFile string `json:"clientCAFile,omitempty"`
 }
 
+// MaxBodyBytesLimit is the largest Limits.MaxBodyBytes allowed: the records decoded from a body
+// of that size fit one spool frame (record.MaxFrameBody, 256 MiB) even at their worst, about
+// four times the body.
+const MaxBodyBytesLimit = 64 << 20
+
 // Limits protect the receiver.
 type Limits struct {
 	MaxBodyBytes ByteSize `json:"maxBodyBytes,omitempty"`
@@ -237,6 +242,9 @@ func (f File) Validate() error {
 	}
 	if f.Limits.MaxInflight < 0 || f.Limits.MaxInflightPerAPIServer < 0 {
 		errs = append(errs, errors.New("limits: maxInflight and maxInflightPerAPIServer cannot be negative"))
+	}
+	if f.Limits.MaxBodyBytes > MaxBodyBytesLimit {
+		errs = append(errs, fmt.Errorf("limits: maxBodyBytes (%s) is above %s: the records of a larger body might not fit one spool frame; lower the apiservers' --audit-webhook-batch-max-size instead", f.Limits.MaxBodyBytes, ByteSize(MaxBodyBytesLimit)))
 	}
 	if f.Limits.MaxReadingBytes > 0 && f.Limits.MaxReadingBytes < f.Limits.MaxBodyBytes {
 		errs = append(errs, fmt.Errorf("limits: maxReadingBytes (%s) is below maxBodyBytes (%s): a body of the largest size could never be read", f.Limits.MaxReadingBytes, f.Limits.MaxBodyBytes))

@@ -351,6 +351,15 @@ func (rc *Receiver) overBudget(name string, reserved int64) answer {
 		msg: fmt.Sprintf("overloaded: bodies being read hold the memory budget of %d bytes", rc.opts.MaxReadingBytes)}
 }
 
+// frameRefused answers a batch whose records could not be made a spool frame: too large for one
+// (413, as a body over the limit is), else a fault of ours.
+func frameRefused(name string, err error) answer {
+	if errors.Is(err, record.ErrFrameTooLarge) {
+		return answer{code: http.StatusRequestEntityTooLarge, apiserver: name, msg: err.Error()}
+	}
+	return answer{code: http.StatusInternalServerError, apiserver: name, msg: err.Error()}
+}
+
 // maxPooledBody bounds the buffers kept for reuse, so that one huge body does not stay.
 const maxPooledBody = 4 << 20
 
@@ -423,7 +432,7 @@ func (rc *Receiver) accept(ctx context.Context, body []byte, name, remote string
 	// The spool copies the frame; once appended it is the next batch's buffer.
 	defer func() { rc.frames.Put(frame) }()
 	if err != nil {
-		return answer{code: http.StatusInternalServerError, apiserver: name, msg: err.Error()}
+		return frameRefused(name, err)
 	}
 
 	rc.commit.Lock()
@@ -439,7 +448,7 @@ func (rc *Receiver) accept(ctx context.Context, body []byte, name, remote string
 		if err != nil {
 			rc.index.Forget(keys, dup)
 			rc.commit.Unlock()
-			return answer{code: http.StatusInternalServerError, apiserver: name, msg: err.Error()}
+			return frameRefused(name, err)
 		}
 	}
 	var end spool.Position

@@ -652,3 +652,16 @@ func TestReadTokenFileTakesAFileOrASecretDirectory(t *testing.T) {
 		t.Fatal("a file without tokens was accepted")
 	}
 }
+
+// TestFrameRefusedAnswers: records too large for a spool frame mean the sender's batch is too
+// large (413, as for a body over the limit); anything else is the receiver's fault (500).
+func TestFrameRefusedAnswers(t *testing.T) {
+	for err, want := range map[error]int{
+		fmt.Errorf("%w: 3 records take 300 MiB", record.ErrFrameTooLarge): http.StatusRequestEntityTooLarge,
+		fmt.Errorf("frame: 1 keys for 2 records"):                         http.StatusInternalServerError,
+	} {
+		if a := frameRefused("kas-a", err); a.code != want || a.apiserver != "kas-a" || a.msg != err.Error() {
+			t.Errorf("%v: answered %+v, want %d", err, a, want)
+		}
+	}
+}

@@ -27,14 +27,29 @@ import (
 // reads them without decompressing the records.
 const frameVersion = 3
 
-// maxFrameRecords and maxDecodedBody bound what a corrupt frame can make a decoder allocate.
+// maxFrameRecords and MaxFrameBody bound what a corrupt frame can make a decoder allocate.
+// The records of a frame are allocated only once the header's keys, which the frame's own
+// length bounds, have agreed to their count.
+//
+// MaxFrameBody is the largest uncompressed body a frame may hold; AppendFrame refuses a larger
+// one (ErrFrameTooLarge), so every frame written can be read back. A batch's records hold each
+// event's raw JSON and the fields taken from it: 1.4-1.7 times the webhook body measured, about
+// four at worst (a field's string grows to three times its JSON when invalid UTF-8 becomes
+// U+FFFD), within the bound for any body the receiver accepts (config caps it at 64 MiB).
+// The decoder allocates the length a frame declares before it can know whether the rest is
+// sound, so a bound of 1 GiB let a corrupt frame of twenty bytes cost seconds.
 const (
 	maxFrameRecords = 1 << 20
-	maxDecodedBody  = 1 << 30
+	MaxFrameBody    = 256 << 20
 )
 
-// ErrBadFrame is returned (wrapped) when a spool frame cannot be decoded.
-var ErrBadFrame = errors.New("bad spool frame")
+var (
+	// ErrBadFrame is returned (wrapped) when a spool frame cannot be decoded.
+	ErrBadFrame = errors.New("bad spool frame")
+	// ErrFrameTooLarge is returned (wrapped) by AppendFrame for records whose body would
+	// exceed MaxFrameBody.
+	ErrFrameTooLarge = errors.New("records too large for one spool frame")
+)
 
 // Batch is the content of one frame: the records one apiserver sent in one webhook request
 // that were accepted (valid and not duplicates).
@@ -77,6 +92,9 @@ func (c *Codec) AppendFrame(dst []byte, apiserver string, receivedAt time.Time, 
 		body = appendRecord(body, &records[i])
 	}
 	defer func() { c.scratch.Put(body) }()
+	if len(body) > MaxFrameBody {
+		return dst, fmt.Errorf("%w: %d records take %d bytes, more than %d", ErrFrameTooLarge, len(records), len(body), MaxFrameBody)
+	}
 	dst = append(dst, frameVersion)
 	dst = binary.AppendUvarint(dst, uint64(len(apiserver)))
 	dst = append(dst, apiserver...)
@@ -153,7 +171,7 @@ func (c *Codec) decodeFrame(recs []Record, frame []byte, skipRaw bool) (Batch, e
 	}
 	// A frame holds at most one webhook body's worth of events; the bound only stops a
 	// corrupt length from exhausting memory.
-	if n, err := s2.DecodedLen(h.body); err != nil || n > maxDecodedBody {
+	if n, err := s2.DecodedLen(h.body); err != nil || n > MaxFrameBody {
 		return Batch{}, fmt.Errorf("%w: compressed body (%d bytes decoded, %v)", ErrBadFrame, n, err)
 	}
 	// The decompressed records are garbage once decoded (strings are copied out of them).
@@ -174,8 +192,8 @@ func (c *Codec) decodeFrame(recs []Record, frame []byte, skipRaw bool) (Batch, e
 // frame's header counted keys of them.
 func readRecords(r *reader, recs []Record, keys int) ([]Record, error) {
 	n, _ := r.count()
-	if n > maxFrameRecords {
-		return nil, fmt.Errorf("%w: %d records", ErrBadFrame, n)
+	if n != keys || n > maxFrameRecords {
+		return nil, fmt.Errorf("%w: %d records for %d keys", ErrBadFrame, n, keys)
 	}
 	recs = slices.Grow(recs[:0], n)[:n]
 	for i := range recs {
@@ -184,9 +202,6 @@ func readRecords(r *reader, recs []Record, keys int) ([]Record, error) {
 	}
 	if r.err != nil || len(r.b) != 0 {
 		return nil, fmt.Errorf("%w: decode records: %v (%d bytes left)", ErrBadFrame, r.err, len(r.b))
-	}
-	if len(recs) != keys {
-		return nil, fmt.Errorf("%w: %d records for %d keys", ErrBadFrame, len(recs), keys)
 	}
 	return recs, nil
 }
@@ -230,7 +245,7 @@ func (fr *FrameReader) Decode(frame []byte) (Batch, error) {
 		return Batch{}, err
 	}
 	fr.keys = h.Keys
-	if n, err := s2.DecodedLen(h.body); err != nil || n > maxDecodedBody {
+	if n, err := s2.DecodedLen(h.body); err != nil || n > MaxFrameBody {
 		return Batch{}, fmt.Errorf("%w: compressed body (%d bytes decoded, %v)", ErrBadFrame, n, err)
 	}
 	if cap(fr.body) > maxKeptBody {

@@ -2,6 +2,7 @@ package record
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"os"
@@ -149,6 +150,9 @@ func FuzzDecodeFrame(f *testing.F) {
 	f.Add(frame)
 	f.Add(frame[:20])
 	f.Add([]byte{1, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0x0f})
+	// Counts and lengths that once cost seconds to refuse (TestSmallCorruptFramesCostLittle).
+	f.Add(corruptFrame(append(binary.AppendUvarint(nil, 1<<20+1), make([]byte, 1<<10)...), 0))
+	f.Add(corruptFrame(binary.AppendUvarint(nil, 3), 2))
 	want, err := c.DecodeFrame(frame)
 	if err != nil {
 		f.Fatal(err)

@@ -1,15 +1,19 @@
 package record
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/klauspost/compress/s2"
 
 	"github.com/peertrail/peertrail/simulate"
 )
@@ -271,6 +275,71 @@ func TestFrameRoundTrip(t *testing.T) {
 	}
 	if _, err := c.AppendFrame(nil, "kas-a", received, recs, keys[:1]); err == nil {
 		t.Fatalf("AppendFrame accepted keys that do not match the records")
+	}
+}
+
+// corruptFrame is a frame of keys all-zero keys whose records, compressed, are body.
+func corruptFrame(body []byte, keys int) []byte {
+	f := binary.BigEndian.AppendUint64([]byte{frameVersion, 0}, 0)
+	f = binary.AppendUvarint(f, uint64(keys))
+	f = append(f, make([]byte, 16*keys)...)
+	return append(f, s2.Encode(nil, body)...)
+}
+
+// TestSmallCorruptFramesCostLittle: a frame of a few bytes cannot make a decoder allocate much,
+// whatever counts and lengths it declares. Both once cost the fuzzer's ten-second limit: a
+// count of a million records was allocated before it was checked against the header's keys,
+// and a declared body of 1 GiB was allocated before its first byte was decoded.
+func TestSmallCorruptFramesCostLittle(t *testing.T) {
+	million := binary.AppendUvarint(nil, 1<<20+1) // a million records, as reader.count reads it
+	million = append(million, make([]byte, 1<<20)...)
+	huge := binary.BigEndian.AppendUint64([]byte{frameVersion, 0}, 0)
+	huge = binary.AppendUvarint(append(huge, 0), MaxFrameBody+1) // an S2 block's decoded length
+	huge = append(huge, 0, 0, 0, 0)
+	c, err := NewCodec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fr := NewFrameReader()
+	for name, frame := range map[string][]byte{
+		"a million records for no key":           corruptFrame(million, 0),
+		"a million records for one key":          corruptFrame(million, 1),
+		"a body declared over the frame's limit": huge,
+	} {
+		for _, decode := range []func([]byte) (Batch, error){c.DecodeFrame, fr.Decode} {
+			var before, after runtime.MemStats
+			runtime.ReadMemStats(&before)
+			_, err := decode(frame)
+			runtime.ReadMemStats(&after)
+			if !errors.Is(err, ErrBadFrame) {
+				t.Errorf("%s (%d bytes): %v, want ErrBadFrame", name, len(frame), err)
+			}
+			// The million-record body itself, decompressed, is 1 MiB.
+			if n := after.TotalAlloc - before.TotalAlloc; n > 4<<20 {
+				t.Errorf("%s (%d bytes): decoding it allocated %d MiB", name, len(frame), n>>20)
+			}
+		}
+	}
+}
+
+// TestAppendFrameRefusesWhatCannotBeRead: records over MaxFrameBody are refused when encoded,
+// since the decoder would refuse them when read.
+func TestAppendFrameRefusesWhatCannotBeRead(t *testing.T) {
+	c, err := NewCodec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs := []Record{{AuditID: "a", Raw: make([]byte, MaxFrameBody)}}
+	if _, err := c.AppendFrame(nil, "kas-a", received, recs, []Key{recs[0].Key()}); !errors.Is(err, ErrFrameTooLarge) {
+		t.Fatalf("records of %d bytes: %v, want ErrFrameTooLarge", MaxFrameBody, err)
+	}
+	recs[0].Raw = make([]byte, MaxFrameBody-1<<10)
+	frame, err := c.AppendFrame(nil, "kas-a", received, recs, []Key{recs[0].Key()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, err := c.DecodeFrame(frame); err != nil || len(b.Records[0].Raw) != len(recs[0].Raw) {
+		t.Fatalf("the largest frame does not read back: %v", err)
 	}
 }
 
