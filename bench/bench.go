@@ -110,10 +110,17 @@ type Result struct {
 	EngineBulkPerSec     float64 `json:"engine_bulk_per_second"`
 	CeilingEvents        int     `json:"ceiling_events"`
 
-	AckP50ms float64        `json:"ack_p50_ms"`
-	AckP99ms float64        `json:"ack_p99_ms"`
-	AckMaxms float64        `json:"ack_max_ms"`
-	Codes    map[string]int `json:"codes"`
+	AckP50ms float64 `json:"ack_p50_ms"`
+	AckP99ms float64 `json:"ack_p99_ms"`
+	AckMaxms float64 `json:"ack_max_ms"`
+	// ServerAcks* are the server's own count of webhook answers and of those it took more than
+	// 5 and 10 ms over (its histogram, metrics.IngestAckDurationSeconds): the client's wait
+	// without the client's own share, which here is a load generator on the server's cores
+	// where real apiservers have machines of their own. Zero when /metrics did not answer.
+	ServerAcks         int            `json:"server_acks"`
+	ServerAcksOver5ms  int            `json:"server_acks_over_5ms"`
+	ServerAcksOver10ms int            `json:"server_acks_over_10ms"`
+	Codes              map[string]int `json:"codes"`
 	// Retries are the batches posted again when the server answered 429 or 5xx with
 	// Retry-After, as the apiserver's webhook client does (loadgen.Result.Retries).
 	Retries int `json:"retries"`
@@ -298,6 +305,10 @@ func (o Options) serveRun(ctx context.Context, t *Traffic, batches int, work str
 	res.EventsSent, res.EventsAcked, res.Codes, res.Retries = lr.EventsSent, lr.EventsAcked, lr.Codes, lr.Retries
 	res.AckP50ms, res.AckP99ms, res.AckMaxms = lr.LatencyP50ms, lr.LatencyP99ms, lr.LatencyMaxms
 	res.AcceptedPerSec = float64(lr.EventsAcked) / res.SendSeconds
+	ack := metrics.IngestAckDurationSeconds
+	if m := c.metrics(ctx, ack+"_count", ack+`_bucket{le="0.005"}`, ack+`_bucket{le="0.01"}`); m != nil {
+		res.ServerAcks, res.ServerAcksOver5ms, res.ServerAcksOver10ms = int(m[0]), int(m[0]-m[1]), int(m[0]-m[2])
+	}
 	if err := lr.Err(); err != nil {
 		return fmt.Errorf("bench: %w (answers %v)", err, lr.Codes)
 	}

@@ -229,6 +229,9 @@ func printBench(out io.Writer, rs []bench.Result) {
 	row("ack latency p50 / p99 / max", func(r bench.Result) string {
 		return fmt.Sprintf("%.1f / %.1f / %.0f ms", r.AckP50ms, r.AckP99ms, r.AckMaxms)
 	})
+	row("  the server's own: answers over 5 / over 10 ms", func(r bench.Result) string {
+		return fmt.Sprintf("%d / %d of %d", r.ServerAcksOver5ms, r.ServerAcksOver10ms, r.ServerAcks)
+	})
 	row("server CPU", func(r bench.Result) string {
 		return fmt.Sprintf("%.1f s (%.1f s per million events)", r.ServerCPUSeconds, r.CPUSecondsPerMillion)
 	})

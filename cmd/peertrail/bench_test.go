@@ -51,6 +51,14 @@ func benchRun(t *testing.T, dataDir string) {
 	if r.Forwarded == 0 || r.Classes["proxied"] != r.Forwarded {
 		t.Errorf("proxied chains %d, want every forwarded request's (%d): %v", r.Classes["proxied"], r.Forwarded, r.Classes)
 	}
+	answers := r.Retries
+	for _, n := range r.Codes {
+		answers += n
+	}
+	if r.ServerAcks != answers || r.ServerAcksOver10ms > r.ServerAcksOver5ms || r.ServerAcksOver5ms > r.ServerAcks {
+		t.Errorf("the server's ack histogram: %d answers, %d over 5 ms, %d over 10 ms; want %d answers (codes %v, retries %d), nested counts",
+			r.ServerAcks, r.ServerAcksOver5ms, r.ServerAcksOver10ms, answers, r.Codes, r.Retries)
+	}
 	sum := 0
 	for _, n := range r.Classes {
 		sum += n
