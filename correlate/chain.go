@@ -1,6 +1,7 @@
 package correlate
 
 import (
+	"slices"
 	"time"
 )
 
@@ -182,6 +183,36 @@ type Chain struct {
 	// start, or its silence) that a noise finding blames.
 	noiseOf    string
 	noiseSince time.Time
+}
+
+// Clone returns a copy of c with sides of its own (Entry, Peer and Others point to them), for
+// a Sink that keeps chains (the correlator reuses the sides of those it handed over). The
+// lists and maps are shared: nobody changes them.
+func (c *Chain) Clone() Chain {
+	out := *c
+	out.sides = make([]*Side, len(c.sides))
+	for i, s := range c.sides {
+		cp := *s
+		out.sides[i] = &cp
+	}
+	own := func(s *Side) *Side {
+		if s == nil {
+			return nil
+		}
+		if i := slices.Index(c.sides, s); i >= 0 {
+			return out.sides[i]
+		}
+		cp := *s
+		return &cp
+	}
+	out.Entry, out.Peer = own(c.Entry), own(c.Peer)
+	if c.Others != nil {
+		out.Others = make([]*Side, len(c.Others))
+		for i, s := range c.Others {
+			out.Others[i] = own(s)
+		}
+	}
+	return out
 }
 
 // HasFinding reports whether the chain has finding f.

@@ -14,7 +14,8 @@ import (
 // read what it has learned but must not change it, because it also classifies open chains for
 // display. Learn is called once for each chain that becomes final, after Classify, and teaches
 // the classifier from it (which apiserver serves what). Both are called from one goroutine at a
-// time; the chain belongs to the caller.
+// time; the chain belongs to the caller, and is valid only for the call (its memory serves the
+// next chain).
 type Classifier interface {
 	Classify(c *Chain)
 	Learn(c *Chain)

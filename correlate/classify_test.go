@@ -150,7 +150,9 @@ func (s *memSink) WriteChains(_ context.Context, cs []Chain) error {
 		s.fail--
 		return fmt.Errorf("store down")
 	}
-	s.chains = append(s.chains, cs...)
+	for i := range cs {
+		s.chains = append(s.chains, cs[i].Clone())
+	}
 	return nil
 }
 

@@ -53,6 +53,8 @@ const (
 	stageComplete
 	stagePanic
 	stageOther
+
+	stageAll = stageReceived | stageStarted | stageComplete | stagePanic | stageOther
 )
 
 func stageBit(s string) uint8 {

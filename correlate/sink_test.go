@@ -34,7 +34,9 @@ func (s *gateSink) WriteChains(ctx context.Context, cs []Chain) error {
 	case err := <-s.answer:
 		if err == nil {
 			s.mu.Lock()
-			s.chains = append(s.chains, cs...)
+			for i := range cs {
+				s.chains = append(s.chains, cs[i].Clone())
+			}
 			s.mu.Unlock()
 		}
 		return err
@@ -352,5 +354,20 @@ func TestChainsGoToTheSinkOnceASecond(t *testing.T) {
 	defer h.sink.mu.Unlock()
 	if len(h.sink.chains) != n {
 		t.Fatalf("after the spool went idle: %d chains in the sink, want %d", len(h.sink.chains), n)
+	}
+}
+
+// TestCloneOwnsItsSides: a sink that keeps a chain keeps its Clone, because the correlator
+// reuses the sides of the chains it handed over; the clone's roles point to its own sides.
+func TestCloneOwnsItsSides(t *testing.T) {
+	a, b, c := &Side{APIServer: "kas-a", Code: 200}, &Side{APIServer: "kas-b", Code: 200}, &Side{APIServer: "kas-c"}
+	ch := Chain{ID: "x", Entry: a, Peer: b, Others: []*Side{c}, sides: []*Side{a, b, c}}
+	cl := ch.Clone()
+	*a, *b, *c = Side{}, Side{}, Side{} // the correlator reusing them
+	if cl.Entry.APIServer != "kas-a" || cl.Peer.APIServer != "kas-b" || cl.Others[0].APIServer != "kas-c" {
+		t.Fatalf("the clone changed with the original's sides: %+v %+v %+v", cl.Entry, cl.Peer, cl.Others[0])
+	}
+	if cl.Entry != cl.sides[0] || cl.Peer != cl.sides[1] || cl.Others[0] != cl.sides[2] {
+		t.Fatal("the clone's roles do not point to its own sides")
 	}
 }

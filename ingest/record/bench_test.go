@@ -8,7 +8,8 @@ import (
 
 // BenchmarkDecodeFrame is a spool consumer decoding a frame of 400 synthetic events:
 // DecodeFrame, whose records own copies of everything (the baseline, and what the events
-// writer did before), against a FrameReader, whose records alias its memory.
+// writer did before), against a FrameReader, whose records alias its memory, and the
+// correlator's decoding (without Raw) with no interner and with one.
 //
 //	go test ./ingest/record -run '^$' -bench DecodeFrame -benchmem -count 3
 func BenchmarkDecodeFrame(b *testing.B) {
@@ -17,11 +18,23 @@ func BenchmarkDecodeFrame(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	var recs0, recs1 []Record
+	in := NewInterner()
 	decoders := map[string]func([]byte) (Batch, error){
 		"DecodeFrame": c.DecodeFrame,
 		"FrameReader": NewFrameReader().Decode,
+		"WithoutRaw": func(f []byte) (Batch, error) {
+			b, err := c.DecodeFrameWithoutRaw(recs0, f, nil)
+			recs0 = b.Records
+			return b, err
+		},
+		"WithoutRawInterned": func(f []byte) (Batch, error) {
+			b, err := c.DecodeFrameWithoutRaw(recs1, f, in)
+			recs1 = b.Records
+			return b, err
+		},
 	}
-	for _, name := range []string{"DecodeFrame", "FrameReader"} {
+	for _, name := range []string{"DecodeFrame", "FrameReader", "WithoutRaw", "WithoutRawInterned"} {
 		b.Run(name, func(b *testing.B) {
 			decode := decoders[name]
 			b.ReportAllocs()

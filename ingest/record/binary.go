@@ -137,6 +137,8 @@ type reader struct {
 	// fr, when set, is the memory strings, lists and maps are read into and alias (see
 	// FrameReader), rather than copies of their own.
 	fr *FrameReader
+	// in, when set, shares the values that recur from record to record (see Interner).
+	in *Interner
 }
 
 func (r *reader) uvarint() uint64 {
@@ -302,32 +304,32 @@ func (r *reader) int32() int32 {
 }
 
 func readRecord(r *reader, rec *Record) {
-	rec.APIServer = r.str()
+	rec.APIServer = r.sym()
 	rec.AuditID = r.str()
-	rec.Stage = r.str()
-	rec.Level = r.str()
-	rec.Verb = r.str()
+	rec.Stage = r.sym()
+	rec.Level = r.sym()
+	rec.Verb = r.sym()
 	rec.RequestURI = r.str()
-	rec.Group = r.str()
-	rec.Version = r.str()
-	rec.Resource = r.str()
-	rec.Subresource = r.str()
-	rec.Namespace = r.str()
+	rec.Group = r.sym()
+	rec.Version = r.sym()
+	rec.Resource = r.sym()
+	rec.Subresource = r.sym()
+	rec.Namespace = r.sym()
 	rec.Name = r.str()
-	rec.UserName = r.str()
-	rec.UserUID = r.str()
-	rec.UserGroups = r.strs()
-	rec.UserExtra = r.extra()
-	rec.ImpersonatedUser = r.str()
-	rec.ImpersonatedUID = r.str()
-	rec.ImpersonatedGroups = r.strs()
-	rec.ImpersonatedExtra = r.extra()
-	rec.ImpersonationConstraint = r.str()
-	rec.SourceIPs = r.strs()
-	rec.UserAgent = r.str()
+	rec.UserName = r.sym()
+	rec.UserUID = r.sym()
+	rec.UserGroups = r.sharedStrs()
+	rec.UserExtra = r.sharedExtra()
+	rec.ImpersonatedUser = r.sym()
+	rec.ImpersonatedUID = r.sym()
+	rec.ImpersonatedGroups = r.sharedStrs()
+	rec.ImpersonatedExtra = r.sharedExtra()
+	rec.ImpersonationConstraint = r.sym()
+	rec.SourceIPs = r.sharedStrs()
+	rec.UserAgent = r.sym()
 	rec.Code = r.int32()
-	rec.Status = r.str()
-	rec.Reason = r.str()
+	rec.Status = r.sym()
+	rec.Reason = r.sym()
 	rec.Message = r.str()
 	rec.RequestReceivedTimestamp = r.time()
 	rec.StageTimestamp = r.time()

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"time"
+	"unsafe"
 
 	"github.com/klauspost/compress/s2"
 
@@ -112,17 +113,14 @@ func (c *Codec) AppendFrame(dst []byte, apiserver string, receivedAt time.Time, 
 type FrameHeader struct {
 	APIServer  string
 	ReceivedAt time.Time
-	// Keys alias the frame's memory.
+	// Keys alias the frame's memory: they are valid as long as the frame is.
 	Keys []Key
 	// body is the compressed records.
 	body []byte
 }
 
 // ParseHeader reads a frame's header without touching its records.
-func ParseHeader(frame []byte) (FrameHeader, error) { return parseHeader(frame, nil) }
-
-// parseHeader is ParseHeader with the keys read into keys' memory, grown as needed.
-func parseHeader(frame []byte, keys []Key) (FrameHeader, error) {
+func ParseHeader(frame []byte) (FrameHeader, error) {
 	var h FrameHeader
 	if len(frame) == 0 || frame[0] != frameVersion {
 		return h, fmt.Errorf("%w: unknown version", ErrBadFrame)
@@ -145,26 +143,30 @@ func parseHeader(frame []byte, keys []Key) (FrameHeader, error) {
 		return h, fmt.Errorf("%w: key count", ErrBadFrame)
 	}
 	p = p[w:]
-	h.Keys = slices.Grow(keys[:0], int(n))[:n]
-	for i := range h.Keys {
-		copy(h.Keys[i][:], p[i*16:])
-	}
+	// A Key is 16 bytes with no alignment of its own: the frame's bytes are the keys. Every
+	// consumer reads a frame's keys while it holds the frame, and copying them was 6.4 KB a
+	// frame for each of the three.
+	h.Keys = unsafe.Slice((*Key)(unsafe.Pointer(unsafe.SliceData(p))), n)
 	h.body = p[n*16:]
 	return h, nil
 }
 
 // DecodeFrame decodes a whole frame. The returned batch does not alias frame.
-func (c *Codec) DecodeFrame(frame []byte) (Batch, error) { return c.decodeFrame(nil, frame, false) }
+func (c *Codec) DecodeFrame(frame []byte) (Batch, error) {
+	return c.decodeFrame(nil, frame, false, nil)
+}
 
 // DecodeFrameWithoutRaw decodes a frame but leaves every Record.Raw and Record.Annotations nil,
 // for consumers that look at neither (the correlator). The records are decoded into recs'
 // memory, grown as needed, so that a consumer that keeps none of them can pass the previous
-// batch's Records (nil allocates); their strings are always the batch's own.
-func (c *Codec) DecodeFrameWithoutRaw(recs []Record, frame []byte) (Batch, error) {
-	return c.decodeFrame(recs, frame, true)
+// batch's Records (nil allocates). Their strings, lists and maps never alias frame; with in
+// (nil for none), the ones that recur are shared with other records (see Interner), so none
+// may be changed.
+func (c *Codec) DecodeFrameWithoutRaw(recs []Record, frame []byte, in *Interner) (Batch, error) {
+	return c.decodeFrame(recs, frame, true, in)
 }
 
-func (c *Codec) decodeFrame(recs []Record, frame []byte, skipRaw bool) (Batch, error) {
+func (c *Codec) decodeFrame(recs []Record, frame []byte, skipRaw bool, in *Interner) (Batch, error) {
 	h, err := ParseHeader(frame)
 	if err != nil {
 		return Batch{}, err
@@ -181,7 +183,7 @@ func (c *Codec) decodeFrame(recs []Record, frame []byte, skipRaw bool) (Batch, e
 	if err != nil {
 		return Batch{}, fmt.Errorf("%w: decompress: %v", ErrBadFrame, err)
 	}
-	recs, err = readRecords(&reader{b: body, skipRaw: skipRaw}, recs, len(h.Keys))
+	recs, err = readRecords(&reader{b: body, skipRaw: skipRaw, in: in}, recs, len(h.Keys))
 	if err != nil {
 		return Batch{}, err
 	}
@@ -216,7 +218,6 @@ func readRecords(r *reader, recs []Record, keys int) ([]Record, error) {
 // they are valid until the next Decode, which overwrites them; whatever must outlive it must
 // be copied. Not safe for concurrent use.
 type FrameReader struct {
-	keys []Key
 	body []byte // the frame's records decompressed: every string and Raw points into it
 	recs []Record
 	strs []string // the string lists, one after another
@@ -240,11 +241,10 @@ func NewFrameReader() *FrameReader { return &FrameReader{} }
 
 // Decode decodes frame as Codec.DecodeFrame does, into the reader's memory (see FrameReader).
 func (fr *FrameReader) Decode(frame []byte) (Batch, error) {
-	h, err := parseHeader(frame, fr.keys)
+	h, err := ParseHeader(frame)
 	if err != nil {
 		return Batch{}, err
 	}
-	fr.keys = h.Keys
 	if n, err := s2.DecodedLen(h.body); err != nil || n > MaxFrameBody {
 		return Batch{}, fmt.Errorf("%w: compressed body (%d bytes decoded, %v)", ErrBadFrame, n, err)
 	}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -159,12 +160,27 @@ func FuzzDecodeFrame(f *testing.F) {
 	}
 	// One FrameReader for every input, so that each decodes into memory the inputs before it
 	// left behind, whatever they were.
-	fr := NewFrameReader()
+	// Likewise one Interner, so that each input's values meet what the inputs before it left.
+	fr, in := NewFrameReader(), NewInterner()
+	bare := func(b Batch) Batch {
+		b.Records = slices.Clone(b.Records)
+		for i := range b.Records {
+			b.Records[i].Raw, b.Records[i].Annotations = nil, nil
+		}
+		return b
+	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		batch, err := c.DecodeFrame(b)
 		got, frErr := fr.Decode(b)
 		if (err == nil) != (frErr == nil) {
 			t.Fatalf("DecodeFrame: %v; FrameReader: %v", err, frErr)
+		}
+		shared, inErr := c.DecodeFrameWithoutRaw(nil, b, in)
+		if (err == nil) != (inErr == nil) {
+			t.Fatalf("DecodeFrame: %v; with the interner: %v", err, inErr)
+		}
+		if err == nil && !reflect.DeepEqual(shared, bare(batch)) {
+			t.Fatalf("with the interner\n %+v\nDecodeFrame gives\n %+v", shared, batch)
 		}
 		if err != nil {
 			if !errors.Is(err, ErrBadFrame) || !errors.Is(frErr, ErrBadFrame) {
@@ -181,6 +197,9 @@ func FuzzDecodeFrame(f *testing.F) {
 		}
 		if got, err := fr.Decode(frame); err != nil || !reflect.DeepEqual(got, want) {
 			t.Fatalf("the real frame after this input: %v\n %+v", err, got)
+		}
+		if got, err := c.DecodeFrameWithoutRaw(nil, frame, in); err != nil || !reflect.DeepEqual(got, bare(want)) {
+			t.Fatalf("the real frame after this input, with the interner: %v\n %+v", err, got)
 		}
 	})
 }

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/klauspost/compress/s2"
 
@@ -380,6 +381,44 @@ func TestFastDecoderMatchesEncodingJSON(t *testing.T) {
 // large extra (past the maps the reader keeps) and nil against empty lists and maps are among
 // them. Then a frame decoded again allocates nothing but its apiserver's name.
 func TestFrameReaderDecodesAsDecodeFrame(t *testing.T) {
+	c, frames := testFrames(t)
+	fr := NewFrameReader()
+	records := 0
+	for round := range 2 {
+		for i, f := range frames {
+			want, err := c.DecodeFrame(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := fr.Decode(f)
+			if err != nil {
+				t.Fatalf("round %d, frame %d: %v", round, i, err)
+			}
+			if !reflect.DeepEqual(got, want) {
+				t.Fatalf("round %d, frame %d: FrameReader gives\n %+v\nDecodeFrame gives\n %+v", round, i, got, want)
+			}
+			records += len(got.Records)
+		}
+	}
+	if _, err := fr.Decode(frames[0][:len(frames[0])-3]); !errors.Is(err, ErrBadFrame) {
+		t.Fatalf("truncated frame: %v", err)
+	}
+	t.Logf("%d frames, %d records", 2*len(frames), records)
+
+	big := frames[len(frames)-3] // the 2000 synthetic events
+	if allocs := testing.AllocsPerRun(20, func() {
+		if _, err := fr.Decode(big); err != nil {
+			t.Fatal(err)
+		}
+	}); allocs > 1 {
+		t.Errorf("decoding a frame again allocates %.0f times; want 1 (the apiserver's name)", allocs)
+	}
+}
+
+// testFrames are frames of every body we have, real captures and synthetic batches (the
+// 2000 synthetic events third from the end), and odd records: many annotations, a large extra
+// (past the maps a FrameReader keeps), nil against empty lists and maps.
+func testFrames(t *testing.T) (*Codec, [][]byte) {
 	c, err := NewCodec()
 	if err != nil {
 		t.Fatal(err)
@@ -431,35 +470,82 @@ func TestFrameReaderDecodesAsDecodeFrame(t *testing.T) {
 		}
 		frames = append(frames, f)
 	}
-	fr := NewFrameReader()
-	records := 0
+	return c, frames
+}
+
+// TestInternerDecodesAsDecodeFrame decodes the frames of testFrames twice over with one
+// Interner, as the correlator does, and compares every record with DecodeFrame's (Raw and
+// Annotations aside, which DecodeFrameWithoutRaw leaves out): a shared value is never another
+// record's. Then the values that recur are shared, not copied: the second round's records
+// hold the first round's lists and maps, and a frame decoded again allocates a fraction of
+// what it does without the interner.
+func TestInternerDecodesAsDecodeFrame(t *testing.T) {
+	c, frames := testFrames(t)
+	in := NewInterner()
+	var first [][]Record
+	shared, values := 0, 0
 	for round := range 2 {
 		for i, f := range frames {
 			want, err := c.DecodeFrame(f)
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, err := fr.Decode(f)
+			for k := range want.Records {
+				want.Records[k].Raw, want.Records[k].Annotations = nil, nil
+			}
+			got, err := c.DecodeFrameWithoutRaw(nil, f, in)
 			if err != nil {
 				t.Fatalf("round %d, frame %d: %v", round, i, err)
 			}
 			if !reflect.DeepEqual(got, want) {
-				t.Fatalf("round %d, frame %d: FrameReader gives\n %+v\nDecodeFrame gives\n %+v", round, i, got, want)
+				t.Fatalf("round %d, frame %d: with the interner\n %+v\nDecodeFrame gives\n %+v", round, i, got, want)
 			}
-			records += len(got.Records)
+			if round == 0 {
+				first = append(first, got.Records)
+				continue
+			}
+			for k, r := range got.Records {
+				was := first[i][k]
+				for _, v := range []struct{ present, same bool }{
+					{len(r.UserGroups) > 0, unsafe.SliceData(r.UserGroups) == unsafe.SliceData(was.UserGroups)},
+					{len(r.SourceIPs) > 0, unsafe.SliceData(r.SourceIPs) == unsafe.SliceData(was.SourceIPs)},
+					{len(r.UserExtra) > 0, reflect.ValueOf(r.UserExtra).Pointer() == reflect.ValueOf(was.UserExtra).Pointer()},
+					{r.UserAgent != "", unsafe.StringData(r.UserAgent) == unsafe.StringData(was.UserAgent)},
+				} {
+					if v.present {
+						values++
+						if v.same {
+							shared++
+						}
+					}
+				}
+			}
 		}
 	}
-	if _, err := fr.Decode(frames[0][:len(frames[0])-3]); !errors.Is(err, ErrBadFrame) {
+	// Every value here recurs (the second round), but a value whose slot another holds is
+	// read afresh: 2,000 of the extras are one request's own, as the synthetic load makes them.
+	t.Logf("%d of %d groups, addresses, extras and agents read again were shared", shared, values)
+	if shared < values*7/10 {
+		t.Errorf("only %d of %d values read again were shared", shared, values)
+	}
+	if _, err := c.DecodeFrameWithoutRaw(nil, frames[0][:len(frames[0])-3], in); !errors.Is(err, ErrBadFrame) {
 		t.Fatalf("truncated frame: %v", err)
 	}
-	t.Logf("%d frames, %d records", 2*len(frames), records)
 
 	big := frames[len(frames)-3] // the 2000 synthetic events
-	if allocs := testing.AllocsPerRun(20, func() {
-		if _, err := fr.Decode(big); err != nil {
-			t.Fatal(err)
-		}
-	}); allocs > 1 {
-		t.Errorf("decoding a frame again allocates %.0f times; want 1 (the apiserver's name)", allocs)
+	var recs []Record
+	allocs := func(in *Interner) float64 {
+		return testing.AllocsPerRun(10, func() {
+			b, err := c.DecodeFrameWithoutRaw(recs, big, in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			recs = b.Records
+		})
+	}
+	fresh, interned := allocs(nil), allocs(in)
+	t.Logf("decoding %d records again: %.0f allocations fresh, %.0f with the interner", len(recs), fresh, interned)
+	if interned > fresh/2 {
+		t.Errorf("with the interner a frame allocates %.0f times, without %.0f: want at most half", interned, fresh)
 	}
 }
