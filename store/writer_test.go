@@ -292,6 +292,8 @@ func TestWriterOutageLosesNothing(t *testing.T) {
 
 	runUntilStored(t, sp, w, tr)
 	assertExactlyOnce(t, tr)
+	// Each failure keeps the frames of earlier calls while the call's own are copied again.
+	assertStoredAsSent(t, tr)
 	if got := counter(t, w, metrics.StoreInsertErrorsTotal, "events"); got != 4 {
 		t.Errorf("insert errors %v, want 4", got)
 	}
