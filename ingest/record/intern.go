@@ -84,11 +84,16 @@ func (r *reader) sym() string {
 	return s
 }
 
-// span returns the bytes the read by skip would consume, without consuming them; nil if they
-// are not there (the read itself then reports the error).
-func (r *reader) span(skip func(*reader)) []byte {
+// span returns the bytes a list (or with extra, a map of lists) would take to read, without
+// reading them; nil if they are not there (the read itself then reports the error). The calls
+// are direct, so that q stays on the stack.
+func (r *reader) span(extra bool) []byte {
 	q := reader{b: r.b}
-	skip(&q)
+	if extra {
+		skipExtra(&q)
+	} else {
+		skipStrs(&q)
+	}
 	if q.err != nil {
 		return nil
 	}
@@ -110,10 +115,10 @@ func skipExtra(r *reader) {
 	}
 }
 
-// lookup finds the encoding skip would consume in table: hit, or the slot to keep it in
+// lookup finds the encoding of the list (or map) at r in table: hit, or the slot to keep it in
 // (nil when it is not to be kept) once read.
-func lookup[V any](r *reader, table *[internSlots]interned[V], skip func(*reader)) (e *interned[V], enc []byte, hit bool) {
-	enc = r.span(skip)
+func lookup[V any](r *reader, table *[internSlots]interned[V], extra bool) (e *interned[V], enc []byte, hit bool) {
+	enc = r.span(extra)
 	if len(enc) == 0 || len(enc) > maxInterned {
 		return nil, nil, false
 	}
@@ -138,7 +143,7 @@ func (r *reader) sharedStrs() []string {
 	if r.in == nil {
 		return r.strs()
 	}
-	e, enc, hit := lookup(r, &r.in.lists, skipStrs)
+	e, enc, hit := lookup(r, &r.in.lists, false)
 	if hit {
 		return e.v
 	}
@@ -152,7 +157,7 @@ func (r *reader) sharedExtra() map[string][]string {
 	if r.in == nil {
 		return r.extra()
 	}
-	e, enc, hit := lookup(r, &r.in.maps, skipExtra)
+	e, enc, hit := lookup(r, &r.in.maps, true)
 	if hit {
 		return e.v
 	}
