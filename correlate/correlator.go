@@ -780,6 +780,13 @@ func (co *Correlator) flushBatchOf(ctx context.Context) (done bool, err error) {
 		return true, nil
 	}
 	batch, first := co.pending[:n:n], co.pendFirst
+	// whole is the pending chains' memory when the batch takes all of them: kept for the next
+	// whole, rather than just the batch's length of it, so that a second with a few more
+	// chains than the last does not grow a new slice (a sixth of what serve allocated).
+	var whole []Chain
+	if all := co.pending; len(all) == n {
+		whole = all[:0]
+	}
 	if co.pending = co.pending[n:]; len(co.pending) == 0 {
 		co.pending = nil
 	}
@@ -799,8 +806,14 @@ func (co *Correlator) flushBatchOf(ctx context.Context) (done bool, err error) {
 	co.mu.Lock()
 	defer co.mu.Unlock()
 	co.inflight = 0
-	if keep && cap(co.spare) < n {
-		co.spare = batch[:0]
+	if keep {
+		mem := batch[:0]
+		if whole != nil && cap(whole) <= maxSpareChains {
+			mem = whole[:0]
+		}
+		if cap(co.spare) < cap(mem) {
+			co.spare = mem
+		}
 	}
 	if room := maxFreeSides - len(co.freeSides); room > 0 {
 		co.freeSides = append(co.freeSides, sides[:min(room, len(sides))]...)
