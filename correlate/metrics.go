@@ -131,9 +131,9 @@ func newMemCollector(co *Correlator) memCollector {
 		slots: prometheus.NewDesc(metrics.CorrelateChainSlots,
 			"Chain slots allocated: the most chains held at once, rounded up to a page of 4096 (reused, not returned).", nil, nil),
 		interned: prometheus.NewDesc(metrics.CorrelateInternedValues,
-			"Distinct values (strings, identities, addresses, targets, verdicts) the chains in memory refer to.", []string{metrics.LabelTable}, nil),
+			"Distinct values (strings, identities, addresses, targets, verdicts) the chains in memory refer to; decoded: the values the frame decoder shares between records.", []string{metrics.LabelTable}, nil),
 		size: prometheus.NewDesc(metrics.CorrelateMemoryBytes,
-			"Estimated bytes the correlator holds for its chains: their slots (table chains) and each table of interned values.", []string{metrics.LabelTable}, nil),
+			"Estimated bytes the correlator holds for its chains: their slots (table chains), each table of interned values, and the frame decoder's shared values (decoded).", []string{metrics.LabelTable}, nil),
 	}
 }
 
@@ -148,6 +148,7 @@ func (c memCollector) Collect(ch chan<- prometheus.Metric) {
 	c.co.mu.Lock()
 	m := c.co.j.memory()
 	recent := c.co.j.nDone
+	decoded, decodedBytes := c.co.intern.Stats()
 	c.co.mu.Unlock()
 	ch <- prometheus.MustNewConstMetric(c.recent, prometheus.GaugeValue, float64(recent))
 	ch <- prometheus.MustNewConstMetric(c.slots, prometheus.GaugeValue, float64(m.slots))
@@ -156,6 +157,9 @@ func (c memCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.interned, prometheus.GaugeValue, float64(t.entries), t.name)
 		ch <- prometheus.MustNewConstMetric(c.size, prometheus.GaugeValue, float64(t.bytes), t.name)
 	}
+	// The frame decoder's shared values (record.Interner), bounded by its slots.
+	ch <- prometheus.MustNewConstMetric(c.interned, prometheus.GaugeValue, float64(decoded), "decoded")
+	ch <- prometheus.MustNewConstMetric(c.size, prometheus.GaugeValue, float64(decodedBytes), "decoded")
 }
 
 // count adds a final chain to the counters.

@@ -11,9 +11,10 @@ const (
 	// once, open and recent together, rounded up to a page. Slots are reused, not returned.
 	CorrelateChainSlots = "peertrail_correlate_chain_slots"
 	// CorrelateInternedValues is, by LabelTable (strings, identities, addresses, targets,
-	// verdicts), the distinct values the chains in memory refer to.
+	// verdicts), the distinct values the chains in memory refer to, and (decoded) the values
+	// the correlator's frame decoder shares between records.
 	CorrelateInternedValues = "peertrail_correlate_interned_values"
-	// CorrelateMemoryBytes is, by LabelTable (chains, and each table of interned values), an
-	// estimate of the bytes the correlator holds for its chains.
+	// CorrelateMemoryBytes is, by LabelTable (chains, each table of interned values, and
+	// decoded), an estimate of the bytes the correlator holds for its chains.
 	CorrelateMemoryBytes = "peertrail_correlate_memory_bytes"
 )

@@ -1,6 +1,9 @@
 package record
 
-import "hash/maphash"
+import (
+	"hash/maphash"
+	"unsafe"
+)
 
 // Interner gives a decoder one copy of each value that recurs from record to record (an
 // apiserver's name, a verb, a user and its groups and extra, a user agent, an address list),
@@ -15,7 +18,8 @@ import "hash/maphash"
 // cannot push out the ones that recur.
 //
 // The memory it holds is bounded: a fixed number of slots, each holding one value whose hash
-// fell in it. A value that meets a slot held by another costs only the allocation it would
+// fell in it, of at most maxInterned bytes encoded: 1.2 MB of slots and a few MB of values
+// for a control plane's traffic, tens of MB at most (Stats says how much). A value that meets a slot held by another costs only the allocation it would
 // have cost without an interner. A value once read replaces the one in its slot only if that
 // one was not asked for again since it came (else it is only marked so): a stream of values
 // that never recur (the synthetic load gives every request a token of its own) does not push
@@ -26,6 +30,10 @@ type Interner struct {
 	strs  [internSlots]interned[string]
 	lists [internSlots]interned[[]string]
 	maps  [internSlots]interned[map[string][]string]
+	// values and bytes are what the slots hold: how many values, and about how many bytes
+	// besides the slots themselves.
+	values int
+	bytes  int64
 }
 
 // internSlots is the number of slots of each kind: more than the recurring values of a
@@ -33,29 +41,60 @@ type Interner struct {
 // identities of its busiest clients) are expected to be.
 const internSlots = 1 << 13
 
-// maxInterned is the longest encoding kept: a longer value is decoded fresh each time.
-const maxInterned = 4 << 10
+// maxInterned is the longest encoding kept: a longer value is decoded fresh each time. A
+// service account's extra with its token, pod and node is under 400 bytes.
+const maxInterned = 512
 
 // interned is a decoded value with its encoding (a string is its own), to tell it from
 // another that hashes to the same slot, and whether it was asked for again since it came.
 type interned[V any] struct {
 	enc  string
 	v    V
+	cost int // bytes held besides the slot
 	used bool
 }
 
 // replace puts v, read from enc, in e, unless e's value was asked for since it came: then it
-// only loses that mark.
-func (e *interned[V]) replace(enc []byte, v V) {
+// only loses that mark. cost is v's bytes besides the slot (enc's are added).
+func replace[V any](in *Interner, e *interned[V], enc []byte, v V, cost int) {
 	if e.used {
 		e.used = false
 		return
 	}
-	*e = interned[V]{enc: string(enc), v: v}
+	if e.cost == 0 {
+		in.values++
+	}
+	cost += len(enc)
+	in.bytes += int64(cost - e.cost)
+	*e = interned[V]{enc: string(enc), v: v, cost: cost}
 }
 
 // NewInterner returns an empty Interner.
 func NewInterner() *Interner { return &Interner{seed: maphash.MakeSeed()} }
+
+// Stats returns how many values the interner holds and about how many bytes: the values and
+// the slots.
+func (in *Interner) Stats() (values int, bytes int64) {
+	return in.values, in.bytes + int64(unsafe.Sizeof(in.strs)+unsafe.Sizeof(in.lists)+unsafe.Sizeof(in.maps))
+}
+
+// listCost is about the bytes a decoded list holds: its array and its strings.
+func listCost(l []string) int {
+	n := 24 + 16*len(l)
+	for _, s := range l {
+		n += len(s)
+	}
+	return n
+}
+
+// mapCost is about the bytes a decoded extra holds: its map's entries, keys and lists.
+func mapCost(m map[string][]string) int {
+	n := 48
+	for k, l := range m {
+		n += 48 + len(k) + listCost(l)
+	}
+	return n
+}
 
 func (in *Interner) slot(p []byte) uint64 { return maphash.Bytes(in.seed, p) % internSlots }
 
@@ -77,10 +116,8 @@ func (r *reader) sym() string {
 		return e.v
 	}
 	s := string(p)
-	if !e.used {
-		e.v = s
-	}
-	e.used = false
+	// A string is its own encoding: the slot keeps s as v alone.
+	replace(r.in, e, nil, s, len(s))
 	return s
 }
 
@@ -131,10 +168,10 @@ func lookup[V any](r *reader, table *[internSlots]interned[V], extra bool) (e *i
 	return e, enc, false
 }
 
-// keep offers e v, just read from enc.
-func keep[V any](r *reader, e *interned[V], enc []byte, v V) {
+// keep offers e v, just read from enc; cost is v's bytes.
+func keep[V any](r *reader, e *interned[V], enc []byte, v V, cost func(V) int) {
 	if e != nil && r.err == nil {
-		e.replace(enc, v)
+		replace(r.in, e, enc, v, cost(v))
 	}
 }
 
@@ -148,7 +185,7 @@ func (r *reader) sharedStrs() []string {
 		return e.v
 	}
 	v := r.strs()
-	keep(r, e, enc, v)
+	keep(r, e, enc, v, listCost)
 	return v
 }
 
@@ -162,6 +199,6 @@ func (r *reader) sharedExtra() map[string][]string {
 		return e.v
 	}
 	v := r.extra()
-	keep(r, e, enc, v)
+	keep(r, e, enc, v, mapCost)
 	return v
 }

@@ -531,6 +531,13 @@ func TestInternerDecodesAsDecodeFrame(t *testing.T) {
 	if _, err := c.DecodeFrameWithoutRaw(nil, frames[0][:len(frames[0])-3], in); !errors.Is(err, ErrBadFrame) {
 		t.Fatalf("truncated frame: %v", err)
 	}
+	// What it holds is counted, and bounded by its slots and the longest value it keeps.
+	n, held := in.Stats()
+	slots := int64(unsafe.Sizeof(in.strs) + unsafe.Sizeof(in.lists) + unsafe.Sizeof(in.maps))
+	t.Logf("the interner holds %d values, %d bytes besides its %d bytes of slots", n, held-slots, slots)
+	if n == 0 || n > 3*internSlots || held <= slots || held > slots+3*internSlots*8*maxInterned {
+		t.Errorf("the interner reports %d values and %d bytes (slots %d)", n, held, slots)
+	}
 
 	big := frames[len(frames)-3] // the 2000 synthetic events
 	var recs []Record
