@@ -9,8 +9,8 @@
 // kernel (/proc: CPU seconds, peak RSS) and the engine (system.parts: bytes on disk). In the
 // same run, so that a busy machine moves both alike, it measures two ceilings on the same
 // batches: decoding alone (DecodeOnly, with peertrail's decoder and with encoding/json into the
-// Kubernetes audit types) and the engine's own bulk insert of the same rows
-// (EngineBulk), each with the server stopped.
+// Kubernetes audit types) and the engine's own bulk insert of the same rows, the events alone
+// and with the run's chains (EngineBulk), each with the server stopped.
 package bench
 
 import (
@@ -34,6 +34,7 @@ import (
 	"time"
 
 	"github.com/peertrail/peertrail/config"
+	"github.com/peertrail/peertrail/correlate"
 	"github.com/peertrail/peertrail/loadgen"
 	"github.com/peertrail/peertrail/metrics"
 	"github.com/peertrail/peertrail/server"
@@ -108,7 +109,10 @@ type Result struct {
 	DecodeOnlyPerSec     float64 `json:"decode_only_per_second"`
 	DecodeOnlyJSONPerSec float64 `json:"decode_only_json_per_second"`
 	EngineBulkPerSec     float64 `json:"engine_bulk_per_second"`
-	CeilingEvents        int     `json:"ceiling_events"`
+	// EngineStorePerSec is the engine's bulk insert of the same events with their share of
+	// the run's chains (see EngineBulk): what bounds the end-to-end rate.
+	EngineStorePerSec float64 `json:"engine_store_per_second"`
+	CeilingEvents     int     `json:"ceiling_events"`
 
 	AckP50ms float64 `json:"ack_p50_ms"`
 	AckP99ms float64 `json:"ack_p99_ms"`
@@ -150,8 +154,9 @@ func (r Result) AcceptedRatio() float64 { return ratio(r.AcceptedPerSec, r.Decod
 // Kubernetes audit types.
 func (r Result) AcceptedJSONRatio() float64 { return ratio(r.AcceptedPerSec, r.DecodeOnlyJSONPerSec) }
 
-// EndToEndRatio is the end-to-end rate over the engine's bulk insert.
-func (r Result) EndToEndRatio() float64 { return ratio(r.EndToEndPerSec, r.EngineBulkPerSec) }
+// EndToEndRatio is the end-to-end rate over the engine's bulk insert of the events and their
+// chains.
+func (r Result) EndToEndRatio() float64 { return ratio(r.EndToEndPerSec, r.EngineStorePerSec) }
 
 func ratio(a, b float64) float64 {
 	if b == 0 {
@@ -214,14 +219,18 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		return res, err
 	}
 
-	if err := o.serveRun(ctx, t, batches, work, &res); err != nil {
+	chains, err := o.serveRun(ctx, t, batches, work, &res)
+	if err != nil {
 		return res, err
 	}
 
-	fmt.Fprintf(o.Progress, "engine bulk insert ceiling: the same %d rows...\n", res.CeilingEvents)
-	if res.EngineBulkPerSec, _, err = EngineBulk(ctx, t, ceilBatches, filepath.Join(work, "bulk")); err != nil {
+	perEvent := ratio(float64(res.ChainsExpected), float64(batches*n*o.Batch))
+	fmt.Fprintf(o.Progress, "engine bulk insert ceiling: the same %d events, and %.0f of the run's chains...\n", res.CeilingEvents, perEvent*float64(res.CeilingEvents))
+	b, err := EngineBulk(ctx, t, ceilBatches, filepath.Join(work, "bulk"), chains, perEvent)
+	if err != nil {
 		return res, err
 	}
+	res.EngineBulkPerSec, res.EngineStorePerSec = b.EventsPerSec, b.StorePerSec
 	return res, nil
 }
 
@@ -237,11 +246,12 @@ type child struct {
 }
 
 // serveRun starts the server, loads it, waits for everything to be stored and final, takes its
-// measurements and stops it.
-func (o Options) serveRun(ctx context.Context, t *Traffic, batches int, work string, res *Result) error {
+// measurements and stops it. It returns some of the chains the run stored (maxSampleChains),
+// for the engine's ceiling.
+func (o Options) serveRun(ctx context.Context, t *Traffic, batches int, work string, res *Result) ([]*correlate.Chain, error) {
 	c, err := o.start(ctx, t, work)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer c.stop(o.Log)
 	res.ChainWindowSec = time.Duration(config.Defaults().Correlate.ChainWindow).Seconds()
@@ -250,18 +260,18 @@ func (o Options) serveRun(ctx context.Context, t *Traffic, batches int, work str
 	}
 	db, err := store.OpenServer(ctx, store.ServerOptions{DSN: c.sql, PasswordFile: filepath.Join(c.dataDir, server.SQLPasswordFileName)})
 	if err != nil {
-		return fmt.Errorf("bench: the server's SQL interface: %w", err)
+		return nil, fmt.Errorf("bench: the server's SQL interface: %w", err)
 	}
 	defer db.Close()
 	before, err := readProc(c.cmd.Process.Pid)
 	if err != nil {
-		return err
+		return nil, err
 	}
 
 	// A kept --data-dir holds earlier runs: count what this run adds to it.
 	base, err := storedBefore(ctx, db)
 	if err != nil {
-		return err
+		return nil, err
 	}
 
 	live := &loadgen.Live{}
@@ -280,7 +290,7 @@ func (o Options) serveRun(ctx context.Context, t *Traffic, batches int, work str
 	defer func() { stopProgress(); progressDone.Wait() }()
 	if o.ProfileDir != "" {
 		if err := os.MkdirAll(o.ProfileDir, 0o755); err != nil {
-			return fmt.Errorf("bench: profile directory: %w", err)
+			return nil, fmt.Errorf("bench: profile directory: %w", err)
 		}
 		progressDone.Go(func() {
 			secs := max(o.ProfileSeconds, 1)
@@ -295,7 +305,7 @@ func (o Options) serveRun(ctx context.Context, t *Traffic, batches int, work str
 		Batches: batches, Inflight: o.Inflight, Client: client, Bodies: t.Body, Live: live,
 		Token: func(name string) string { return c.tokens[name] }})
 	if err != nil {
-		return fmt.Errorf("bench: %w", err)
+		return nil, fmt.Errorf("bench: %w", err)
 	}
 	res.SendSeconds = time.Since(start).Seconds()
 	if p, err := readProc(c.cmd.Process.Pid); err == nil {
@@ -310,7 +320,7 @@ func (o Options) serveRun(ctx context.Context, t *Traffic, batches int, work str
 		res.ServerAcks, res.ServerAcksOver5ms, res.ServerAcksOver10ms = int(m[0]), int(m[0]-m[1]), int(m[0]-m[2])
 	}
 	if err := lr.Err(); err != nil {
-		return fmt.Errorf("bench: %w (answers %v)", err, lr.Codes)
+		return nil, fmt.Errorf("bench: %w (answers %v)", err, lr.Codes)
 	}
 	if o.ProfileDir != "" {
 		if err := c.profile(ctx, "/debug/pprof/heap", filepath.Join(o.ProfileDir, "heap-acked.pprof"), time.Minute); err != nil {
@@ -320,7 +330,7 @@ func (o Options) serveRun(ctx context.Context, t *Traffic, batches int, work str
 
 	// Wait: every acknowledged event in events, then every request's chain final in chains.
 	if err := waitFor(ctx, c, o.Stall, countEvents, res.EventsAcked, &stored); err != nil {
-		return fmt.Errorf("bench: waiting for the events to be stored: %w", err)
+		return nil, fmt.Errorf("bench: waiting for the events to be stored: %w", err)
 	}
 	res.StoredSeconds = time.Since(start).Seconds()
 	res.EventsStored = int(stored.Load())
@@ -329,7 +339,7 @@ func (o Options) serveRun(ctx context.Context, t *Traffic, batches int, work str
 		return n - base.final, err
 	}
 	if err := waitFor(ctx, c, o.Stall+time.Duration(res.ChainWindowSec*float64(time.Second)), countFinal, res.ChainsExpected, &final); err != nil {
-		return fmt.Errorf("bench: waiting for the chains to be final: %w", err)
+		return nil, fmt.Errorf("bench: waiting for the chains to be final: %w", err)
 	}
 	res.FinalSeconds = time.Since(start).Seconds()
 	res.ChainsFinal = int(final.Load())
@@ -338,7 +348,7 @@ func (o Options) serveRun(ctx context.Context, t *Traffic, batches int, work str
 
 	after, err := readProc(c.cmd.Process.Pid)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	res.ServerCPUSeconds = after.cpuSeconds - before.cpuSeconds
 	res.CPUSecondsPerMillion = res.ServerCPUSeconds / float64(res.EventsStored) * 1e6
@@ -350,12 +360,31 @@ func (o Options) serveRun(ctx context.Context, t *Traffic, batches int, work str
 		}
 	}
 	if err := o.onDisk(ctx, db, base.classes, res); err != nil {
-		return err
+		return nil, err
 	}
 	stopProgress()
 	progressDone.Wait()
 	fmt.Fprintf(o.Progress, "stored: %d events in %.1fs, %d chains final in %.1fs\n", res.EventsStored, res.StoredSeconds, res.ChainsFinal, res.FinalSeconds)
-	return nil
+	return sampleChains(ctx, db)
+}
+
+// maxSampleChains bounds the chains read back for the engine's ceiling, which inserts them in
+// turn: one correlator flush (correlate's defaultFlushBatch), a few tens of MB.
+const maxSampleChains = 50_000
+
+// sampleChains reads final chains back from the store, as the chain read path does.
+func sampleChains(ctx context.Context, db store.Store) ([]*correlate.Chain, error) {
+	r, err := db.Query(ctx, "SELECT * FROM "+store.ChainsTable+" WHERE state = 'final' LIMIT "+strconv.Itoa(maxSampleChains), nil)
+	if err != nil {
+		return nil, fmt.Errorf("bench: read back chains for the engine's ceiling: %w", err)
+	}
+	chains := make([]*correlate.Chain, len(r.Rows))
+	for i := range r.Rows {
+		if chains[i], err = store.ChainFromRow(r, i); err != nil {
+			return nil, fmt.Errorf("bench: read back chains for the engine's ceiling: %w", err)
+		}
+	}
+	return chains, nil
 }
 
 const (

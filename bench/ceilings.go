@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/peertrail/peertrail/correlate"
 	"github.com/peertrail/peertrail/ingest/record"
 	"github.com/peertrail/peertrail/loadgen"
 	"github.com/peertrail/peertrail/store"
@@ -104,31 +105,46 @@ func readAll(b []byte, r io.Reader) ([]byte, error) {
 // store's BenchmarkInsert engine_bulk_rowbinary.
 const bulkChunk = 250
 
+// Bulk is what EngineBulk measured.
+type Bulk struct {
+	// EventsPerSec is the events' inserts alone: events/s.
+	EventsPerSec float64
+	// StorePerSec counts the chains' inserts too: events/s over the time of both. It bounds
+	// what the whole process can store end to end, merges and everything before the engine
+	// left out.
+	StorePerSec    float64
+	Events, Chains int
+}
+
 // EngineBulk is the store's ceiling: the embedded engine, opened in this process on dataDir
 // (the server must not run meanwhile: both would share the two cores), inserts the same
 // rows the run sent (the batches decoded by ingest/record, turned into rows by the store's own
 // EventRow and encoded as RowBinary beforehand) into peertrail.events, materialized views
-// included, in streaming inserts of 100,000 rows. Only the inserts are timed. It returns
-// events/s and the rows inserted.
-func EngineBulk(ctx context.Context, t *Traffic, batches int, dataDir string) (float64, int, error) {
+// included, in streaming inserts of 100,000 rows; after each, chainsPerEvent times as many
+// chains into peertrail.chains, views included, taken in turn from chains (rows of the run's
+// own chains table: what the correlator wrote for these requests, in number and shape). Only
+// the inserts are timed.
+func EngineBulk(ctx context.Context, t *Traffic, batches int, dataDir string, chains []*correlate.Chain, chainsPerEvent float64) (Bulk, error) {
+	var res Bulk
 	s, err := store.OpenEmbedded(ctx, store.EmbeddedOptions{DataDir: dataDir})
 	if err != nil {
-		return 0, 0, fmt.Errorf("engine bulk ceiling: %w", err)
+		return res, fmt.Errorf("engine bulk ceiling: %w", err)
 	}
 	defer s.Close()
 	if err := store.Migrate(ctx, s, store.SchemaOptions{}, nil); err != nil {
-		return 0, 0, fmt.Errorf("engine bulk ceiling: migrate: %w", err)
+		return res, fmt.Errorf("engine bulk ceiling: migrate: %w", err)
 	}
 	bodies := make([]loadgen.Body, len(t.APIServers))
 	for si := range bodies {
 		if bodies[si], err = t.Body(si); err != nil {
-			return 0, 0, err
+			return res, err
 		}
 	}
 	var (
-		elapsed time.Duration
-		rows    int
-		body    []byte
+		events, withChains time.Duration
+		body               []byte
+		nextChain          int
+		owed               float64 // chains due to the events inserted so far, not yet inserted
 	)
 	for from := 0; from < batches; from += bulkChunk / len(bodies) {
 		to := min(batches, from+max(1, bulkChunk/len(bodies)))
@@ -139,7 +155,7 @@ func EngineBulk(ctx context.Context, t *Traffic, batches int, dataDir string) (f
 				// Decode copies what the records keep, so the body's memory is reused.
 				recs, _, err := record.Decode(body, t.APIServers[si], time.Now())
 				if err != nil {
-					return 0, 0, fmt.Errorf("engine bulk ceiling: decode: %w", err)
+					return res, fmt.Errorf("engine bulk ceiling: decode: %w", err)
 				}
 				for j := range recs {
 					all = append(all, store.EventRow(&recs[j]))
@@ -148,20 +164,42 @@ func EngineBulk(ctx context.Context, t *Traffic, batches int, dataDir string) (f
 		}
 		data, err := store.EncodeRowBinary(store.EventColumns, all)
 		if err != nil {
-			return 0, 0, fmt.Errorf("engine bulk ceiling: encode: %w", err)
+			return res, fmt.Errorf("engine bulk ceiling: encode: %w", err)
+		}
+		var chainData []byte
+		if len(chains) > 0 {
+			owed += float64(len(all)) * chainsPerEvent
+			rows := make([][]any, 0, int(owed))
+			for ; owed >= 1; owed-- {
+				rows = append(rows, store.ChainRow(chains[nextChain%len(chains)]))
+				nextChain++
+			}
+			if chainData, err = store.EncodeRowBinary(store.ChainColumns, rows); err != nil {
+				return res, fmt.Errorf("engine bulk ceiling: encode chains: %w", err)
+			}
+			res.Chains += len(rows)
 		}
 		t0 := time.Now()
 		if err := s.InsertRowBinary(ctx, store.EventsTable, store.EventColumns, data); err != nil {
-			return 0, 0, fmt.Errorf("engine bulk ceiling: insert: %w", err)
+			return res, fmt.Errorf("engine bulk ceiling: insert: %w", err)
 		}
-		elapsed += time.Since(t0)
-		rows += len(all)
+		events += time.Since(t0)
+		if len(chainData) > 0 {
+			if err := s.InsertRowBinary(ctx, store.ChainsTable, store.ChainColumns, chainData); err != nil {
+				return res, fmt.Errorf("engine bulk ceiling: insert chains: %w", err)
+			}
+		}
+		withChains += time.Since(t0)
+		res.Events += len(all)
 		if err := ctx.Err(); err != nil {
-			return 0, 0, err
+			return res, err
 		}
 	}
-	if elapsed <= 0 {
-		return 0, rows, nil
+	if events > 0 {
+		res.EventsPerSec = float64(res.Events) / events.Seconds()
 	}
-	return float64(rows) / elapsed.Seconds(), rows, nil
+	if withChains > 0 && res.Chains > 0 {
+		res.StorePerSec = float64(res.Events) / withChains.Seconds()
+	}
+	return res, nil
 }
