@@ -19,12 +19,12 @@ import (
 //
 // The memory it holds is bounded: a fixed number of slots, each holding one value whose hash
 // fell in it, of at most maxInterned bytes encoded: 1.2 MB of slots and a few MB of values
-// for a control plane's traffic, tens of MB at most (Stats says how much). A value that meets a slot held by another costs only the allocation it would
-// have cost without an interner. A value once read replaces the one in its slot only if that
-// one was not asked for again since it came (else it is only marked so): a stream of values
-// that never recur (the synthetic load gives every request a token of its own) does not push
-// out the ones that do. Not safe for concurrent use; the zero value is not usable
-// (NewInterner).
+// for a control plane's traffic, tens of MB at most (Stats says how much). A value that meets
+// a slot held by another costs only the allocation it would have cost without an interner. A
+// value once read replaces the one in its slot only if that one was not asked for again since
+// it came (else it is only marked so): a stream of values that never recur (the synthetic
+// load gives every request a token of its own) does not push out the ones that do. Not safe
+// for concurrent use; the zero value is not usable (NewInterner).
 type Interner struct {
 	seed  maphash.Seed
 	strs  [internSlots]interned[string]
