@@ -76,6 +76,10 @@ func benchRun(t *testing.T, dataDir string) {
 			t.Errorf("%s: %v, want a measurement", name, v)
 		}
 	}
+	// The same events' inserts are timed within the chains' (EngineBulk): never faster.
+	if r.EngineStorePerSec > r.EngineBulkPerSec {
+		t.Errorf("engine ceiling with the chains %.0f ev/s, over the events alone (%.0f)", r.EngineStorePerSec, r.EngineBulkPerSec)
+	}
 	if !bytes.Contains(stderr.Bytes(), []byte(" acked ")) {
 		t.Errorf("no progress line on stderr:\n%s", stderr.String())
 	}
