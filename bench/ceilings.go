@@ -109,9 +109,9 @@ const bulkChunk = 250
 type Bulk struct {
 	// EventsPerSec is the events' inserts alone: events/s.
 	EventsPerSec float64
-	// StorePerSec counts the chains' inserts too: events/s over the time of both. It bounds
-	// what the whole process can store end to end, merges and everything before the engine
-	// left out.
+	// StorePerSec counts the chains' inserts too: events/s over the time of both. The whole
+	// process cannot store faster end to end: this leaves out the merges the inserts cause
+	// and all the work before the engine.
 	StorePerSec    float64
 	Events, Chains int
 }
