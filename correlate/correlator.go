@@ -379,7 +379,9 @@ func (co *Correlator) joinLocked(ctx context.Context, entries []spool.Entry) {
 				co.finishLocked(ctx, ev)
 			}
 		}
-		co.recs = b.Records
+		if b.Records != nil { // nil for a frame of none: the memory stays for the next
+			co.recs = b.Records
+		}
 		co.m.records.Add(float64(len(b.Records)))
 		co.lastEnd = e.End
 	}

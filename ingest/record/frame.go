@@ -191,7 +191,8 @@ func (c *Codec) decodeFrame(recs []Record, frame []byte, skipRaw bool, in *Inter
 }
 
 // readRecords reads a frame's decompressed records into recs' memory, grown as needed; the
-// frame's header counted keys of them.
+// frame's header counted keys of them. A frame of no records reads as nil, whatever memory was
+// passed, so that every decoder gives the same Batch for it.
 func readRecords(r *reader, recs []Record, keys int) ([]Record, error) {
 	n, _ := r.count()
 	if n != keys || n > maxFrameRecords {
@@ -204,6 +205,9 @@ func readRecords(r *reader, recs []Record, keys int) ([]Record, error) {
 	}
 	if r.err != nil || len(r.b) != 0 {
 		return nil, fmt.Errorf("%w: decode records: %v (%d bytes left)", ErrBadFrame, r.err, len(r.b))
+	}
+	if n == 0 {
+		return nil, nil
 	}
 	return recs, nil
 }
@@ -261,7 +265,9 @@ func (fr *FrameReader) Decode(frame []byte) (Batch, error) {
 	if err != nil {
 		return Batch{}, err
 	}
-	fr.recs = recs
+	if recs != nil {
+		fr.recs = recs
+	}
 	return Batch{APIServer: h.APIServer, ReceivedAt: h.ReceivedAt, Records: recs}, nil
 }
 
