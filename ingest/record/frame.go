@@ -265,9 +265,7 @@ func (fr *FrameReader) Decode(frame []byte) (Batch, error) {
 	if err != nil {
 		return Batch{}, err
 	}
-	if recs != nil {
-		fr.recs = recs
-	}
+	fr.recs = recs
 	return Batch{APIServer: h.APIServer, ReceivedAt: h.ReceivedAt, Records: recs}, nil
 }
 
