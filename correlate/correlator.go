@@ -379,9 +379,7 @@ func (co *Correlator) joinLocked(ctx context.Context, entries []spool.Entry) {
 				co.finishLocked(ctx, ev)
 			}
 		}
-		if b.Records != nil { // nil for a frame of none: the memory stays for the next
-			co.recs = b.Records
-		}
+		co.recs = b.Records
 		co.m.records.Add(float64(len(b.Records)))
 		co.lastEnd = e.End
 	}
@@ -840,10 +838,11 @@ const maxFreeSides = 16_384
 // whose memory is reused. It runs without co.mu: only the flush that holds the chains sees them.
 func (co *Correlator) takeSides(chains []Chain) []*Side {
 	out := co.sidesOut[:0]
+all:
 	for i := range chains {
 		for _, s := range chains[i].sides {
 			if len(out) == maxFreeSides {
-				break
+				break all
 			}
 			*s = Side{}
 			out = append(out, s)
