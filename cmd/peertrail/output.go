@@ -8,6 +8,8 @@ import (
 
 	"github.com/spf13/cobra"
 	"sigs.k8s.io/yaml"
+
+	"github.com/peertrail/peertrail/internal/termsafe"
 )
 
 // addOutputFlag gives a command that prints data kubectl's -o/--output: table (the default),
@@ -25,10 +27,13 @@ func checkOutput(cmd *cobra.Command, format string) error {
 	return usageError(cmd, "-o %q: want table, json or yaml", format)
 }
 
-// printer writes aligned "name: value" rows.
+// printer writes aligned "name: value" rows, escaped for a terminal (the tab and newline
+// are the table's own).
 type printer struct{ tw *tabwriter.Writer }
 
-func (p *printer) row(name string, value any) { fmt.Fprintf(p.tw, "%s:\t%v\n", name, value) }
+func (p *printer) row(name string, value any) {
+	fmt.Fprintf(p.tw, "%s:\t%s\n", termsafe.String(name), termsafe.String(fmt.Sprint(value)))
+}
 
 // printData prints v as JSON or YAML, or as the rows table writes.
 func printData(cmd *cobra.Command, format string, v any, table func(p *printer)) error {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/peertrail/peertrail/internal/termsafe"
 	"github.com/peertrail/peertrail/store"
 )
 
@@ -95,7 +96,8 @@ parameters, given with --param), e.g. all records of one auditID. Like sql, it a
 					fmt.Fprintf(out, "\n== %s (%s)\n%s\n\n", q.Title, q.Name, wrap(q.Description, 100))
 				}
 				if err != nil {
-					fmt.Fprintf(cmd.ErrOrStderr(), "%s: %v\n", q.Name, err)
+					// The engine's message may quote the stored values it failed on.
+					fmt.Fprintf(cmd.ErrOrStderr(), "%s: %s\n", q.Name, termsafe.String(err.Error()))
 					failed = append(failed, q.Name)
 					continue
 				}

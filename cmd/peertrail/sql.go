@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/peertrail/peertrail/config"
+	"github.com/peertrail/peertrail/internal/termsafe"
 	"github.com/peertrail/peertrail/server"
 	"github.com/peertrail/peertrail/store"
 )
@@ -225,7 +226,9 @@ store/COLUMNS.md). Read chains with FINAL. Placeholders {name:Type} take their v
 	return cmd
 }
 
-// render prints a result in one of the output formats.
+// render prints a result in one of the output formats. table, tsv and csv are for reading
+// and escape what a terminal could act on (the values are what clients chose: names, paths,
+// user agents, auditIDs); json and yaml escape controls themselves and stay exact.
 func render(w io.Writer, r *store.Result, format string) error {
 	switch format {
 	case "table":
@@ -236,7 +239,7 @@ func render(w io.Writer, r *store.Result, format string) error {
 			if i > 0 {
 				b.WriteByte('\t')
 			}
-			b.WriteString(store.EscapeTSV(c.Name))
+			b.WriteString(termsafe.String(store.EscapeTSV(c.Name)))
 		}
 		b.WriteByte('\n')
 		for _, row := range r.Rows {
@@ -245,7 +248,9 @@ func render(w io.Writer, r *store.Result, format string) error {
 					b.WriteByte('\t')
 				}
 				if v != store.Null {
-					v = store.EscapeTSV(v)
+					// After EscapeTSV, so that a \x1b written here came from an ESC and not
+					// from a backslash (those are doubled), and a TabSeparated reader restores it.
+					v = termsafe.String(store.EscapeTSV(v))
 				}
 				b.WriteString(v)
 			}
@@ -257,11 +262,15 @@ func render(w io.Writer, r *store.Result, format string) error {
 		cw := csv.NewWriter(w)
 		names := make([]string, len(r.Columns))
 		for i, c := range r.Columns {
-			names[i] = c.Name
+			names[i] = termsafe.String(c.Name)
 		}
 		cw.Write(names)
+		safe := make([]string, len(r.Columns))
 		for _, row := range r.Rows {
-			cw.Write(row)
+			for i, v := range row {
+				safe[i] = termsafe.String(v)
+			}
+			cw.Write(safe[:len(row)])
 		}
 		cw.Flush()
 		return cw.Error()
@@ -395,12 +404,12 @@ func renderTable(w io.Writer, r *store.Result) error {
 	cells := make([][]string, len(r.Rows)+1)
 	cells[0] = make([]string, len(r.Columns))
 	for i, c := range r.Columns {
-		cells[0][i] = c.Name
+		cells[0][i] = termsafe.String(c.Name)
 	}
 	for i, row := range r.Rows {
 		cells[i+1] = make([]string, len(row))
 		for j, v := range row {
-			v = strings.NewReplacer("\n", `\n`, "\t", `\t`).Replace(v)
+			v = termsafe.String(v)
 			if j < len(row)-1 && utf8.RuneCountInString(v) > maxCell {
 				v = string([]rune(v)[:maxCell-1]) + "…"
 			}

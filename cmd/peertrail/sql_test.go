@@ -4,12 +4,15 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/peertrail/peertrail/store"
 	"github.com/peertrail/peertrail/store/chdb"
@@ -184,4 +187,76 @@ func TestRenderTablePrintsTheLastColumnWhole(t *testing.T) {
 	if strings.Contains(b.String(), uri) || !strings.Contains(b.String(), "…") {
 		t.Errorf("a long middle cell is not cut:\n%s", b.String())
 	}
+}
+
+// Values a client chose (a name with ESC, a user agent with C1 CSI and a bidi override, bytes
+// that are not UTF-8) reach the terminal escaped in table, tsv and csv, and exact in json.
+func TestRenderEscapesForTheTerminal(t *testing.T) {
+	hostile := []string{
+		"cm\x1b]0;owned\x07\x1b[2J",
+		"kubectl/v1.36 \u009b31m\u202etxt.exe\u2066",
+		`back\slash` + "\ttab\nnewline\r\x7f",
+		"bad\xffutf8",
+	}
+	r := &store.Result{Columns: []store.Column{{Name: "name\x1b[1m", Type: "String"}, {Name: "n", Type: "UInt8"}}}
+	for _, v := range hostile {
+		r.Rows = append(r.Rows, []string{v, "1"})
+	}
+	for _, format := range []string{"table", "tsv", "csv"} {
+		var b bytes.Buffer
+		if err := render(&b, r, format); err != nil {
+			t.Fatal(err)
+		}
+		out := b.String()
+		if bad := unsafeForTerminal(out); bad != "" {
+			t.Errorf("-o %s prints %s:\n%q", format, bad, out)
+		}
+		if !strings.Contains(out, `\x1b]0;owned\x07`) || !strings.Contains(out, `\u202e`) {
+			t.Errorf("-o %s does not show the escapes:\n%s", format, out)
+		}
+		if format == "tsv" {
+			// Each field reads back as it was stored (TabSeparated escaping, then the terminal's).
+			lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+			if len(lines) != len(hostile)+1 {
+				t.Fatalf("tsv has %d lines for %d rows:\n%s", len(lines), len(hostile), out)
+			}
+			for i, line := range lines[1:] {
+				fields := strings.Split(line, "\t")
+				got, err := strconv.Unquote(`"` + fields[0] + `"`)
+				if len(fields) != 2 || err != nil || got != hostile[i] {
+					t.Errorf("tsv row %d: %q reads back as %q (%v), want %q", i, line, got, err, hostile[i])
+				}
+			}
+		}
+	}
+	var b bytes.Buffer
+	if err := render(&b, r, "json"); err != nil {
+		t.Fatal(err)
+	}
+	dec := json.NewDecoder(&b)
+	for i, v := range hostile {
+		var row map[string]any
+		if err := dec.Decode(&row); err != nil {
+			t.Fatal(err)
+		}
+		if want := strings.ToValidUTF8(v, "\ufffd"); row["name\x1b[1m"] != want {
+			t.Errorf("json row %d: %q, want %q exactly", i, row["name\x1b[1m"], want)
+		}
+	}
+}
+
+// unsafeForTerminal names the first thing in out that a terminal could act on, other than the
+// tab and newline that separate fields and rows.
+func unsafeForTerminal(out string) string {
+	for i, r := range out {
+		switch {
+		case r == utf8.RuneError && !strings.HasPrefix(out[i:], "\ufffd"):
+			return fmt.Sprintf("a byte that is not UTF-8 at %d", i)
+		case r == '\t' || r == '\n':
+		case r < 0x20 || (r >= 0x7f && r <= 0x9f) || r == 0x061c || r == 0x200e || r == 0x200f ||
+			(r >= 0x202a && r <= 0x202e) || (r >= 0x2066 && r <= 0x2069):
+			return fmt.Sprintf("U+%04X at %d", r, i)
+		}
+	}
+	return ""
 }
