@@ -49,6 +49,10 @@ type Options struct {
 	RequireAuth bool
 	// MaxBodyBytes bounds a body, both as received and after gzip decoding.
 	MaxBodyBytes int64
+	// MaxBatchItems bounds the items of one EventList: a longer one is refused 413 before any
+	// item is decoded (body limits count bytes, and a tiny item costs far more decoded than
+	// sent). 0: record.DefaultMaxItems.
+	MaxBatchItems int
 	// MaxInflight bounds the batches processed (decoded, deduplicated, spooled) at once; a
 	// slot is taken only once a body is read, so slow senders cannot hold one. Beyond it, 503.
 	MaxInflight int
@@ -57,7 +61,8 @@ type Options struct {
 	// 503 to that sender only. 0: MaxInflight / len(APIServers) + 1.
 	MaxInflightPerSender int
 	// MaxReadingBytes bounds the memory of the bodies being read and processed, all senders
-	// together (decoded size); a body that would take more is refused 503. 0: 8 x MaxBodyBytes.
+	// together (decoded size, and decodedItemBytes for each item of a batch being decoded); a
+	// body that would take more is refused 503. 0: 8 x MaxBodyBytes.
 	MaxReadingBytes int64
 	// ReadTimeout bounds reading one request body.
 	ReadTimeout time.Duration
@@ -132,11 +137,15 @@ func NewReceiver(opts Options, sp *spool.Spool, ix *dedup.Index, codec *record.C
 	if opts.MaxInflightPerSender <= 0 {
 		opts.MaxInflightPerSender = min(opts.MaxInflight/max(len(opts.APIServers), 1)+1, opts.MaxInflight)
 	}
+	if opts.MaxBatchItems <= 0 {
+		opts.MaxBatchItems = record.DefaultMaxItems
+	}
 	if opts.MaxReadingBytes <= 0 {
 		opts.MaxReadingBytes = 8 * opts.MaxBodyBytes
 	}
-	// One body of the largest size must always fit, or it could never be accepted.
-	opts.MaxReadingBytes = max(opts.MaxReadingBytes, opts.MaxBodyBytes+1)
+	// One body of the largest size, with the most items, must always fit, or it could never
+	// be accepted.
+	opts.MaxReadingBytes = max(opts.MaxReadingBytes, opts.MaxBodyBytes+1+int64(opts.MaxBatchItems)*decodedItemBytes)
 	known := make(map[string]bool, len(opts.APIServers))
 	for _, n := range opts.APIServers {
 		known[n] = true
@@ -264,7 +273,33 @@ func (rc *Receiver) serve(w http.ResponseWriter, r *http.Request, start time.Tim
 		return answer{code: http.StatusServiceUnavailable, apiserver: name, retry: true,
 			msg: fmt.Sprintf("overloaded: %d batches being processed", rc.opts.MaxInflight)}
 	}
-	return rc.accept(r.Context(), body, name, r.RemoteAddr, start)
+	var itemsHeld int64 // the reading budget taken for the batch's items, once they are counted
+	defer func() { rc.reading.release(itemsHeld) }()
+	return rc.accept(r.Context(), body, name, r.RemoteAddr, start, &itemsHeld)
+}
+
+// decodedItemBytes is the memory one item takes while its batch is decoded and answered beyond
+// its own bytes (its record, its error and dead letter when invalid), as measured for the
+// smallest item, {}: it is taken from the reading budget for every item before any is decoded.
+const decodedItemBytes = 2 << 10
+
+// errItemsOverBudget is a batch whose items do not fit what is left of the reading budget.
+var errItemsOverBudget = errors.New("the items' memory does not fit the reading budget")
+
+// reserveItems returns the Decoder's reservation (record.Decoder.DecodeReserving): it takes
+// decodedItemBytes for each item from the reading budget, adding to what *held has.
+func (rc *Receiver) reserveItems(held *int64) func(items int) error {
+	return func(items int) error {
+		need := int64(items) * decodedItemBytes
+		if need <= *held {
+			return nil
+		}
+		if !rc.reading.tryTake(need - *held) {
+			return errItemsOverBudget
+		}
+		*held = need
+		return nil
+	}
 }
 
 func (rc *Receiver) takeSenderSlot(name string) bool {
@@ -394,18 +429,28 @@ func (c *countingReader) Read(p []byte) (int, error) {
 
 // accept decodes body, keeps its invalid items, spools its new events and waits until they are
 // durable. The answer is 200 whenever every valid event is stored (now or before).
-func (rc *Receiver) accept(ctx context.Context, body []byte, name, remote string, start time.Time) answer {
+func (rc *Receiver) accept(ctx context.Context, body []byte, name, remote string, start time.Time, itemsHeld *int64) answer {
 	mem, ok := rc.batches.Get()
 	if !ok {
 		mem = &batchMem{dec: record.NewDecoder()}
 		if rc.opts.Redaction != nil {
 			mem.dec.Redact(rc.opts.Redaction)
 		}
+		mem.dec.LimitItems(rc.opts.MaxBatchItems)
 	}
 	// Nothing keeps the records, their keys or the invalid items past the answer: the frame,
 	// the index and the dead letters hold copies.
 	defer rc.batches.Put(mem)
-	recs, invalid, err := mem.dec.Decode(body, name, start)
+	recs, invalid, err := mem.dec.DecodeReserving(body, name, start, rc.reserveItems(itemsHeld))
+	switch {
+	case errors.Is(err, record.ErrTooManyItems):
+		// A limit, as a body over MaxBodyBytes is: the apiserver retries any refusal alike,
+		// and none of it is kept (a dead letter per try would let one batch fill them).
+		return answer{code: http.StatusRequestEntityTooLarge, apiserver: name,
+			msg: fmt.Sprintf("%v: lower the apiserver's --audit-webhook-batch-max-size, or raise peertrail's --max-batch-items", err)}
+	case errors.Is(err, errItemsOverBudget):
+		return rc.overBudget(name, 0)
+	}
 	if err != nil {
 		// Kept without the objects of redacted resources (Secrets...) in the items it can split.
 		rc.keepDead(reasonNotEventList, NewDeadLetter(start, name, remote, err.Error(), -1, mem.dec.RedactRefused(body)))
