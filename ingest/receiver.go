@@ -41,6 +41,10 @@ type Options struct {
 	// unless AcceptUnknown.
 	APIServers    []string
 	AcceptUnknown bool
+	// MaxUnknownAPIServers bounds, with AcceptUnknown, how many names not in APIServers are
+	// taken in the receiver's life: anyone may make names up, and each adds metric series and
+	// state the gate judges. A new name past it is refused 403. 0: DefaultMaxUnknownAPIServers.
+	MaxUnknownAPIServers int
 	// Auth tells which apiserver a request's credential (client certificate or token) names,
 	// and refuses readers' credentials. nil: no credential is known (trials on loopback).
 	Auth *Authenticator
@@ -95,6 +99,13 @@ type Receiver struct {
 
 	lastMu sync.Mutex
 	last   map[string]time.Time // last accepted batch per apiserver
+	first  map[string]time.Time // first accepted batch per apiserver
+
+	// unknown are the names not configured that were taken (Options.MaxUnknownAPIServers);
+	// unknownFull says the limit was reached and logged.
+	unknownMu   sync.Mutex
+	unknown     map[string]bool
+	unknownFull bool
 
 	// perSender counts each apiserver's requests being read or processed (Options.
 	// MaxInflightPerSender); reading is the byte budget of bodies in memory.
@@ -121,6 +132,10 @@ type batchMem struct {
 	stamps []int64
 }
 
+// DefaultMaxUnknownAPIServers is how many names not configured a trial takes: a control plane
+// of a few apiservers, replaced under new names as an upgrade goes, with room to spare.
+const DefaultMaxUnknownAPIServers = 32
+
 // pooledBuffers is how many bodies, frames and decoded batches are kept for reuse: more than
 // the batches in flight at once from a control plane's apiservers.
 const pooledBuffers = 8
@@ -140,6 +155,9 @@ func NewReceiver(opts Options, sp *spool.Spool, ix *dedup.Index, codec *record.C
 	if opts.MaxBatchItems <= 0 {
 		opts.MaxBatchItems = record.DefaultMaxItems
 	}
+	if opts.MaxUnknownAPIServers <= 0 {
+		opts.MaxUnknownAPIServers = DefaultMaxUnknownAPIServers
+	}
 	if opts.MaxReadingBytes <= 0 {
 		opts.MaxReadingBytes = 8 * opts.MaxBodyBytes
 	}
@@ -153,7 +171,8 @@ func NewReceiver(opts Options, sp *spool.Spool, ix *dedup.Index, codec *record.C
 	return &Receiver{
 		opts: opts, known: known, spool: sp, index: ix, codec: codec, dead: dl, log: log,
 		m: newReceiverMetrics(), slots: make(chan struct{}, opts.MaxInflight), now: time.Now,
-		last: map[string]time.Time{}, perSender: map[string]int{}, reading: newByteBudget(opts.MaxReadingBytes),
+		last: map[string]time.Time{}, first: map[string]time.Time{}, unknown: map[string]bool{},
+		perSender: map[string]int{}, reading: newByteBudget(opts.MaxReadingBytes),
 		bodies: bufpool.New(pooledBuffers, maxPooledBody),
 		frames: bufpool.New(pooledBuffers, maxPooledBody),
 		batches: bufpool.NewFree(pooledBuffers, func(m *batchMem) bool {
@@ -245,6 +264,11 @@ func (rc *Receiver) serve(w http.ResponseWriter, r *http.Request, start time.Tim
 		return answer{code: http.StatusForbidden, apiserver: unknown,
 			msg: fmt.Sprintf("unknown apiserver %q (configure it, or run with --accept-unknown-apiservers)", name)}
 	}
+	if !rc.known[name] && !rc.takeUnknown(name) {
+		return answer{code: http.StatusForbidden, apiserver: unknown,
+			msg: fmt.Sprintf("unknown apiserver %q refused: %d names not in the configuration were taken already, the limit (--max-unknown-apiservers); configure the apiservers by name",
+				name, rc.opts.MaxUnknownAPIServers)}
+	}
 
 	// The sender's share covers reading and processing: however slowly its bodies come, it
 	// holds its own turns only.
@@ -300,6 +324,29 @@ func (rc *Receiver) reserveItems(held *int64) func(items int) error {
 		*held = need
 		return nil
 	}
+}
+
+// takeUnknown reports whether batches from name, which is not configured, are taken: it is
+// one of the names taken before, or there is room for one more (MaxUnknownAPIServers). The
+// first refusal is logged as a warning (every refusal is logged and counted as a request).
+func (rc *Receiver) takeUnknown(name string) bool {
+	rc.unknownMu.Lock()
+	defer rc.unknownMu.Unlock()
+	if rc.unknown[name] {
+		return true
+	}
+	if len(rc.unknown) >= rc.opts.MaxUnknownAPIServers {
+		rc.m.unknownRefused.Inc()
+		if !rc.unknownFull {
+			rc.unknownFull = true
+			rc.log.Warn("apiserver names not in the configuration reached their limit: batches under any other new name are refused",
+				"limit", rc.opts.MaxUnknownAPIServers, "refused", name)
+		}
+		return false
+	}
+	rc.unknown[name] = true
+	rc.m.unknownNames.Set(float64(len(rc.unknown)))
+	return true
 }
 
 func (rc *Receiver) takeSenderSlot(name string) bool {
@@ -521,6 +568,9 @@ func (rc *Receiver) accept(ctx context.Context, body []byte, name, remote string
 	rc.m.lastBatch.WithLabelValues(name).Set(float64(start.UnixNano()) / 1e9)
 	rc.lastMu.Lock()
 	rc.last[name] = start
+	if _, ok := rc.first[name]; !ok {
+		rc.first[name] = start
+	}
 	rc.lastMu.Unlock()
 	return answer{code: http.StatusOK, apiserver: name,
 		msg: fmt.Sprintf("accepted %d, duplicate %d, invalid %d", accepted, ndup, len(invalid))}
@@ -542,6 +592,18 @@ func (rc *Receiver) LastBatches() map[string]time.Time {
 	defer rc.lastMu.Unlock()
 	out := make(map[string]time.Time, len(rc.last))
 	for k, v := range rc.last {
+		out[k] = v
+	}
+	return out
+}
+
+// FirstBatches returns when a batch was first accepted from each apiserver, since the receiver
+// started: with LastBatches, how long each one's stream has been heard.
+func (rc *Receiver) FirstBatches() map[string]time.Time {
+	rc.lastMu.Lock()
+	defer rc.lastMu.Unlock()
+	out := make(map[string]time.Time, len(rc.first))
+	for k, v := range rc.first {
 		out[k] = v
 	}
 	return out

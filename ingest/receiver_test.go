@@ -746,3 +746,46 @@ func TestItemsTakeTheReadingBudget(t *testing.T) {
 		t.Fatalf("%d bytes of the reading budget still held after the answer", f.rc.reading.inUse())
 	}
 }
+
+// In trial mode (AcceptUnknown) the names not configured are taken up to MaxUnknownAPIServers:
+// a name past it is refused 403 with the flag to change and counted, without a series or any
+// state of its own; the names taken, and the configured ones, go on being taken.
+func TestUnknownApiserverNamesAreCapped(t *testing.T) {
+	f := newFixture(t, Options{AcceptUnknown: true, MaxUnknownAPIServers: 3}, 0)
+	for i := range 3 {
+		if w := f.post(t, fmt.Sprintf("/audit/made-up-%d", i), events(t, uint64(i+1), 1), nil); w.Code != 200 {
+			t.Fatalf("name %d of 3: %d %s", i, w.Code, w.Body)
+		}
+	}
+	for i := 3; i < 50; i++ {
+		w := f.post(t, fmt.Sprintf("/audit/made-up-%d", i), events(t, uint64(i+1), 1), nil)
+		if w.Code != http.StatusForbidden || !strings.Contains(w.Body.String(), "--max-unknown-apiservers") {
+			t.Fatalf("name %d past the limit of 3: %d %s", i, w.Code, w.Body)
+		}
+	}
+	for _, name := range []string{"made-up-0", "kas-a"} {
+		if w := f.post(t, "/audit/"+name, events(t, 99, 1), nil); w.Code != 200 {
+			t.Fatalf("%s after the limit was reached: %d %s", name, w.Code, w.Body)
+		}
+	}
+	if got := testutil.ToFloat64(f.rc.m.unknownNames); got != 3 {
+		t.Errorf("%s = %v, want 3", metrics.IngestUnknownAPIServers, got)
+	}
+	if got := testutil.ToFloat64(f.rc.m.unknownRefused); got != 47 {
+		t.Errorf("%s = %v, want 47", metrics.IngestUnknownAPIServersRefusedTotal, got)
+	}
+	// Series: the configured name, the three taken, and "unknown" for the refusals.
+	if n := testutil.CollectAndCount(f.rc.m.requests); n != 5 {
+		t.Errorf("%d series of %s, want 5", n, metrics.IngestRequestsTotal)
+	}
+	if recs := f.stored(t); len(recs) != 5 {
+		t.Errorf("stored %d records, want the 5 taken", len(recs))
+	}
+	if got := len(f.rc.LastBatches()); got != 4 {
+		t.Errorf("batches remembered from %d apiservers, want 4", got)
+	}
+	first, last := f.rc.FirstBatches(), f.rc.LastBatches()
+	if !first["made-up-0"].Before(last["made-up-0"]) || !first["kas-a"].Equal(last["kas-a"]) {
+		t.Errorf("first %v, last %v", first, last)
+	}
+}
