@@ -388,7 +388,7 @@ func (s *Server) apiRoutes(outer *http.ServeMux) {
 	outer.Handle("/debug/pprof/", readers)
 	var stored correlate.Stores
 	if s.store != nil {
-		stored = correlate.Stores{Chain: store.ReadChain(s.store), List: store.ListChains(s.store), Records: store.ReadRecords(s.store),
+		stored = correlate.Stores{Chains: store.ReadChains(s.store), Chain: store.ReadChain(s.store), List: store.ListChains(s.store), Records: store.ReadRecords(s.store),
 			History: store.CapabilityHistory(s.store)}
 	}
 	correlate.NewStoredAPI(s.correlator, stored).Register(mux)
