@@ -146,6 +146,9 @@ func bindServeFlags(f *pflag.FlagSet, cfg *config.File) {
 	f.StringVar(&cfg.Readers.ClientCAFile, "reader-client-ca-file", "", "CA bundle that verifies readers' client certificates (a CA of its own, not --client-ca-file's); such a\n"+
 		"certificate may read and never post")
 	f.Var(&cfg.Limits.MaxBodyBytes, "max-body-bytes", "largest accepted body, before and after gzip decoding (413 beyond; at most 64Mi)")
+	f.IntVar(&cfg.Limits.MaxBatchItems, "max-batch-items", cfg.Limits.MaxBatchItems, "most items (events) one webhook batch may hold, refused 413 beyond before any is decoded; at least the\n"+
+		"apiservers' --audit-webhook-batch-max-size (default 400)")
+	f.IntVar(&cfg.Limits.MaxUnknownAPIServers, "max-unknown-apiservers", cfg.Limits.MaxUnknownAPIServers, "with --accept-unknown-apiservers, how many apiserver names not in the config are taken; a new one past it is refused 403")
 	f.IntVar(&cfg.Limits.MaxInflight, "max-inflight", cfg.Limits.MaxInflight, "webhook batches processed at once, once their bodies are read; more are answered 503 with Retry-After")
 	f.IntVar(&cfg.Limits.MaxInflightPerAPIServer, "max-inflight-per-apiserver", cfg.Limits.MaxInflightPerAPIServer, "one apiserver's webhook requests being read or processed at once, so one sender cannot starve\n"+
 		"the others (0: --max-inflight / number of apiservers + 1); more are answered 503 with Retry-After")
