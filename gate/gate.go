@@ -49,7 +49,9 @@ type Thresholds struct {
 	// ForgetAfter is how long an apiserver that is not configured (Sources.Expected) stays in
 	// the ingest-gap and version-skew checks after it was last heard from. An upgrade that
 	// replaces machines under new names retires the old names; without this they would hold
-	// the gate at pause for good. Configured apiservers are never forgotten.
+	// the gate at pause for good. Configured apiservers are never forgotten. With
+	// Sources.FirstBatches an apiserver is forgotten sooner once silent for longer than it had
+	// been heard (at least MaxIngestGap): a name heard for a moment is no evidence (watched).
 	ForgetAfter time.Duration `json:"forget_after"`
 }
 
