@@ -314,6 +314,7 @@ func Load(ctx context.Context, log *slog.Logger, dir string, horizon time.Durati
 	}
 	r := sp.NewReader(from)
 	defer r.Close()
+	var at time.Time
 	for {
 		if err := ctx.Err(); err != nil {
 			return nil, 0, 0, err
@@ -332,7 +333,13 @@ func Load(ctx context.Context, log *slog.Logger, dir string, horizon time.Durati
 		if err != nil {
 			continue
 		}
-		ix.Add(h.ReceivedAt, h.Keys...)
+		// Under the newest receipt time so far, as the Persister files a frame older than the
+		// ones before it (an agent's backlog relayed to an aggregator) under the newest minute:
+		// remembered for the horizon from then, not forgotten at once for its own old minute.
+		if h.ReceivedAt.After(at) {
+			at = h.ReceivedAt
+		}
+		ix.Add(at, h.Keys...)
 		fromSpool += len(h.Keys)
 	}
 	ix.Expire(now)

@@ -380,6 +380,21 @@ func check(r *Record, kind string) error {
 	return nil
 }
 
+// Validate says whether r could have come from Decode: every field check refuses (an auditID,
+// a stage and a stageTimestamp, times the store holds) and a receipt time the store holds. The
+// aggregator runs it on the records an agent relays, which it did not decode from JSON itself
+// (ingest.Receiver's agent endpoint): a record it would refuse as an apiserver's item it
+// refuses from an agent too.
+func Validate(r *Record) error {
+	if err := check(r, ""); err != nil {
+		return err
+	}
+	if r.ReceivedAt.IsZero() || !Storable(r.ReceivedAt) {
+		return outOfRange("receivedAt", r.ReceivedAt)
+	}
+	return nil
+}
+
 // MinTime and MaxTime bound the times a Record may carry, so that the store keeps them as they
 // are. The store's time columns are DateTime64(6, 'UTC') (store.EventColumns:
 // request_received_timestamp, stage_timestamp), whose range is 1900-01-01 to 2299-12-31, and

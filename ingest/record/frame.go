@@ -151,6 +151,16 @@ func ParseHeader(frame []byte) (FrameHeader, error) {
 	return h, nil
 }
 
+// BodyLen is the size of the frame's records once decompressed, as the frame declares it
+// (DecodeFrame refuses a frame whose records would take more than MaxFrameBody).
+func (h FrameHeader) BodyLen() (int, error) {
+	n, err := s2.DecodedLen(h.body)
+	if err != nil {
+		return 0, fmt.Errorf("%w: compressed body: %v", ErrBadFrame, err)
+	}
+	return n, nil
+}
+
 // DecodeFrame decodes a whole frame. The returned batch does not alias frame.
 func (c *Codec) DecodeFrame(frame []byte) (Batch, error) {
 	return c.decodeFrame(nil, frame, false, nil)

@@ -6,8 +6,9 @@
 // passed it.
 //
 // Layout under Dir: segments named by the position of their first byte (%020d.seg), each a
-// magic header followed by frames of [length u32][crc32c u32][payload]; and one file per
-// consumer under consumers/ holding its committed position.
+// magic header followed by frames of [length u32][crc32c u32][payload]; one file per
+// consumer under consumers/ holding its committed position; and identity, the name of the
+// spool's address space (Identity).
 //
 // A segment is made at its full size before it is written, and the next one is made (written
 // with zeros and synced) while the current one fills, so that writing a frame changes neither
@@ -19,8 +20,11 @@
 package spool
 
 import (
+	"bytes"
 	"context"
+	"crypto/rand"
 	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"hash/crc32"
@@ -126,6 +130,9 @@ const (
 	segmentMagic  = "PTSPOOL\x01"
 	headerLen     = len(segmentMagic)
 	frameOverhead = 8
+	// FrameOverhead is what a frame takes in the spool beside its payload: an Entry's End is
+	// its Pos plus FrameOverhead plus the payload's length.
+	FrameOverhead = frameOverhead
 	// MaxFrameBytes bounds one frame's payload; it is far above any webhook body limit and
 	// keeps a corrupt length from making a reader allocate without bound.
 	MaxFrameBytes = 1 << 30
@@ -174,6 +181,7 @@ type Spool struct {
 	failed    error
 	closed    bool
 	committed map[string]Position
+	identity  string
 
 	syncMu  sync.Mutex // serialises fsyncs
 	kick    chan struct{}
@@ -253,6 +261,10 @@ func openSpool(opts Options, prealloc bool) (*Spool, error) {
 	}
 	s.prealloc.Store(prealloc)
 	if err := s.recover(); err != nil {
+		return nil, err
+	}
+	if err := s.loadIdentity(); err != nil {
+		s.active.Close()
 		return nil, err
 	}
 	if err := s.loadPositions(); err != nil {
@@ -629,6 +641,44 @@ func (s *Spool) makeSpareLocked(base Position) error {
 	s.spare, s.spareBase = f, base
 	return nil
 }
+
+// identityFile holds the spool's Identity.
+const identityFile = "identity"
+
+// loadIdentity reads the spool's identity, or makes a new one: when there is none, and at every
+// open under a policy other than SyncAlways, where a crash of the machine can lose frames that
+// readers had been given and the positions they had are then written again with other frames.
+func (s *Spool) loadIdentity() error {
+	path := filepath.Join(s.opts.Dir, identityFile)
+	if s.opts.Sync == SyncAlways {
+		b, err := os.ReadFile(path)
+		if err == nil && identityRE.Match(bytes.TrimSpace(b)) {
+			s.identity = string(bytes.TrimSpace(b))
+			return nil
+		}
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("spool: read identity: %w", err)
+		}
+	}
+	var id [16]byte
+	if _, err := rand.Read(id[:]); err != nil {
+		return fmt.Errorf("spool: make an identity: %w", err)
+	}
+	s.identity = hex.EncodeToString(id[:])
+	if err := fsutil.WriteFileAtomic(path, []byte(s.identity+"\n")); err != nil {
+		return fmt.Errorf("spool: write identity: %w", err)
+	}
+	return nil
+}
+
+var identityRE = regexp.MustCompile(`^[0-9a-f]{32}$`)
+
+// Identity names the spool's address space: a frame is known by the spool's identity and its
+// position, and no two frames ever share both. It is 32 lowercase hex digits, made when the
+// directory is first used and kept from then on under SyncAlways; under another policy it is
+// made anew at every Open, since a crash of the machine there can lose frames readers were
+// given, and their positions are then written again with other frames.
+func (s *Spool) Identity() string { return s.identity }
 
 func (s *Spool) positionFile(name string) string {
 	return filepath.Join(s.opts.Dir, "consumers", name+".pos")
