@@ -52,6 +52,57 @@ const (
 	SpoolConsumerErrorsTotal = "peertrail_spool_consumer_errors_total"
 )
 
+// Agent (peertrail agent, the HA layout): what it ships to each aggregator (LabelAggregator).
+const (
+	// AgentShipRequestsTotal counts requests to each aggregator by the HTTP status of its
+	// answer (LabelCode; "error" when none came).
+	AgentShipRequestsTotal = "peertrail_agent_ship_requests_total"
+	// AgentShipFramesTotal, AgentShipEventsTotal and AgentShipBytesTotal count what each
+	// aggregator acknowledged.
+	AgentShipFramesTotal = "peertrail_agent_ship_frames_total"
+	AgentShipEventsTotal = "peertrail_agent_ship_events_total"
+	AgentShipBytesTotal  = "peertrail_agent_ship_bytes_total"
+	// AgentShipBacklogBytes is the agent's spool an aggregator has not acknowledged.
+	AgentShipBacklogBytes = "peertrail_agent_ship_backlog_bytes"
+	// AgentSpoolGiveUpRatio is the share of the spool's limit at which the oldest frames of the
+	// aggregator with the largest backlog are given up.
+	AgentSpoolGiveUpRatio = "peertrail_agent_spool_give_up_ratio"
+	// AgentShipSkippedFramesTotal, AgentShipSkippedEventsTotal and AgentShipSkippedBytesTotal
+	// count what the agent gave up for an aggregator that stayed away longer than its spool
+	// could hold: that aggregator's store lacks them.
+	AgentShipSkippedFramesTotal = "peertrail_agent_ship_skipped_frames_total"
+	AgentShipSkippedEventsTotal = "peertrail_agent_ship_skipped_events_total"
+	AgentShipSkippedBytesTotal  = "peertrail_agent_ship_skipped_bytes_total"
+	// AgentShipLastSuccessTimestampSeconds is the Unix time an aggregator last acknowledged a
+	// request.
+	AgentShipLastSuccessTimestampSeconds = "peertrail_agent_ship_last_success_timestamp_seconds"
+	// AgentShipDurationSeconds is the time of one request to an aggregator.
+	AgentShipDurationSeconds = "peertrail_agent_ship_duration_seconds"
+)
+
+// Aggregator (peertrail serve with agents configured): what it takes from each agent
+// (LabelAgent).
+const (
+	// AggregatorRequestsTotal counts agents' requests by agent ("unknown" until established)
+	// and HTTP status code.
+	AggregatorRequestsTotal = "peertrail_aggregator_requests_total"
+	// AggregatorFramesTotal counts agents' frames by LabelResult: accepted, or duplicate (the
+	// aggregator had it: a resend).
+	AggregatorFramesTotal = "peertrail_aggregator_frames_total"
+	// AggregatorAgentLagSeconds is how far behind its agent the aggregator is: the agent's
+	// newest batch's receipt time minus that of the newest frame the aggregator stored from it
+	// (0 once it has the agent's head).
+	AggregatorAgentLagSeconds = "peertrail_aggregator_agent_lag_seconds"
+	// AggregatorAgentLagBytes is the agent's spool the aggregator has not stored yet, as the
+	// agent last said.
+	AggregatorAgentLagBytes = "peertrail_aggregator_agent_lag_bytes"
+	// AggregatorAgentLastHeardTimestampSeconds is the Unix time of the agent's last request.
+	AggregatorAgentLastHeardTimestampSeconds = "peertrail_aggregator_agent_last_heard_timestamp_seconds"
+	// AggregatorAgentSkippedEvents is what each agent (LabelAgent) says it gave up for each
+	// aggregator (LabelAggregator), since its data directory was made.
+	AggregatorAgentSkippedEvents = "peertrail_aggregator_agent_skipped_events"
+)
+
 // Label names.
 const (
 	LabelAPIServer = "apiserver"
@@ -59,6 +110,9 @@ const (
 	LabelCode      = "code"
 	LabelReason    = "reason"
 	LabelConsumer  = "consumer"
+	// LabelAgent names a peertrail agent, LabelAggregator an aggregator (the HA layout).
+	LabelAgent      = "agent"
+	LabelAggregator = "aggregator"
 )
 
 // Values of LabelResult on IngestEventsTotal.
@@ -195,6 +249,14 @@ const (
 	// CheckRestartNoise judges restart noise (findings entry_starting, peer_down) by how
 	// long each episode lasted against its budget.
 	CheckRestartNoise = "restart_noise"
+	// CheckAgentsCaughtUp (an aggregator only) fails while it is behind its agents: an agent
+	// not heard from, a backlog it has not stored, or stored frames the correlator has not
+	// joined yet. Its verdict is then on partial data; peertrail gate with several servers
+	// proceeds only on an aggregator whose check passes.
+	CheckAgentsCaughtUp = "agents_caught_up"
+	// CheckAgentSpool (an aggregator only) fails while an agent says, within the window, that
+	// it gave up frames for an aggregator that stayed away longer than its spool could hold.
+	CheckAgentSpool = "agent_spool"
 )
 
 // Metrics the kube-apiservers export themselves, which the dashboards and alerts put next to
