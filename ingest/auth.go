@@ -26,6 +26,9 @@ const (
 	Reader
 	// Invalid: a credential was presented but is not known, or two credentials disagree.
 	Invalid
+	// Agent: a peertrail agent's client certificate or token (the HA layout); it may relay
+	// its spool frames to an aggregator, for its own apiservers only, and nothing else.
+	Agent
 )
 
 func (r Role) String() string {
@@ -36,6 +39,8 @@ func (r Role) String() string {
 		return "reader"
 	case Invalid:
 		return "invalid"
+	case Agent:
+		return "agent"
 	}
 	return "anonymous"
 }
@@ -44,8 +49,10 @@ func (r Role) String() string {
 type Identity struct {
 	Role Role
 	// APIServer is the apiserver a Sender credential names; "" for a verified apiserver
-	// certificate whose subject maps to no apiserver.
+	// certificate whose subject maps to no apiserver or agent.
 	APIServer string
+	// Agent is the agent an Agent credential names.
+	Agent string
 	// Subject is the client certificate's subject, when one was verified.
 	Subject string
 	// Reason says why the credential is Invalid.
@@ -56,6 +63,12 @@ type Identity struct {
 type NamedToken struct {
 	APIServer string
 	Token     string
+}
+
+// AgentToken is a bearer token that authenticates one peertrail agent.
+type AgentToken struct {
+	Agent string
+	Token string
 }
 
 // AuthOptions configure an Authenticator.
@@ -71,6 +84,10 @@ type AuthOptions struct {
 	SenderTokens []NamedToken
 	// ReaderTokens are the readers' bearer tokens.
 	ReaderTokens []string
+	// AgentSubjects maps an agent certificate's subject (signed by SenderCAs, like an
+	// apiserver's) to the agent it identifies; AgentTokens are the agents' bearer tokens.
+	AgentSubjects map[string]string
+	AgentTokens   []AgentToken
 }
 
 // Authenticator tells apiservers from readers from strangers by their credentials. A client
@@ -83,6 +100,8 @@ type Authenticator struct {
 	certSubjects             map[string]string
 	senderTokens             []NamedToken
 	readerTokens             []string
+	agentSubjects            map[string]string
+	agentTokens              []AgentToken
 }
 
 // NewAuthenticator checks o and returns its Authenticator. A CA in both sets, a token used
@@ -118,13 +137,34 @@ func NewAuthenticator(o AuthOptions) (*Authenticator, error) {
 		}
 		seen[t] = "a reader"
 	}
+	for _, t := range o.AgentTokens {
+		if t.Token == "" {
+			return nil, fmt.Errorf("agent %s: empty token", t.Agent)
+		}
+		if other, ok := seen[t.Token]; ok {
+			return nil, fmt.Errorf("agent %s has the token of %s: give each agent its own token", t.Agent, other)
+		}
+		seen[t.Token] = "agent " + t.Agent
+	}
+	for subj, agent := range o.AgentSubjects {
+		if n, ok := o.CertSubjects[subj]; ok {
+			return nil, fmt.Errorf("certificate subject %q names both apiserver %s and agent %s", subj, n, agent)
+		}
+	}
 	a.senderTokens, a.readerTokens = o.SenderTokens, o.ReaderTokens
+	a.agentSubjects, a.agentTokens = o.AgentSubjects, o.AgentTokens
 	return a, nil
 }
 
 // HasSenderCredentials reports whether any apiserver credential (CA or token) is configured.
 func (a *Authenticator) HasSenderCredentials() bool {
 	return len(a.senderRoots) > 0 || len(a.senderTokens) > 0
+}
+
+// HasAgentCredentials reports whether any agent credential (a certificate subject or a token)
+// is configured.
+func (a *Authenticator) HasAgentCredentials() bool {
+	return len(a.agentSubjects) > 0 || len(a.agentTokens) > 0
 }
 
 // HasReaderCredentials reports whether any reader credential (CA or token) is configured.
@@ -143,7 +183,7 @@ func (a *Authenticator) Identify(r *http.Request) Identity {
 		return tok
 	case tok.Role == Invalid:
 		return tok
-	case cert.Role != tok.Role || cert.APIServer != tok.APIServer:
+	case cert.Role != tok.Role || cert.APIServer != tok.APIServer || cert.Agent != tok.Agent:
 		return Identity{Role: Invalid, Subject: cert.Subject,
 			Reason: fmt.Sprintf("the client certificate (%s) and the bearer token (%s) disagree", describe(cert), describe(tok))}
 	}
@@ -153,6 +193,9 @@ func (a *Authenticator) Identify(r *http.Request) Identity {
 func describe(id Identity) string {
 	if id.Role == Sender && id.APIServer != "" {
 		return "apiserver " + id.APIServer
+	}
+	if id.Role == Agent {
+		return "agent " + id.Agent
 	}
 	return id.Role.String()
 }
@@ -184,6 +227,12 @@ func (a *Authenticator) certIdentity(r *http.Request) Identity {
 		if n, ok := a.certSubjects[leaf.Subject.CommonName]; ok {
 			return Identity{Role: Sender, APIServer: n, Subject: subject}
 		}
+		if n, ok := a.agentSubjects[subject]; ok {
+			return Identity{Role: Agent, Agent: n, Subject: subject}
+		}
+		if n, ok := a.agentSubjects[leaf.Subject.CommonName]; ok {
+			return Identity{Role: Agent, Agent: n, Subject: subject}
+		}
 		return Identity{Role: Sender, Subject: subject}
 	}
 	return Identity{Role: Invalid, Subject: subject, Reason: "the client certificate's CA is neither the apiservers' nor the readers'"}
@@ -213,6 +262,11 @@ func (a *Authenticator) tokenIdentity(r *http.Request) (Identity, bool) {
 			found = Identity{Role: Reader}
 		}
 	}
+	for _, t := range a.agentTokens {
+		if subtle.ConstantTimeCompare(b, []byte(t.Token)) == 1 {
+			found = Identity{Role: Agent, Agent: t.Agent}
+		}
+	}
 	return found, true
 }
 
@@ -231,6 +285,8 @@ func (a *Authenticator) Readers(h http.Handler) http.Handler {
 			refuse(w, http.StatusForbidden, "reading is disabled: no reader credential is configured; give peertrail serve --reader-token-file or --reader-client-ca-file and present one")
 		case id.Role == Sender:
 			refuse(w, http.StatusForbidden, "an apiserver's credential may only post audit batches; reading needs a reader credential (--reader-token-file or --reader-client-ca-file)")
+		case id.Role == Agent:
+			refuse(w, http.StatusForbidden, "an agent's credential may only relay its frames; reading needs a reader credential (--reader-token-file or --reader-client-ca-file)")
 		case id.Role == Invalid:
 			refuse(w, http.StatusUnauthorized, "unauthenticated: "+id.Reason+"; reading needs a reader token (--reader-token-file) or a certificate of --reader-client-ca-file")
 		default:

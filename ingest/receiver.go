@@ -30,6 +30,7 @@ import (
 
 	"github.com/peertrail/peertrail/ingest/dedup"
 	"github.com/peertrail/peertrail/ingest/record"
+	"github.com/peertrail/peertrail/ingest/ship"
 	"github.com/peertrail/peertrail/ingest/spool"
 	"github.com/peertrail/peertrail/internal/bufpool"
 	"github.com/peertrail/peertrail/metrics"
@@ -75,6 +76,14 @@ type Options struct {
 	// Redaction names the resources whose objects are dropped at decode (record.Redaction).
 	// nil: record.DefaultRedacted.
 	Redaction *record.Redaction
+	// Agents may relay their spools' frames to POST /agent/v1/frames (the HA layout), each for
+	// its own apiservers only; an agent's requests take its own MaxInflightPerSender turns and
+	// share the reading budget and the processing slots with the webhook's. An agent is
+	// authenticated by Auth (AuthOptions.AgentSubjects, AgentTokens). nil: no such endpoint.
+	Agents []RelayAgent
+	// AgentStateDir keeps, per agent, where the frames stored from it end (SaveAgents), so
+	// that a resend is recognised by its position after a restart ("" keeps it in memory).
+	AgentStateDir string
 }
 
 // Receiver is the webhook endpoint. Create it with NewReceiver; it is an http.Handler for
@@ -122,6 +131,12 @@ type Receiver struct {
 	// batches with their keys: a batch is a third of a megabyte, 25 a second.
 	bodies, frames *bufpool.Pool
 	batches        *bufpool.Free[*batchMem]
+
+	// agents are the configured agents' states (relay.go), rm their metrics, frameReaders
+	// the memory their frames' records are decoded into.
+	agents       map[string]*agentState
+	rm           *relayMetrics
+	frameReaders *bufpool.Free[*record.FrameReader]
 }
 
 // batchMem is the memory one batch is decoded into, reused by a later batch once this one is
@@ -168,7 +183,7 @@ func NewReceiver(opts Options, sp *spool.Spool, ix *dedup.Index, codec *record.C
 	for _, n := range opts.APIServers {
 		known[n] = true
 	}
-	return &Receiver{
+	rc := &Receiver{
 		opts: opts, known: known, spool: sp, index: ix, codec: codec, dead: dl, log: log,
 		m: newReceiverMetrics(), slots: make(chan struct{}, opts.MaxInflight), now: time.Now,
 		last: map[string]time.Time{}, first: map[string]time.Time{}, unknown: map[string]bool{},
@@ -178,16 +193,30 @@ func NewReceiver(opts Options, sp *spool.Spool, ix *dedup.Index, codec *record.C
 		batches: bufpool.NewFree(pooledBuffers, func(m *batchMem) bool {
 			return m.dec.Footprint() <= 4*maxPooledBody
 		}),
+		rm:           newRelayMetrics(opts.Agents),
+		frameReaders: bufpool.NewFree(pooledBuffers, func(*record.FrameReader) bool { return true }),
 	}
+	rc.loadAgents()
+	return rc
 }
 
-// Collectors returns the receiver's metrics, for registration.
-func (rc *Receiver) Collectors() []prometheus.Collector { return rc.m.collectors() }
+// Collectors returns the receiver's metrics, for registration: with agents, theirs too.
+func (rc *Receiver) Collectors() []prometheus.Collector {
+	c := rc.m.collectors()
+	if len(rc.agents) > 0 {
+		c = append(c, rc.rm.requests, rc.rm.frames, agentCollector{rc})
+	}
+	return c
+}
 
-// Register adds the receiver's routes to mux.
+// Register adds the receiver's routes to mux: the webhook's, and with agents configured, POST
+// /agent/v1/frames.
 func (rc *Receiver) Register(mux *http.ServeMux) {
 	mux.Handle("POST /audit/{apiserver}", rc)
 	mux.Handle("POST /audit", rc)
+	if len(rc.agents) > 0 {
+		mux.HandleFunc("POST "+ship.Path, rc.serveAgent)
+	}
 }
 
 // answer is the outcome of one request.
@@ -237,6 +266,9 @@ func (rc *Receiver) serve(w http.ResponseWriter, r *http.Request, start time.Tim
 			msg: "a reader's credential may not post audit batches; post with the apiserver's own certificate or token"}
 	case id.Role == Invalid:
 		return answer{code: http.StatusUnauthorized, apiserver: unknown, msg: "unauthenticated: " + id.Reason}
+	case id.Role == Agent:
+		return answer{code: http.StatusForbidden, apiserver: unknown,
+			msg: "an agent's credential may not post audit batches as an apiserver; an agent relays its spool frames to " + ship.Path}
 	case rc.opts.RequireAuth && id.Role != Sender:
 		return answer{code: http.StatusUnauthorized, apiserver: unknown,
 			msg: "unauthenticated: present the apiserver's client certificate (signed by --client-ca-file) or its bearer token"}
@@ -280,7 +312,7 @@ func (rc *Receiver) serve(w http.ResponseWriter, r *http.Request, start time.Tim
 	rc.m.inflight.Inc()
 	defer rc.m.inflight.Dec()
 
-	body, a := rc.readBody(w, r, name)
+	body, a := rc.readBody(w, r, name, func(n int64) { rc.m.bytes.WithLabelValues(name).Add(float64(n)) })
 	defer rc.reading.release(a.reserved)
 	if body == nil {
 		return a
@@ -368,10 +400,10 @@ func (rc *Receiver) releaseSenderSlot(name string) {
 }
 
 // readBody reads the (possibly gzip-encoded) body within the size and time limits, and within
-// the memory budget of bodies being read. On failure it returns nil and the answer to give. The
-// answer's reserved bytes, success or not, are the caller's to release once the body is no
-// longer used.
-func (rc *Receiver) readBody(w http.ResponseWriter, r *http.Request, name string) ([]byte, answer) {
+// the memory budget of bodies being read, and tells count how many bytes came on the wire. On
+// failure it returns nil and the answer to give. The answer's reserved bytes, success or not,
+// are the caller's to release once the body is no longer used.
+func (rc *Receiver) readBody(w http.ResponseWriter, r *http.Request, name string, count func(int64)) ([]byte, answer) {
 	if rc.opts.ReadTimeout > 0 {
 		// Per request, so it also holds on HTTP/2 where connection deadlines do not apply.
 		_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(rc.opts.ReadTimeout))
@@ -388,7 +420,7 @@ func (rc *Receiver) readBody(w http.ResponseWriter, r *http.Request, name string
 	case "gzip", "x-gzip":
 		zr, err := gzip.NewReader(counted)
 		if err != nil {
-			rc.m.bytes.WithLabelValues(name).Add(float64(counted.n))
+			count(counted.n)
 			return nil, rc.readError(name, err, "gzip header")
 		}
 		defer zr.Close()
@@ -410,7 +442,7 @@ func (rc *Receiver) readBody(w http.ResponseWriter, r *http.Request, name string
 	}
 	_, err := buf.ReadFrom(budgeted)
 	body := buf.Bytes()
-	rc.m.bytes.WithLabelValues(name).Add(float64(counted.n))
+	count(counted.n)
 	if err != nil {
 		rc.putBody(buf)
 		if errors.Is(err, errOverBudget) {
