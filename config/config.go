@@ -6,6 +6,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/peertrail/peertrail/correlate"
+	"github.com/peertrail/peertrail/ingest/ship"
 )
 
 // APIServer describes one kube-apiserver of the control plane.
@@ -66,6 +68,54 @@ type File struct {
 	// addition to Secrets, TokenReviews and TokenRequests, which are always redacted. Each is
 	// resource[.group][/subresource], e.g. "widgets.example.com" (record.NewRedaction).
 	RedactResources []string `json:"redactResources,omitempty"`
+	// Agents are the peertrail agents an aggregator (peertrail serve) takes frames from, in the
+	// HA layout: each relays its own apiservers' audit, and no other's.
+	Agents []Agent `json:"agents,omitempty"`
+	// Relay configures peertrail agent: the aggregators it relays its spool to, and its
+	// credential there. serve ignores it.
+	Relay Relay `json:"relay,omitempty"`
+}
+
+// Agent is a peertrail agent an aggregator takes frames from.
+type Agent struct {
+	// Name is how the aggregator knows it (a label value and a file name): lowercase letters,
+	// digits, '.' and '-'.
+	Name string `json:"name"`
+	// APIServers are the apiservers it relays: the one (or ones) on its node. A frame of any
+	// other is refused (403).
+	APIServers []string `json:"apiservers"`
+	// CertSubject is the subject of the client certificate it presents (signed by
+	// tls.clientCAFile, as the apiservers' are), and TokenFile its bearer token: one of them.
+	CertSubject string `json:"certSubject,omitempty"`
+	TokenFile   string `json:"tokenFile,omitempty"`
+}
+
+// Relay is where peertrail agent relays its spool.
+type Relay struct {
+	// Aggregators each get every frame; the spool keeps a frame until every one has it.
+	Aggregators []Aggregator `json:"aggregators,omitempty"`
+	// CAFile verifies the aggregators' serving certificates.
+	CAFile string `json:"caFile,omitempty"`
+	// TokenFile holds the agent's bearer token (one line), or CertFile and KeyFile its client
+	// certificate: what the aggregators know it by (their agents[]).
+	TokenFile string `json:"tokenFile,omitempty"`
+	CertFile  string `json:"certFile,omitempty"`
+	KeyFile   string `json:"keyFile,omitempty"`
+	// GiveUpAt is the share of the spool's limit at which the oldest frames of the aggregator
+	// whose backlog holds the spool are given up (0: 0.9), so that an aggregator away for longer
+	// than the spool can hold costs that aggregator its oldest frames, never the apiserver its
+	// audit.
+	GiveUpAt float64 `json:"giveUpAt,omitempty"`
+	// MaxRequestBytes bounds the frames of one request (0: 4Mi).
+	MaxRequestBytes ByteSize `json:"maxRequestBytes,omitempty"`
+}
+
+// Aggregator is one aggregator an agent relays to.
+type Aggregator struct {
+	// Name is the agent's name for it: its spool consumer (ship-<name>) and its label value.
+	Name string `json:"name"`
+	// URL is its base URL, https://host:port (its --listen).
+	URL string `json:"url"`
 }
 
 // Store says where records and chains are kept for SQL investigation.
@@ -101,6 +151,10 @@ type Store struct {
 	CertFile     string `json:"clickhouseCertFile,omitempty"`
 	KeyFile      string `json:"clickhouseKeyFile,omitempty"`
 	Cluster      string `json:"clickhouseCluster,omitempty"`
+	// Deduplicate makes every events insert into a ClickHouse server one agent frame with
+	// ClickHouse's insert_deduplication_token, so that two aggregators writing one server store
+	// each row once (the HA layout with a shared store).
+	Deduplicate bool `json:"clickhouseDeduplicate,omitempty"`
 }
 
 // Gate sets the thresholds of the upgrade gate.
@@ -119,6 +173,12 @@ type Gate struct {
 	MaxEntryStarting Duration `json:"maxEntryStarting,omitempty"`
 	MaxPeerDown      Duration `json:"maxPeerDown,omitempty"`
 	ForgetAfter      Duration `json:"forgetAfter,omitempty"`
+	// MaxAgentLag and MaxAgentSilence (an aggregator only): how far behind an agent's newest
+	// batch the aggregator may be, and how long an agent may go unheard (it posts a heartbeat
+	// every second when idle), before the aggregator counts as behind and its gate pauses
+	// (0: 10s and 15s).
+	MaxAgentLag     Duration `json:"maxAgentLag,omitempty"`
+	MaxAgentSilence Duration `json:"maxAgentSilence,omitempty"`
 }
 
 // Correlate tunes how records are joined into chains.
@@ -243,6 +303,7 @@ func (f File) Validate() error {
 			errs = append(errs, fmt.Errorf("apiserver %s has both tls.tokenFile (--token-file) and its own tokenFile: keep its own", f.APIServers[0].Name))
 		}
 	}
+	errs = append(errs, f.validateAgents(subjects)...)
 	if f.Readers.ClientCAFile != "" && f.Readers.ClientCAFile == f.TLS.ClientCAFile {
 		errs = append(errs, errors.New("--reader-client-ca-file is the apiservers' --client-ca-file: readers need a CA of their own, or an apiserver's certificate could read and a reader's could post"))
 	}
@@ -270,8 +331,97 @@ func (f File) Validate() error {
 		if f.Store.DSN == "" {
 			errs = append(errs, errors.New("store engine clickhouse needs --clickhouse-dsn"))
 		}
+		if f.Store.Deduplicate && f.Store.Cluster != "" {
+			errs = append(errs, errors.New("--clickhouse-deduplicate is for one shared ClickHouse server: replicated tables deduplicate inserts by their data already"))
+		}
 	default:
 		errs = append(errs, fmt.Errorf("store engine %q: want embedded, clickhouse or none", f.Store.Engine))
+	}
+	if f.Store.Deduplicate && f.Store.Engine != "clickhouse" {
+		errs = append(errs, errors.New("--clickhouse-deduplicate needs --store clickhouse: an embedded store is one aggregator's own"))
+	}
+	return errors.Join(errs...)
+}
+
+// validateAgents checks the agents an aggregator takes frames from: names, credentials (a
+// certificate subject names one apiserver or one agent), and apiservers, each relayed by one
+// agent and configured unless unknown ones are accepted.
+func (f File) validateAgents(subjects map[string]string) []error {
+	var errs []error
+	configured := map[string]bool{}
+	for _, a := range f.APIServers {
+		configured[a.Name] = true
+	}
+	names := map[string]bool{}
+	relayedBy := map[string]string{}
+	for i, a := range f.Agents {
+		switch {
+		case !ship.NameRE.MatchString(a.Name):
+			errs = append(errs, fmt.Errorf("agents[%d]: name %q: lowercase letters, digits, '.' and '-', at most 63", i, a.Name))
+		case names[a.Name]:
+			errs = append(errs, fmt.Errorf("agents[%d]: duplicate name %q", i, a.Name))
+		}
+		names[a.Name] = true
+		if a.CertSubject == "" && a.TokenFile == "" {
+			errs = append(errs, fmt.Errorf("agent %s: give its certSubject or tokenFile: an agent is always authenticated", a.Name))
+		}
+		if a.CertSubject != "" {
+			if other, ok := subjects[a.CertSubject]; ok {
+				errs = append(errs, fmt.Errorf("agent %s: certSubject %q already names %q", a.Name, a.CertSubject, other))
+			}
+			subjects[a.CertSubject] = "agent " + a.Name
+		}
+		if len(a.APIServers) == 0 {
+			errs = append(errs, fmt.Errorf("agent %s: no apiservers: it relays the audit of the apiservers on its node", a.Name))
+		}
+		for _, n := range a.APIServers {
+			if other, ok := relayedBy[n]; ok {
+				errs = append(errs, fmt.Errorf("apiserver %s is relayed by agents %s and %s: an apiserver's webhook posts to the agent on its node", n, other, a.Name))
+			}
+			relayedBy[n] = a.Name
+			if !configured[n] && !f.AcceptUnknownAPIServers {
+				errs = append(errs, fmt.Errorf("agent %s relays apiserver %s, which is not in apiservers:", a.Name, n))
+			}
+		}
+	}
+	return errs
+}
+
+// ValidateRelay checks what peertrail agent needs beyond Validate: the aggregators and a
+// credential for them.
+func (f File) ValidateRelay() error {
+	var errs []error
+	r := f.Relay
+	if len(r.Aggregators) == 0 {
+		errs = append(errs, errors.New("no aggregator: give --aggregator name=https://host:port (or relay.aggregators in --config)"))
+	}
+	seen := map[string]bool{}
+	for i, a := range r.Aggregators {
+		switch {
+		case !ship.NameRE.MatchString(a.Name):
+			errs = append(errs, fmt.Errorf("aggregator %d: name %q: lowercase letters, digits, '.' and '-', at most 63", i, a.Name))
+		case seen[a.Name]:
+			errs = append(errs, fmt.Errorf("aggregator %q named twice", a.Name))
+		}
+		seen[a.Name] = true
+		if u, err := url.Parse(a.URL); err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+			errs = append(errs, fmt.Errorf("aggregator %s: URL %q: want https://host:port", a.Name, a.URL))
+		}
+	}
+	if r.TokenFile == "" && r.CertFile == "" {
+		errs = append(errs, errors.New("no credential for the aggregators: give --relay-token-file or --relay-client-cert and --relay-client-key"))
+	}
+	if (r.CertFile == "") != (r.KeyFile == "") {
+		errs = append(errs, errors.New("--relay-client-cert and --relay-client-key go together"))
+	}
+	if r.GiveUpAt < 0 || r.GiveUpAt > 1 {
+		errs = append(errs, fmt.Errorf("relay.giveUpAt %v: a share of the spool, between 0 and 1", r.GiveUpAt))
+	}
+	if len(f.Agents) > 0 {
+		errs = append(errs, errors.New("agents: configures an aggregator (peertrail serve); an agent relays to aggregators (relay:)"))
+	}
+	if f.Spool.Fsync != "always" {
+		errs = append(errs, fmt.Errorf("--spool-fsync %s: an agent acknowledges its apiserver only once a batch is on disk, and the aggregators know its frames by their positions: it needs always", f.Spool.Fsync))
 	}
 	return errors.Join(errs...)
 }

@@ -184,6 +184,18 @@ func New(cfg Config) *Correlator {
 	return co
 }
 
+// StreamTime is how far the correlator has joined: the latest receipt time of the records it
+// was given, or the wall clock when the spool was idle (zero before either). An aggregator whose
+// stored frames are newer than this has not joined them yet. Safe for concurrent use.
+func (co *Correlator) StreamTime() time.Time {
+	co.mu.Lock()
+	defer co.mu.Unlock()
+	if co.j.now == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, co.j.now)
+}
+
 // flushDue reports whether Consume should hand the pending chains to the sink now: when asked
 // to (the spool is idle, or a burst's chains are being closed a flushBatch at a time), when a
 // batch is full, or flushEvery after the last time. Each insert makes a part of the chains

@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/version"
 
 	"github.com/peertrail/peertrail/correlate"
+	"github.com/peertrail/peertrail/ingest"
 	"github.com/peertrail/peertrail/metrics"
 )
 
@@ -53,6 +54,12 @@ type Thresholds struct {
 	// Sources.FirstBatches an apiserver is forgotten sooner once silent for longer than it had
 	// been heard (at least MaxIngestGap): a name heard for a moment is no evidence (watched).
 	ForgetAfter time.Duration `json:"forget_after"`
+	// MaxAgentLag and MaxAgentSilence (an aggregator only, Sources.Agents): how far behind an
+	// agent's newest batch the aggregator (its store of frames, and its correlator) may be, and
+	// how long an agent may go unheard, before the aggregator counts as behind: its verdict is
+	// then on partial data, and the check agents_caught_up pauses it. Zero takes the default.
+	MaxAgentLag     time.Duration `json:"max_agent_lag,omitempty"`
+	MaxAgentSilence time.Duration `json:"max_agent_silence,omitempty"`
 }
 
 // DefaultThresholds are peertrail serve's defaults.
@@ -69,6 +76,10 @@ func DefaultThresholds() Thresholds {
 		MaxEntryStarting: 10 * time.Second,
 		MaxPeerDown:      30 * time.Second,
 		ForgetAfter:      30 * time.Minute,
+		// An agent relays each batch as soon as it is on its disk and posts a heartbeat every
+		// second when it has none: ten seconds behind is a backlog, not a batch in flight.
+		MaxAgentLag:     10 * time.Second,
+		MaxAgentSilence: 15 * time.Second,
 	}
 }
 
@@ -88,6 +99,11 @@ type Sources struct {
 	Expected []string
 	// Started is when peertrail started: no apiserver is expected to have sent before it.
 	Started time.Time
+	// Agents returns what an aggregator knows of each of its agents (the HA layout), and
+	// StreamTime how far its correlator has joined; with Agents nil (one peertrail serve) the
+	// checks agents_caught_up and agent_spool are left out.
+	Agents     func() []ingest.AgentStatus
+	StreamTime func() time.Time
 }
 
 // Check is one check's outcome.
@@ -130,6 +146,12 @@ func New(t Thresholds, src Sources, log *slog.Logger) *Gate {
 	}
 	if t.MaxPeerDown == 0 {
 		t.MaxPeerDown = d.MaxPeerDown
+	}
+	if t.MaxAgentLag <= 0 {
+		t.MaxAgentLag = d.MaxAgentLag
+	}
+	if t.MaxAgentSilence <= 0 {
+		t.MaxAgentSilence = d.MaxAgentSilence
 	}
 	return &Gate{t: t, src: src, log: log, now: time.Now}
 }
@@ -189,6 +211,10 @@ func (g *Gate) Evaluate() Verdict {
 	last, servers := g.src.LastBatches(), g.src.APIServers()
 	watched, forgotten := g.watched(now, last, servers)
 	v.Checks = append(v.Checks, g.ingestGap(now, last, watched, forgotten), g.versionSkew(servers, watched), noise)
+	if g.src.Agents != nil {
+		agents := g.src.Agents()
+		v.Checks = append(v.Checks, g.agentsCaughtUp(now, agents), g.agentSpool(now, agents))
+	}
 
 	v.Proceed = true
 	for _, c := range v.Checks {
@@ -386,6 +412,87 @@ func (g *Gate) versionSkew(servers []correlate.ServerInfo, watched map[string]bo
 		c.Value = float64(skew)
 		c.OK = skew <= g.t.MaxMinorSkew
 		c.Detail = fmt.Sprintf("versions %s: %d minor apart (policy: at most %d)%s", strings.Join(versions, ", "), skew, g.t.MaxMinorSkew, ignored)
+	}
+	return c
+}
+
+// agentsCaughtUp says whether this aggregator has what its agents had: each heard from within
+// MaxAgentSilence, none with a backlog older than MaxAgentLag, and the correlator within
+// MaxAgentLag of the newest frame stored. Its value is how far behind the furthest is, in
+// seconds (past the threshold for an agent never heard from, or whose backlog's age is not known).
+func (g *Gate) agentsCaughtUp(now time.Time, agents []ingest.AgentStatus) Check {
+	c := Check{Name: metrics.CheckAgentsCaughtUp, Threshold: g.t.MaxAgentLag.Seconds(), OK: true}
+	past := g.t.MaxAgentLag.Seconds() + 1
+	var behind []string
+	var newest time.Time
+	for _, a := range agents {
+		if a.StoredTime.After(newest) {
+			newest = a.StoredTime
+		}
+		switch silence := now.Sub(a.Heard); {
+		case a.Heard.IsZero():
+			behind = append(behind, a.Name+" not heard from since this aggregator started")
+			c.Value = max(c.Value, past)
+		case silence > g.t.MaxAgentSilence:
+			behind = append(behind, fmt.Sprintf("%s silent for %s", a.Name, silence.Round(time.Second)))
+			c.Value = max(c.Value, silence.Seconds())
+		case a.LagSeconds < 0:
+			behind = append(behind, fmt.Sprintf("%s: %d bytes of its spool not stored here yet", a.Name, a.LagBytes))
+			c.Value = max(c.Value, past)
+		case a.LagSeconds > g.t.MaxAgentLag.Seconds():
+			behind = append(behind, fmt.Sprintf("%s: %s behind (%d bytes of its spool not stored here yet)", a.Name, (time.Duration(a.LagSeconds*1e9)).Round(time.Second), a.LagBytes))
+			c.Value = max(c.Value, a.LagSeconds)
+		default:
+			c.Value = max(c.Value, a.LagSeconds)
+		}
+	}
+	if g.src.StreamTime != nil && !newest.IsZero() {
+		if joined := g.src.StreamTime(); newest.Sub(joined) > g.t.MaxAgentLag {
+			d := newest.Sub(joined)
+			behind = append(behind, fmt.Sprintf("the correlator has joined up to %s, %s before the newest frame stored", joined.UTC().Format(time.RFC3339), d.Round(time.Second)))
+			c.Value = max(c.Value, d.Seconds())
+		}
+	}
+	sort.Strings(behind)
+	if len(behind) > 0 {
+		c.OK = false
+		c.Detail = "this aggregator is behind its agents, its verdict on partial data: " + strings.Join(behind, "; ")
+		return c
+	}
+	c.Detail = fmt.Sprintf("every one of %d agents heard within %s and stored within %s of its newest batch", len(agents), g.t.MaxAgentSilence, g.t.MaxAgentLag)
+	return c
+}
+
+// agentSpool fails while an agent says that, within the window, it gave up frames for an
+// aggregator that stayed away longer than its spool could hold: that aggregator's store and
+// chains lack them. Its value is the events given up in the window's episodes. A backlog over
+// half an agent's spool is reported without failing.
+func (g *Gate) agentSpool(now time.Time, agents []ingest.AgentStatus) Check {
+	c := Check{Name: metrics.CheckAgentSpool, OK: true}
+	var lost, filling []string
+	for _, a := range agents {
+		for _, ag := range a.Aggregators {
+			if sk := ag.Skipped; !sk.Last.IsZero() && now.Sub(sk.Last) <= g.t.Window {
+				lost = append(lost, fmt.Sprintf("agent %s gave up %d events for aggregator %s at %s (received %s to %s): its spool was full and that aggregator away, whose store lacks them",
+					a.Name, sk.Events, ag.Name, sk.Last.UTC().Format(time.RFC3339), sk.From.UTC().Format(time.RFC3339), sk.To.UTC().Format(time.RFC3339)))
+				c.Value += float64(sk.Events)
+			}
+			if a.SpoolMaxBytes > 0 && 2*ag.BacklogBytes > a.SpoolMaxBytes {
+				filling = append(filling, fmt.Sprintf("agent %s holds %d%% of its spool for aggregator %s", a.Name, 100*ag.BacklogBytes/a.SpoolMaxBytes, ag.Name))
+			}
+		}
+	}
+	sort.Strings(lost)
+	sort.Strings(filling)
+	switch {
+	case len(lost) > 0:
+		c.OK = false
+		c.Detail = strings.Join(lost, "; ")
+	default:
+		c.Detail = "no agent gave up frames for an aggregator in the last " + g.t.Window.String()
+	}
+	if len(filling) > 0 {
+		c.Detail += "; " + strings.Join(filling, "; ")
 	}
 	return c
 }
