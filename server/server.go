@@ -1,11 +1,18 @@
-// Package server assembles peertrail's long-running process: the spool and its consumers, the
+// Package server assembles peertrail's long-running processes: the spool and its consumers, the
 // audit webhook receiver, and the HTTP(S) endpoint that serves the webhook, health, metrics
 // and APIs. It owns their lifecycle: open in data-flow order, close in reverse.
+//
+// One process (New, peertrail serve) receives, correlates and stores; with agents configured it
+// is also an aggregator of the HA layout, taking agents' frames beside (or instead of) the
+// apiservers' webhooks. An agent (NewAgent, peertrail agent) receives its node's apiserver's
+// webhook into its own spool, exactly as serve does, and relays the spool to every aggregator,
+// with no correlator, store or gate.
 package server
 
 import (
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -15,6 +22,7 @@ import (
 	"net/http/pprof"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -28,6 +36,7 @@ import (
 	"github.com/peertrail/peertrail/ingest"
 	"github.com/peertrail/peertrail/ingest/dedup"
 	"github.com/peertrail/peertrail/ingest/record"
+	"github.com/peertrail/peertrail/ingest/ship"
 	"github.com/peertrail/peertrail/ingest/spool"
 	"github.com/peertrail/peertrail/internal/version"
 	"github.com/peertrail/peertrail/metrics"
@@ -61,6 +70,11 @@ type Server struct {
 	consumers sync.WaitGroup
 	errc      chan error
 	budget    Budget
+
+	// agent says this is peertrail agent: it relays its spool with fleet, and has no
+	// correlator, store or gate.
+	agent bool
+	fleet *ship.Fleet
 }
 
 // WarnNoAPIServerAuth is the warning New logs when no apiserver has to authenticate (no
@@ -68,12 +82,27 @@ type Server struct {
 // leaves it out.
 const WarnNoAPIServerAuth = "no client CA and no apiserver token configured: any client that reaches the listener can post audit events as any apiserver"
 
-// New opens the data directory and prepares everything; Start begins serving.
-func New(ctx context.Context, cfg config.File, log *slog.Logger) (_ *Server, err error) {
+// New opens the data directory and prepares everything of peertrail serve; Run serves.
+func New(ctx context.Context, cfg config.File, log *slog.Logger) (*Server, error) {
+	return newServer(ctx, cfg, log, false)
+}
+
+// NewAgent opens the data directory and prepares peertrail agent: the webhook receiver, its
+// spool, duplicate index and dead letters as New makes them, and a ship.Shipper per aggregator
+// of cfg.Relay; Run serves. It has no correlator, store, gate or SQL interface.
+func NewAgent(ctx context.Context, cfg config.File, log *slog.Logger) (*Server, error) {
+	if err := cfg.ValidateRelay(); err != nil {
+		return nil, err
+	}
+	cfg.Store.Engine, cfg.Store.SQLListen = "none", ""
+	return newServer(ctx, cfg, log, true)
+}
+
+func newServer(ctx context.Context, cfg config.File, log *slog.Logger, agent bool) (_ *Server, err error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, log: log, registry: prometheus.NewRegistry(), errc: make(chan error, 4)}
+	s := &Server{cfg: cfg, log: log, registry: prometheus.NewRegistry(), errc: make(chan error, 4), agent: agent}
 	defer func() {
 		if err != nil {
 			s.closeStores()
@@ -97,7 +126,7 @@ func New(ctx context.Context, cfg config.File, log *slog.Logger) (_ *Server, err
 		MaxBytes:     int64(cfg.Spool.MaxBytes),
 		Sync:         policy,
 		SyncInterval: time.Duration(cfg.Spool.FsyncPeriod),
-		Consumers:    consumers(cfg),
+		Consumers:    consumers(cfg, agent),
 		Logger:       log,
 	})
 	if err != nil {
@@ -135,6 +164,9 @@ func New(ctx context.Context, cfg config.File, log *slog.Logger) (_ *Server, err
 	if err != nil {
 		return nil, err
 	}
+	if len(cfg.Agents) > 0 {
+		opts.AgentStateDir = filepath.Join(cfg.DataDir, "agents")
+	}
 	s.auth = opts.Auth
 	if !opts.RequireAuth {
 		log.Warn(WarnNoAPIServerAuth)
@@ -144,6 +176,10 @@ func New(ctx context.Context, cfg config.File, log *slog.Logger) (_ *Server, err
 	}
 	s.receiver = ingest.NewReceiver(opts, s.spool, index, s.codec, dead, log)
 	s.registry.MustRegister(s.receiver.Collectors()...)
+
+	if agent {
+		return s.startAgent(index, keysDir, horizon)
+	}
 
 	var emb *store.Embedded
 	if s.store, emb, err = s.openStore(ctx, cfg); err != nil {
@@ -178,20 +214,25 @@ func New(ctx context.Context, cfg config.File, log *slog.Logger) (_ *Server, err
 	if s.writer != nil {
 		s.runConsumer(bg, storeConsumer, s.writer)
 	}
-	s.consumers.Go(func() {
-		// Often enough that a finished minute leaves its map (31 bytes a key) for a sorted run
-		// (17) soon after the clock leaves it.
-		t := time.NewTicker(10 * time.Second)
-		defer t.Stop()
-		for {
-			select {
-			case <-bg.Done():
-				return
-			case now := <-t.C:
-				index.Expire(now)
+	s.expireLoop(bg, index)
+	if len(cfg.Agents) > 0 {
+		s.consumers.Go(func() {
+			// Where each agent's stored frames end, so that a resend after a restart is
+			// recognised by its position.
+			t := time.NewTicker(time.Second)
+			defer t.Stop()
+			for {
+				select {
+				case <-bg.Done():
+					return
+				case <-t.C:
+					if err := s.receiver.SaveAgents(); err != nil {
+						log.Warn("saving agents' positions", "err", err)
+					}
+				}
 			}
-		}
-	})
+		})
+	}
 
 	if err := s.listen(); err != nil {
 		cancel()
@@ -199,6 +240,71 @@ func New(ctx context.Context, cfg config.File, log *slog.Logger) (_ *Server, err
 		return nil, err
 	}
 	return s, nil
+}
+
+// expireLoop lets the duplicate index forget and seal its minutes until ctx ends.
+func (s *Server) expireLoop(ctx context.Context, index *dedup.Index) {
+	s.consumers.Go(func() {
+		// Often enough that a finished minute leaves its map (31 bytes a key) for a sorted run
+		// (17) soon after the clock leaves it.
+		t := time.NewTicker(10 * time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case now := <-t.C:
+				index.Expire(now)
+			}
+		}
+	})
+}
+
+// startAgent starts peertrail agent's consumers (the duplicate index's persister and a shipper
+// per aggregator) and its listeners.
+func (s *Server) startAgent(index *dedup.Index, keysDir string, horizon time.Duration) (*Server, error) {
+	aggs := make([]ship.Aggregator, 0, len(s.cfg.Relay.Aggregators))
+	client, err := relayClient(s.cfg.Relay)
+	if err != nil {
+		return nil, err
+	}
+	for _, a := range s.cfg.Relay.Aggregators {
+		aggs = append(aggs, ship.Aggregator{Name: a.Name, URL: a.URL, Client: client})
+	}
+	s.fleet, err = ship.NewFleet(ship.FleetOptions{
+		Spool: s.spool, HeadTime: s.newestBatch, SkipFile: filepath.Join(s.cfg.DataDir, "ship-skipped.json"),
+		MaxRequestBytes: int(s.cfg.Relay.MaxRequestBytes), GiveUpAt: s.cfg.Relay.GiveUpAt, Log: s.log,
+	}, aggs)
+	if err != nil {
+		return nil, err
+	}
+	s.registry.MustRegister(s.fleet.Collectors()...)
+	bg, cancel := context.WithCancel(context.Background())
+	s.cancel = cancel
+	s.runConsumer(bg, dedup.ConsumerName, &dedup.Persister{Dir: keysDir, Horizon: horizon, Log: s.log})
+	for _, sh := range s.fleet.Shippers() {
+		// A refused connection costs nothing to try again: an aggregator that comes back gets
+		// the backlog within two seconds, not after a backoff grown to half a minute.
+		s.runConsumerWith(bg, ship.ConsumerName(sh.Name()), sh, spool.RunOptions{RetryMax: 2 * time.Second})
+	}
+	s.expireLoop(bg, index)
+	if err := s.listen(); err != nil {
+		cancel()
+		s.consumers.Wait()
+		return nil, err
+	}
+	return s, nil
+}
+
+// newestBatch is when the newest batch the receiver accepted was received (zero: none yet).
+func (s *Server) newestBatch() time.Time {
+	var newest time.Time
+	for _, t := range s.receiver.LastBatches() {
+		if t.After(newest) {
+			newest = t
+		}
+	}
+	return newest
 }
 
 func (s *Server) newCorrelator(ctx context.Context, cfg config.File) error {
@@ -236,11 +342,17 @@ func (s *Server) newGate(cfg config.File, started time.Time) {
 		expected[i] = a.Name
 	}
 	g := cfg.Gate
+	var agents func() []ingest.AgentStatus
+	var streamTime func() time.Time
+	if len(cfg.Agents) > 0 {
+		agents, streamTime = s.receiver.Agents, s.correlator.StreamTime
+	}
 	s.gate = gate.New(gate.Thresholds{
 		Window: time.Duration(g.Window), MaxProxied5xxRatio: g.MaxProxied5xxRatio, MinForwarded: g.MinForwarded,
 		MaxMisleading404: g.MaxMisleading404, MaxBroken: g.MaxBroken, MaxIdentityMismatch: g.MaxIdentityMismatch,
 		MaxIngestGap: time.Duration(g.MaxIngestGap), MaxMinorSkew: g.MaxMinorSkew, ForgetAfter: time.Duration(g.ForgetAfter),
 		MaxEntryStarting: time.Duration(g.MaxEntryStarting), MaxPeerDown: time.Duration(g.MaxPeerDown),
+		MaxAgentLag: time.Duration(g.MaxAgentLag), MaxAgentSilence: time.Duration(g.MaxAgentSilence),
 	}, gate.Sources{
 		Recent:       s.correlator.Recent,
 		APIServers:   s.correlator.Capabilities().Servers,
@@ -248,11 +360,17 @@ func (s *Server) newGate(cfg config.File, started time.Time) {
 		FirstBatches: s.receiver.FirstBatches,
 		Expected:     expected,
 		Started:      started,
+		Agents:       agents,
+		StreamTime:   streamTime,
 	}, s.log)
 	s.registry.MustRegister(s.gate.Collector())
 }
 
 func (s *Server) runConsumer(ctx context.Context, name string, c spool.Consumer) {
+	s.runConsumerWith(ctx, name, c, spool.RunOptions{})
+}
+
+func (s *Server) runConsumerWith(ctx context.Context, name string, c spool.Consumer, opts spool.RunOptions) {
 	failures := prometheus.NewCounter(prometheus.CounterOpts{
 		Name:        metrics.SpoolConsumerErrorsTotal,
 		Help:        "Failed deliveries to a spool consumer (each is retried with backoff).",
@@ -260,7 +378,8 @@ func (s *Server) runConsumer(ctx context.Context, name string, c spool.Consumer)
 	})
 	s.registry.MustRegister(failures)
 	s.consumers.Go(func() {
-		if err := s.spool.Run(ctx, name, c, spool.RunOptions{OnError: func(error) { failures.Inc() }}); err != nil {
+		opts.OnError = func(error) { failures.Inc() }
+		if err := s.spool.Run(ctx, name, c, opts); err != nil {
 			s.errc <- fmt.Errorf("consumer %s: %w", name, err)
 		}
 	})
@@ -295,6 +414,20 @@ func receiverOptions(cfg config.File, log *slog.Logger) (ingest.Options, error) 
 			return "", fmt.Errorf("%s: token file %s holds %d tokens, want one", whose, path, len(toks))
 		}
 		return toks[0], nil
+	}
+	ao.AgentSubjects = map[string]string{}
+	for _, a := range cfg.Agents {
+		o.Agents = append(o.Agents, ingest.RelayAgent{Name: a.Name, APIServers: a.APIServers})
+		if a.CertSubject != "" {
+			ao.AgentSubjects[a.CertSubject] = a.Name
+		}
+		if a.TokenFile != "" {
+			tok, err := oneToken(a.TokenFile, "agent "+a.Name)
+			if err != nil {
+				return o, err
+			}
+			ao.AgentTokens = append(ao.AgentTokens, ingest.AgentToken{Agent: a.Name, Token: tok})
+		}
 	}
 	for _, a := range cfg.APIServers {
 		o.APIServers = append(o.APIServers, a.Name)
@@ -380,15 +513,28 @@ func (s *Server) listen() error {
 	return nil
 }
 
-// apiRoutes are what people and Prometheus read: metrics, the chain and gate APIs, pprof.
-// Only reader credentials reach them (ingest.Authenticator.Readers): whatever is under /api/,
-// /metrics and /debug/pprof/ is refused to anyone else, routes added later included.
+// apiRoutes are what people and Prometheus read: metrics, the chain and gate APIs, pprof (an
+// agent: metrics and pprof). Only reader credentials reach them (ingest.Authenticator.Readers):
+// whatever is under /api/, /metrics and /debug/pprof/ is refused to anyone else, routes added
+// later included.
 func (s *Server) apiRoutes(outer *http.ServeMux) {
 	mux := http.NewServeMux()
 	readers := s.auth.Readers(mux)
 	outer.Handle("/api/", readers)
 	outer.Handle("/metrics", readers)
 	outer.Handle("/debug/pprof/", readers)
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{Registry: s.registry}))
+	if s.cfg.EnablePprof {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
+	if s.agent {
+		return
+	}
+	if len(s.cfg.Agents) > 0 {
+		mux.HandleFunc("GET /api/v1/agents", s.agentsAPI)
+	}
 	var stored correlate.Stores
 	if s.store != nil {
 		stored = correlate.Stores{Chains: store.ReadChains(s.store), Chain: store.ReadChain(s.store), List: store.ListChains(s.store), Records: store.ReadRecords(s.store),
@@ -396,12 +542,24 @@ func (s *Server) apiRoutes(outer *http.ServeMux) {
 	}
 	correlate.NewStoredAPI(s.correlator, stored).Register(mux)
 	s.gate.Register(mux)
-	mux.Handle("GET /metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{Registry: s.registry}))
-	if s.cfg.EnablePprof {
-		mux.HandleFunc("/debug/pprof/", pprof.Index)
-		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+}
+
+// agentsAPI is GET /api/v1/agents: what this aggregator knows of each agent, and whether it is
+// caught up with them (the gate's check agents_caught_up).
+func (s *Server) agentsAPI(w http.ResponseWriter, _ *http.Request) {
+	v := s.gate.Evaluate()
+	out := struct {
+		CaughtUp bool                 `json:"caught_up"`
+		Detail   string               `json:"detail"`
+		Agents   []ingest.AgentStatus `json:"agents"`
+	}{Agents: s.receiver.Agents()}
+	for _, c := range v.Checks {
+		if c.Name == metrics.CheckAgentsCaughtUp {
+			out.CaughtUp, out.Detail = c.OK, c.Detail
+		}
 	}
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(out)
 }
 
 // healthRoutes are the probes, on every listener.
@@ -482,8 +640,15 @@ func (s *Server) SQLURL() string {
 }
 
 // consumers are the spool consumers the configuration runs; the spool keeps segments until
-// every one of them has passed.
-func consumers(cfg config.File) []string {
+// every one of them has passed. An agent's are the duplicate index's and one per aggregator.
+func consumers(cfg config.File, agent bool) []string {
+	if agent {
+		c := []string{dedup.ConsumerName}
+		for _, a := range cfg.Relay.Aggregators {
+			c = append(c, ship.ConsumerName(a.Name))
+		}
+		return c
+	}
 	c := []string{dedup.ConsumerName, correlate.ConsumerName}
 	if cfg.Store.Engine != "none" {
 		c = append(c, storeConsumer)
@@ -510,7 +675,15 @@ func (s *Server) Run(ctx context.Context) error {
 		go func() { serveErr <- s.sqlHTTP.Serve(s.sqlLn) }()
 		s.log.Info("SQL: the ClickHouse HTTP interface of the embedded store, read-only", "url", s.SQLURL())
 	}
-	s.log.Info("peertrail serving", "url", s.URL(), "data_dir", s.cfg.DataDir, "store", s.cfg.Store.Engine)
+	if s.agent {
+		names := make([]string, 0, len(s.cfg.Relay.Aggregators))
+		for _, a := range s.cfg.Relay.Aggregators {
+			names = append(names, a.Name+"="+a.URL)
+		}
+		s.log.Info("peertrail agent serving", "url", s.URL(), "data_dir", s.cfg.DataDir, "aggregators", strings.Join(names, ","))
+	} else {
+		s.log.Info("peertrail serving", "url", s.URL(), "data_dir", s.cfg.DataDir, "store", s.cfg.Store.Engine)
+	}
 	var err error
 	select {
 	case <-ctx.Done():
@@ -530,8 +703,13 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	s.cancel()
 	s.consumers.Wait()
-	if cerr := s.correlator.Close(shutdownCtx); cerr != nil {
-		s.log.Warn("closing the correlator", "err", cerr)
+	if s.correlator != nil {
+		if cerr := s.correlator.Close(shutdownCtx); cerr != nil {
+			s.log.Warn("closing the correlator", "err", cerr)
+		}
+	}
+	if cerr := s.receiver.SaveAgents(); cerr != nil {
+		s.log.Warn("saving agents' positions", "err", cerr)
 	}
 	if cerr := s.closeStores(); cerr != nil && err == nil {
 		err = cerr

@@ -35,6 +35,11 @@ type serverFlags struct {
 
 func (s *serverFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&s.server, "server", "http://127.0.0.1:8443", "base URL of a running peertrail serve (https:// when it serves TLS, its default)")
+	s.registerCredentials(fs)
+}
+
+// registerCredentials registers the flags of register but --server.
+func (s *serverFlags) registerCredentials(fs *pflag.FlagSet) {
 	fs.StringVar(&s.caFile, "ca-file", "", "CA bundle that verifies peertrail serve's certificate")
 	fs.BoolVar(&s.insecure, "insecure-skip-tls-verify", false, "do not verify peertrail serve's certificate")
 	fs.StringVar(&s.token, "token", "", "reader bearer token (one of serve's --reader-token-file); default $"+tokenEnv+"; prefer --token-file, a\n"+

@@ -96,6 +96,6 @@ proxied, proxy failed, misleading 404, broken, loop), and stores and exports the
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
 		return usageError(cmd, "%v", err)
 	})
-	root.AddCommand(newVersionCommand(), newServeCommand(g), newDemoCommand(g), newChainCommand(g), newAPIServersCommand(g), newGateCommand(g), newSimulateCommand(g), newLoadgenCommand(g), newBenchCommand(g), newSQLCommand(g), newReportCommand(g), newSchemaCommand(g), newGenerateCommand(g), newDeployCommand(g))
+	root.AddCommand(newVersionCommand(), newServeCommand(g), newAgentCommand(g), newDemoCommand(g), newChainCommand(g), newAPIServersCommand(g), newGateCommand(g), newSimulateCommand(g), newLoadgenCommand(g), newBenchCommand(g), newSQLCommand(g), newReportCommand(g), newSchemaCommand(g), newGenerateCommand(g), newDeployCommand(g))
 	return root
 }

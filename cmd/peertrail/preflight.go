@@ -58,6 +58,14 @@ func preflight(cfg config.File) error {
 			return errorf(exitUsage, "apiservers[].tokenFile in --config", "apiserver %s: token file: %v", a.Name, err)
 		}
 	}
+	for _, a := range cfg.Agents {
+		if a.TokenFile == "" {
+			continue
+		}
+		if _, err := os.Stat(a.TokenFile); err != nil {
+			return errorf(exitUsage, "agents[].tokenFile in --config", "agent %s: token file: %v", a.Name, err)
+		}
+	}
 	if cfg.Store.Engine == "embedded" {
 		if _, err := chdb.FindLibrary(cfg.Store.LibPath); err != nil {
 			return errorf(exitUsage, "run scripts/fetch-chdb.sh, or give --chdb-lib or $CHDB_LIB_PATH; --store none runs without a store",

@@ -129,6 +129,13 @@ line wins over the file. The file also lists the apiservers:
 
 // bindServeFlags binds serve's flags to cfg's fields, with cfg's values as defaults.
 func bindServeFlags(f *pflag.FlagSet, cfg *config.File) {
+	bindIngestFlags(f, cfg)
+	bindStoreFlags(f, cfg)
+}
+
+// bindIngestFlags binds the flags of what serve and agent share (the webhook receiver, its
+// credentials and limits, the spool) to cfg's fields, with cfg's values as defaults.
+func bindIngestFlags(f *pflag.FlagSet, cfg *config.File) {
 	f.StringVar(&cfg.Listen, "listen", cfg.Listen, "address to listen on for the webhook (and, without --api-listen, metrics, health and APIs)")
 	f.StringVar(&cfg.APIListen, "api-listen", cfg.APIListen, "address for /metrics, the probes and the chain and gate APIs apart from the webhook, so that a\n"+
 		"NetworkPolicy can admit only the apiservers to --listen (same TLS; default: all on --listen)")
@@ -160,7 +167,18 @@ func bindServeFlags(f *pflag.FlagSet, cfg *config.File) {
 	f.Var(&cfg.Spool.SegmentBytes, "spool-segment-bytes", "size of one spool segment file, allocated whole before it is written")
 	f.StringVar(&cfg.Spool.Fsync, "spool-fsync", cfg.Spool.Fsync, "when to fsync the spool: always (before answering, the default), interval, or never")
 	f.Var(&cfg.Spool.FsyncPeriod, "spool-fsync-interval", "fsync period with --spool-fsync=interval")
-	f.Var(&cfg.Spool.DedupHorizon, "dedup-horizon", "how long accepted events are remembered to recognise resent batches (the apiserver retries for about 4 minutes)")
+	f.Var(&cfg.Spool.DedupHorizon, "dedup-horizon", "how long accepted events are remembered to recognise resent batches (the apiserver's webhook gives a batch up\n"+
+		"81-98 s after its first failure when its connection is refused, after about 4 minutes when every try hangs)")
+	f.BoolVar(&cfg.EnablePprof, "enable-pprof", false, "serve Go's profiler under /debug/pprof/ on the API address, to readers only (performance investigations)")
+	f.Var(&cfg.MemoryLimit, "memory-limit", "memory the whole process may use (default: its cgroup's limit, or the host's RAM): the embedded engine gets half (--store-max-memory),\n"+
+		"and Go's garbage collector keeps its heap under 90% of it less the engine's share (a soft limit; GOMEMLIMIT in the environment wins),\n"+
+		"collecting whenever the heap grew by an eighth (GOGC=12 unless GOGC is set)")
+	f.Var((*commaList)(&cfg.RedactResources), "redact-resources", "comma-separated resources whose events keep no requestObject or responseObject, as resource[.group][/subresource]\n"+
+		"(e.g. widgets.example.com,serviceaccounts), besides secrets, tokenreviews.authentication.k8s.io and serviceaccounts/token, always redacted")
+}
+
+// bindStoreFlags binds serve's own flags (correlation, the gate, the store, tracing).
+func bindStoreFlags(f *pflag.FlagSet, cfg *config.File) {
 	f.Var(&cfg.Correlate.ChainWindow, "chain-window", "a chain is final when no record of it arrived for this long (cover the apiservers' --audit-webhook-batch-max-wait)")
 	f.Var(&cfg.Correlate.LateWindow, "late-window", "how long a final chain can still be reopened and reclassified by a late record")
 	f.IntVar(&cfg.Correlate.MaxOpenChains, "max-open-chains", cfg.Correlate.MaxOpenChains, "open chains kept in memory; beyond it the oldest is finalised early (counted as an eviction)")
@@ -186,9 +204,6 @@ func bindServeFlags(f *pflag.FlagSet, cfg *config.File) {
 	f.IntVar(&cfg.Store.SQLMaxConcurrentQueries, "sql-max-concurrent-queries", 0, "SQL queries that run at once, beside the store writer; more wait up to 10s, then get 503 (default 2)")
 	f.Var(&cfg.Store.SQLMaxQueryMemory, "sql-max-query-memory", "memory one SQL query may use, enforced by the engine (default 1Gi, or less when the engine's cap is small: the reads at once take at most half of it)")
 	f.Var(&cfg.Store.SQLMaxExecutionTime, "sql-max-execution-time", "time one SQL query may run before the engine stops it (default 30s; a client may ask for less)")
-	f.Var(&cfg.MemoryLimit, "memory-limit", "memory the whole process may use (default: its cgroup's limit, or the host's RAM): the embedded engine gets half (--store-max-memory),\n"+
-		"and Go's garbage collector keeps its heap under 90% of it less the engine's share (a soft limit; GOMEMLIMIT in the environment wins),\n"+
-		"collecting whenever the heap grew by an eighth (GOGC=12 unless GOGC is set)")
 	f.Var(&cfg.Store.MaxMemory, "store-max-memory", "memory the embedded engine may use in all, writer and queries together, a hard cap (default: half of --memory-limit)")
 	f.Var(&cfg.Store.Retention, "retention", "how long events and chains are kept in the store (TTL)")
 	f.StringVar(&cfg.Store.DSN, "clickhouse-dsn", "", "ClickHouse server to use with --store clickhouse: clickhouse://host:9000 (native protocol), http(s)://host:8123 (HTTP); ?secure=true for TLS")
@@ -198,12 +213,13 @@ func bindServeFlags(f *pflag.FlagSet, cfg *config.File) {
 	f.StringVar(&cfg.Store.CertFile, "clickhouse-cert-file", "", "client certificate for ClickHouse (PEM; turns TLS on)")
 	f.StringVar(&cfg.Store.KeyFile, "clickhouse-key-file", "", "client certificate key for ClickHouse (PEM)")
 	f.StringVar(&cfg.Store.Cluster, "clickhouse-cluster", "", "ClickHouse cluster name: create replicated tables ON CLUSTER with Distributed tables in front")
-	f.BoolVar(&cfg.EnablePprof, "enable-pprof", false, "serve Go's profiler under /debug/pprof/ on the API address, to readers only (performance investigations)")
+	f.BoolVar(&cfg.Store.Deduplicate, "clickhouse-deduplicate", false, "insert every agent frame's events into the ClickHouse server as an insert of its own with\n"+
+		"insert_deduplication_token, so that two aggregators writing one server store each row once (the HA layout with a shared store)")
+	f.Var(&cfg.Gate.MaxAgentLag, "gate-max-agent-lag", "gate (an aggregator): how far behind an agent's newest batch this aggregator may be before it counts as behind and pauses (default 10s)")
+	f.Var(&cfg.Gate.MaxAgentSilence, "gate-max-agent-silence", "gate (an aggregator): how long an agent may go unheard (it posts a heartbeat every second) before this aggregator counts as behind (default 15s)")
 	f.StringVar(&cfg.Tracing.OTLPEndpoint, "otlp-endpoint", "", "OTLP/HTTP endpoint (e.g. http://otel-collector:4318) to export every final chain as a trace (the trace ID is the auditID), once in its final class,\n"+
 		"when --late-window has passed and no late record can reclassify it;\n"+
 		"without it, OTEL_EXPORTER_OTLP_ENDPOINT turns tracing on; the rest of the standard OTEL_* environment (headers, TLS, OTEL_RESOURCE_ATTRIBUTES) applies either way")
-	f.Var((*commaList)(&cfg.RedactResources), "redact-resources", "comma-separated resources whose events keep no requestObject or responseObject, as resource[.group][/subresource]\n"+
-		"(e.g. widgets.example.com,serviceaccounts), besides secrets, tokenreviews.authentication.k8s.io and serviceaccounts/token, always redacted")
 }
 
 // commaList is a flag of comma-separated values that replaces the list each time it is set,
