@@ -1,8 +1,10 @@
 package ingest
 
 import (
+	"bytes"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/peertrail/peertrail/ingest/record"
+	"github.com/peertrail/peertrail/ingest/ship"
 	"github.com/peertrail/peertrail/metrics"
 )
 
@@ -65,6 +68,59 @@ func FuzzReceiver(f *testing.F) {
 		}
 		if held := limited.rc.reading.inUse() + fx.rc.reading.inUse(); held != 0 {
 			t.Fatalf("%d bytes of the reading budget held after the answers", held)
+		}
+	})
+}
+
+// FuzzAgentFrames posts arbitrary agent requests, with a valid agent's credential, to an
+// aggregator's receiver, and checks that it never panics, answers only as its contract allows,
+// stores only its agent's apiserver's valid records, and acknowledges exactly what it stored.
+func FuzzAgentFrames(f *testing.F) {
+	agent := newFixture(f, Options{}, 0)
+	for seed := range uint64(3) {
+		body := events(f, seed, 3)
+		req := httptest.NewRequest(http.MethodPost, "/audit/kas-a", bytes.NewReader(body))
+		w := httptest.NewRecorder()
+		agent.handler().ServeHTTP(w, req)
+	}
+	r := agent.spool.NewReader(0)
+	var frames []ship.Frame
+	for {
+		e, ok, err := r.TryNext()
+		if err != nil || !ok {
+			break
+		}
+		frames = append(frames, ship.Frame{Pos: uint64(e.Pos), End: uint64(e.End), Payload: e.Payload})
+	}
+	r.Close()
+	h := ship.Header{Stream: strings.Repeat("1a", 16), Head: 1 << 20}
+	for i := range frames {
+		b, _ := ship.AppendRequest(nil, h, frames[:i+1])
+		f.Add(b)
+	}
+	b, _ := ship.AppendRequest(nil, h, nil)
+	f.Add(b)
+
+	auth, err := NewAuthenticator(AuthOptions{AgentTokens: []AgentToken{{"node-a", "agent-token"}}})
+	if err != nil {
+		f.Fatal(err)
+	}
+	agg := newFixture(f, Options{Auth: auth, RequireAuth: true, Agents: []RelayAgent{{Name: "node-a", APIServers: []string{"kas-a"}}}}, 0)
+	allowed := map[int]bool{200: true, 400: true, 403: true}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		w := agg.post(t, ship.Path, body, map[string]string{"Authorization": "Bearer agent-token"})
+		if !allowed[w.Code] {
+			t.Fatalf("status %d: %s", w.Code, w.Body)
+		}
+		stored := agg.stored(t)
+		accepted := eventCount(agg.rc, "kas-a", metrics.ResultAccepted)
+		if len(stored) != accepted {
+			t.Fatalf("spool holds %d records, %d acknowledged as accepted", len(stored), accepted)
+		}
+		for i := range stored {
+			if stored[i].APIServer != "kas-a" || record.Validate(&stored[i]) != nil {
+				t.Fatalf("stored %+v", stored[i])
+			}
 		}
 	})
 }

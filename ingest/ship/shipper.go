@@ -242,11 +242,12 @@ func (s *Shipper) Consume(ctx context.Context, entries []spool.Entry) (spool.Pos
 	for len(entries) > 0 && entries[0].End <= s.acked {
 		entries = entries[1:]
 	}
+	if len(entries) > 0 && s.giveUp(entries) {
+		// Returned as done, so that the spool commits past them and frees their segments
+		// (a failed Consume commits nothing).
+		return s.acked, nil
+	}
 	for len(entries) > 0 {
-		if n := s.giveUp(entries); n > 0 {
-			entries = entries[n:]
-			continue
-		}
 		n, size := 0, 0
 		for n < len(entries) && (n == 0 || size+len(entries[n].Payload) <= s.f.opts.MaxRequestBytes) {
 			size += len(entries[n].Payload)
@@ -261,35 +262,38 @@ func (s *Shipper) Consume(ctx context.Context, entries []spool.Entry) (spool.Pos
 	return s.acked, nil
 }
 
-// giveUp gives up the first of entries when the spool holds GiveUpAt of its limit and this
-// aggregator's backlog is the largest (so that the oldest segments are held for it), until the
-// spool would hold KeepAt; it returns how many it gave up. Each episode is logged once, counted
-// and kept (Fleet.noteSkip), and told to every aggregator in each request's header.
-func (s *Shipper) giveUp(entries []spool.Entry) int {
+// Heartbeat posts the header alone, as Consume does when the spool is idle. It must not be
+// called while the Shipper runs (it uses Consume's memory).
+func (s *Shipper) Heartbeat(ctx context.Context) error { return s.post(ctx, nil) }
+
+// giveUp gives up entries, all of them, when the spool holds GiveUpAt of its limit and this
+// aggregator's backlog is the largest (so that the oldest segments are held for it), and goes on
+// doing so, call after call, until what it gave up would bring the spool down to KeepAt; it
+// reports whether it did. (All of a call's entries or none: Consume either passes them all, or
+// fails and gets them all again.) Each episode is logged once, counted and kept
+// (Fleet.noteSkip), and told to every aggregator in each request's header.
+func (s *Shipper) giveUp(entries []spool.Entry) bool {
 	if s.skipTarget <= 0 {
 		if c, err := s.f.opts.Spool.Committed(s.consumer); err == nil && c < s.skipDone {
-			return 0 // the last episode's frames are not yet committed as passed: the spool still counts them
+			return false // the last episode's frames are not yet committed as passed: the spool still counts them
 		}
 		st := s.f.opts.Spool.Stats()
 		if float64(st.Bytes) < s.f.opts.GiveUpAt*float64(st.MaxBytes) {
-			return 0
+			return false
 		}
 		mine := st.Lag[s.consumer]
 		for name, lag := range st.Lag {
 			if name != s.consumer && lag > mine {
-				return 0 // another consumer holds the oldest data: it gives up first
+				return false // another consumer holds the oldest data: it gives up first
 			}
 		}
 		s.skipTarget = st.Bytes - int64(s.f.opts.KeepAt*float64(st.MaxBytes))
 		s.log.Error("ship: giving up the oldest frames of an aggregator that does not take them: the spool is nearly full and this aggregator's backlog holds it; it will lack them",
 			"spool_bytes", st.Bytes, "spool_max_bytes", st.MaxBytes, "backlog_bytes", mine, "giving_up_bytes", s.skipTarget)
 	}
-	n := 0
 	var frames, events, size uint64
 	var from, to time.Time
-	for n < len(entries) && s.skipTarget > 0 {
-		e := entries[n]
-		n++
+	for _, e := range entries {
 		frames++
 		size += uint64(e.End - e.Pos)
 		s.skipTarget -= int64(e.End - e.Pos)
@@ -305,12 +309,12 @@ func (s *Shipper) giveUp(entries []spool.Entry) int {
 			to = h.ReceivedAt
 		}
 	}
-	s.acked = entries[n-1].End
+	s.acked = entries[len(entries)-1].End
 	if s.skipTarget <= 0 {
-		s.skipDone = s.acked
+		s.skipTarget, s.skipDone = 0, s.acked
 	}
 	s.f.noteSkip(s.agg.Name, frames, events, size, from, to)
-	return n
+	return true
 }
 
 // post sends entries (none: a heartbeat) in one request and returns nil once the aggregator
