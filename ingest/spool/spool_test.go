@@ -745,3 +745,34 @@ func TestFrameLargerThanASegment(t *testing.T) {
 		}
 	}
 }
+
+func TestIdentityIsKeptOnlyWhereFramesAreDurable(t *testing.T) {
+	dir := t.TempDir()
+	open := func(p SyncPolicy) string {
+		t.Helper()
+		s, err := Open(Options{Dir: dir, MaxBytes: 1 << 20, Sync: p})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		if !identityRE.MatchString(s.Identity()) {
+			t.Fatalf("identity %q", s.Identity())
+		}
+		return s.Identity()
+	}
+	first := open(SyncAlways)
+	if again := open(SyncAlways); again != first {
+		t.Fatalf("identity %s, then %s under fsync always", first, again)
+	}
+	// Under another policy a crash can write positions again with other frames: a new name.
+	interval := open(SyncInterval)
+	if interval == first {
+		t.Fatal("the identity was kept under fsync interval")
+	}
+	if next := open(SyncInterval); next == interval {
+		t.Fatal("the identity was kept across opens under fsync interval")
+	}
+	if always := open(SyncAlways); always == first {
+		t.Fatal("an identity made under fsync interval was taken for the old one")
+	}
+}
