@@ -186,7 +186,7 @@ func newServer(ctx context.Context, cfg config.File, log *slog.Logger, agent boo
 		return nil, err
 	}
 	if s.store != nil {
-		s.writer = store.NewWriter(s.store, s.codec, store.WriterOptions{Logger: log})
+		s.writer = store.NewWriter(s.store, s.codec, store.WriterOptions{Logger: log, Deduplicate: cfg.Store.Deduplicate})
 		s.registry.MustRegister(s.writer.Collectors()...)
 	}
 	if s.sqlHTTP, s.sqlLn, err = s.sqlServer(ctx, cfg, emb); err != nil {

@@ -49,7 +49,7 @@ func (s *Server) openStore(ctx context.Context, cfg config.File) (store.Store, *
 		}
 	}
 	started := time.Now()
-	if err := store.Migrate(ctx, st, store.SchemaOptions{Retention: time.Duration(cfg.Store.Retention), Cluster: cfg.Store.Cluster}, s.log); err != nil {
+	if err := store.Migrate(ctx, st, store.SchemaOptions{Retention: time.Duration(cfg.Store.Retention), Cluster: cfg.Store.Cluster, Deduplicate: cfg.Store.Deduplicate}, s.log); err != nil {
 		st.Close()
 		return nil, nil, err
 	}

@@ -49,6 +49,9 @@ type writtenChains struct {
 	// record; zero (before the first read of the table) means every chain may be.
 	floor time.Time
 	known bool // floor was read from the table since the start or the last failed insert
+	// shared says another writer writes the table too (WriterOptions.Deduplicate): any chain
+	// this one did not write may be there.
+	shared bool
 }
 
 type chainKey [2]uint64
@@ -126,7 +129,7 @@ func (r *writtenChains) version(k chainKey) (uint64, bool) {
 // being in the record. The floor was read from the table: a chain first received in its
 // microsecond is not newer.
 func (r *writtenChains) mayBeStored(first time.Time) bool {
-	return !r.known || !asStored(first).After(r.floor)
+	return r.shared || !r.known || !asStored(first).After(r.floor)
 }
 
 // put records that the store holds version v of the chain with key k, first received at first.

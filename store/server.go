@@ -205,6 +205,18 @@ func (s *Server) Insert(ctx context.Context, table string, columns []Column, row
 	return serverError("insert", batch.Send())
 }
 
+// InsertDeduplicated is Insert with insert_deduplication_token = token: the server drops an
+// insert whose token it has seen within the table's non_replicated_deduplication_window (or,
+// replicated, replicated_deduplication_window), from the table and, with
+// deduplicate_blocks_in_dependent_materialized_views, from what its views fill.
+func (s *Server) InsertDeduplicated(ctx context.Context, table string, columns []Column, rows [][]any, token string) error {
+	ctx = clickhouse.Context(ctx, clickhouse.WithSettings(clickhouse.Settings{
+		"insert_deduplication_token":                         token,
+		"deduplicate_blocks_in_dependent_materialized_views": 1,
+	}))
+	return s.Insert(ctx, table, columns, rows)
+}
+
 // Close implements Store.
 func (s *Server) Close() error {
 	if s.closed.Swap(true) {

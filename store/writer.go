@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -9,6 +10,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/zeebo/xxh3"
 
 	"github.com/peertrail/peertrail/correlate"
 	"github.com/peertrail/peertrail/ingest/record"
@@ -33,6 +36,14 @@ type WriterOptions struct {
 	// 500,000, 40 bytes each): WriteChains asks the store only about chains it does not
 	// know. A smaller record costs lookups of late revisions, never a wrong write.
 	RememberChains int
+	// Deduplicate is for two writers (two aggregators of the HA layout) sharing one ClickHouse
+	// server, whose tables were migrated with SchemaOptions.Deduplicate: each spool frame's
+	// events are one insert with an insert_deduplication_token made of the frame's apiserver
+	// and its events' keys, so that the second writer's insert of a frame is dropped by the
+	// server, from the table and its rollups; and every chain counts as possibly written
+	// (by the other), so WriteChains asks the store before writing a version. The store must
+	// implement InsertDeduplicated (*Server does).
+	Deduplicate bool
 }
 
 func (o *WriterOptions) defaults() {
@@ -106,9 +117,61 @@ type Writer struct {
 // NewWriter returns a writer into s. codec decodes the spool's frames.
 func NewWriter(s Store, codec *record.Codec, opts WriterOptions) *Writer {
 	opts.defaults()
-	return &Writer{store: s, codec: codec, frame: record.NewFrameReader(), opts: opts, log: opts.Logger, metrics: newWriterMetrics(),
+	w := &Writer{store: s, codec: codec, frame: record.NewFrameReader(), opts: opts, log: opts.Logger, metrics: newWriterMetrics(),
 		written: newWrittenChains(opts.RememberChains), chainMetrics: newChainMetrics(),
 		rows: bufpool.NewFree(2, func(b []byte) bool { return cap(b) <= 4*rowReaderChunk })}
+	w.written.shared = opts.Deduplicate
+	return w
+}
+
+// deduplicatedInserter is a store that can drop an insert whose token it has seen.
+type deduplicatedInserter interface {
+	InsertDeduplicated(ctx context.Context, table string, columns []Column, rows [][]any, token string) error
+}
+
+// FrameToken is the insert_deduplication_token of a frame's events: its apiserver and the
+// hash of its events' keys. Two aggregators that took the same agent frame hold the same
+// frame, so their inserts of it carry the same token.
+func FrameToken(h record.FrameHeader) string {
+	b := make([]byte, 0, len(h.Keys)*16)
+	for _, k := range h.Keys {
+		b = append(b, k[:]...)
+	}
+	sum := xxh3.Hash128(b).Bytes()
+	return h.APIServer + ":" + hex.EncodeToString(sum[:])
+}
+
+// writeFramesDeduplicated inserts each gathered frame's events as an insert of its own with
+// the frame's token (WriterOptions.Deduplicate). A frame that landed before a failure is
+// dropped by the server when it comes again.
+func (w *Writer) writeFramesDeduplicated(ctx context.Context, s deduplicatedInserter) error {
+	for i := range w.frames {
+		f := &w.frames[i]
+		h, err := record.ParseHeader(f.payload)
+		if err != nil {
+			w.badFrame(f.pos, err)
+			continue
+		}
+		batch, err := w.codec.DecodeFrame(f.payload)
+		if err != nil {
+			w.badFrame(f.pos, err)
+			continue
+		}
+		rows := make([][]any, len(batch.Records))
+		var newest time.Time
+		for j := range batch.Records {
+			rows[j] = EventRow(&batch.Records[j])
+			if batch.Records[j].ReceivedAt.After(newest) {
+				newest = batch.Records[j].ReceivedAt
+			}
+		}
+		start := time.Now()
+		err = s.InsertDeduplicated(ctx, EventsTable, EventColumns, rows, FrameToken(h))
+		if err := w.noteInsert(start, len(rows), newest, err); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // pendingFrame is a frame gathered for the next insert: a copy of its payload (the spool lends
@@ -224,6 +287,13 @@ var errUnsure = errors.New("store: a record received before the newest in the ev
 // takes the careful path of writeEvents, which decodes all of them and looks up the ones the
 // table may hold.
 func (w *Writer) writeFrames(ctx context.Context) error {
+	if w.opts.Deduplicate {
+		s, ok := w.store.(deduplicatedInserter)
+		if !ok {
+			return errors.New("store: deduplicated inserts need a ClickHouse server store")
+		}
+		return w.writeFramesDeduplicated(ctx, s)
+	}
 	if s, ok := w.store.(rowBinaryStreamer); ok {
 		if err := w.findTableEnd(ctx); err != nil {
 			return err

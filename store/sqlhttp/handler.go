@@ -366,7 +366,7 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request) (string, error) 
 	}
 	switch {
 	case insert:
-		res, err = h.insert(ctx, text, body)
+		res, err = h.insert(ctx, text, settings, body)
 	case h.opts.UnsafeAllowWrites:
 		var set strings.Builder
 		for _, kv := range settings {
@@ -502,9 +502,24 @@ var insertFormat = regexp.MustCompile(`(?is)^\s*(INSERT\s+INTO\s+.*?)\s+FORMAT\s
 
 func isInsert(q string) bool { return insertFormat.MatchString(q) }
 
-func (h *Handler) insert(ctx context.Context, text string, data []byte) (*chdb.Result, error) {
+// settingsClause finds an INSERT's own SETTINGS clause after its column list.
+var settingsClause = regexp.MustCompile(`(?is)\)\s+SETTINGS\s+[a-z_]+\s*=`)
+
+// insert streams data into the INSERT of text (UnsafeAllowWrites), with the request's settings,
+// as a ClickHouse server applies the settings of the URL to the insert
+// (insert_deduplication_token, for one).
+func (h *Handler) insert(ctx context.Context, text string, settings [][2]string, data []byte) (*chdb.Result, error) {
 	m := insertFormat.FindStringSubmatch(text)
-	return h.engine.Insert(ctx, m[1], m[2], bytes.NewReader(data))
+	stmt := m[1]
+	sep := " SETTINGS "
+	if settingsClause.MatchString(stmt) {
+		sep = ", " // the statement has settings of its own (store's inserts: optimize_on_insert)
+	}
+	for _, kv := range settings {
+		stmt += sep + kv[0] + " = " + store.QuoteString(kv[1])
+		sep = ", "
+	}
+	return h.engine.Insert(ctx, stmt, m[2], bytes.NewReader(data))
 }
 
 func nilIfEmpty(m map[string]string) map[string]string {
