@@ -187,4 +187,3 @@ func frameHeader(t *testing.T, codec *record.Codec, b record.Batch) record.Frame
 	}
 	return h
 }
-
