@@ -592,9 +592,9 @@ func (co *Correlator) reportAgent(r *record.Record, err error) {
 	co.log.Warn(msg, "apiserver", r.APIServer, "user_agent", r.UserAgent, "uid", r.UserUID, "err", err)
 }
 
-// safeLocked is the position before which nothing is needed any more: neither by an open
-// chain, nor by a final chain still to be classified or waiting for the sink, nor by one the
-// sink has not answered for.
+// safeLocked is the position before which nothing is needed any more: neither by a chain in
+// memory (open, or final and still amendable by a late record), nor by a final chain still to
+// be classified or waiting for the sink, nor by one the sink has not answered for.
 func (co *Correlator) safeLocked() spool.Position {
 	safe := co.lastEnd
 	if p, ok := co.j.SafePosition(); ok && p < safe {

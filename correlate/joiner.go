@@ -209,12 +209,13 @@ type Joiner struct {
 	more map[ref][]side
 	lru  list // open chains, least recently updated first
 	done list // recent final chains, oldest first
-	// byPos holds the new open chains in order of the spool position of their first record,
-	// so that SafePosition reads the oldest without scanning every open chain. Positions
-	// only grow, so a new chain goes to the tail. A chain opened again (hold, reopen) has an
-	// old position; walking the list to its place cost a walk past every younger open chain,
-	// which after a burst (hundreds of thousands open, tens of thousands held at once) held
-	// the correlator's lock for tens of seconds. Those go to back, a min-heap by position.
+	// byPos holds the chains in memory, open and recent final (which a late record can reopen),
+	// in order of the spool position of their first record, so that SafePosition reads the
+	// oldest without scanning every chain. A chain stays from when it is made until it is
+	// forgotten. Positions only grow, so a new chain goes to the tail. A chain a split makes
+	// has an old position; walking the list to its place cost a walk past every younger chain,
+	// which after a burst (hundreds of thousands open at once) held the correlator's lock for
+	// tens of seconds. Those go to back, a min-heap by position.
 	posHead, posTail ref
 	back             []ref
 	nOpen            int
@@ -513,8 +514,8 @@ func (j *Joiner) newChain(r *record.Record, pos spool.Position, recv int64, key 
 	return c
 }
 
-// posInsert puts c among the open chains in position order: at the tail of byPos when it is
-// at least as young as the tail (always, for a new chain), else into back.
+// posInsert puts c among the chains in position order: at the tail of byPos when it is at least
+// as young as the tail (always, for a new chain), else into back.
 func (j *Joiner) posInsert(c *chainState) {
 	if j.posTail != 0 && j.at(j.posTail).firstPos > c.firstPos {
 		j.back = append(j.back, c.self)
@@ -774,9 +775,9 @@ func (j *Joiner) split(c *chainState, parts [][]int) []*chainState {
 			j.nDone++
 		} else {
 			j.pushBack(&j.lru, n)
-			j.posInsert(n)
 			j.nOpen++
 		}
+		j.posInsert(n)
 		out = append(out, n)
 	}
 	var keep []side
@@ -812,7 +813,6 @@ func (j *Joiner) reopen(c *chainState) {
 	j.nDone--
 	c.final = false
 	j.pushBack(&j.lru, c)
-	j.posInsert(c)
 	j.nOpen++
 	j.Reopened++
 }
@@ -832,7 +832,6 @@ func (j *Joiner) hold(c *chainState) bool {
 	c.held = true
 	c.checked = j.now
 	j.pushBack(&j.lru, c)
-	j.posInsert(c)
 	j.nOpen++
 	return true
 }
@@ -869,7 +868,6 @@ func (j *Joiner) Due(now int64) []*chainState {
 // finalise moves c from the open chains to the recent final ones.
 func (j *Joiner) finalise(c *chainState) {
 	j.remove(&j.lru, c)
-	j.posRemove(c)
 	j.nOpen--
 	c.final = true
 	c.emitted++
@@ -903,6 +901,7 @@ func (j *Joiner) unlink(c *chainState) {
 // forget drops a final chain for good, and with it its references into the tables.
 func (j *Joiner) forget(c *chainState) {
 	j.remove(&j.done, c)
+	j.posRemove(c)
 	j.unlink(c)
 	j.nDone--
 	j.strs.release(c.auditText)
@@ -941,9 +940,13 @@ func (j *Joiner) expireRecent() {
 	}
 }
 
-// SafePosition is the spool position before which no open chain has a record: after a
-// restart, replaying from it rebuilds every open chain. Running watches do not hold it back
-// (their completion record alone is enough to classify them). ok is false when nothing is open.
+// SafePosition is the spool position before which no chain in memory has a record: after a
+// restart, replaying from it rebuilds every open chain, and every final one a late record could
+// still reopen (within the late window). A final chain's records must not be passed while it can
+// be reopened: a late record joined after a restart to a chain the replay did not rebuild would
+// make a chain of its own, with another verdict (and the store would keep both). Running
+// watches do not hold it back (their completion record alone is enough to classify them). ok is
+// false when no chain is in memory.
 func (j *Joiner) SafePosition() (pos spool.Position, ok bool) {
 	for r := j.posHead; r != 0; {
 		c := j.at(r)

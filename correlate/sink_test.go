@@ -101,7 +101,7 @@ func stillAnswers(t *testing.T, what string, f func()) {
 // TestReadersDoNotWaitForTheSink: while the store takes its time over a batch, the chain API,
 // the gate's window and /metrics answer, and the position the spool may commit stays before
 // the chains the store has not taken; a refused batch is offered again, and only its success
-// moves the position past them.
+// (and the end of the late window) moves the position past them.
 func TestReadersDoNotWaitForTheSink(t *testing.T) {
 	h, sink := gateHarness(t, 0)
 	co := h.co
@@ -165,11 +165,18 @@ func TestReadersDoNotWaitForTheSink(t *testing.T) {
 		t.Fatalf("offered again: %d chains, want 5", n)
 	}
 	sink.answer <- nil
-	if got := <-res; got.err != nil || got.pos != h.pos {
-		t.Fatalf("after the store took the batch: position %d, %v; want %d", got.pos, got.err, h.pos)
+	// Taken, but final chains stay amendable for the late window: a late record may reopen
+	// them, and a restart must rebuild them from their records.
+	if got := <-res; got.err != nil || got.pos != 0 {
+		t.Fatalf("after the store took the batch: position %d, %v; want 0 within the late window", got.pos, got.err)
 	}
 	if len(sink.chains) != 5 {
 		t.Fatalf("the store holds %d chains, want 5", len(sink.chains))
+	}
+	// Past the late window they leave memory, and only now the position moves past them.
+	co.now = func() time.Time { return t0.Add(10 * time.Minute) }
+	if got := <-consumeAsync(co); got.err != nil || got.pos != h.pos {
+		t.Fatalf("past the late window: position %d, %v; want %d", got.pos, got.err, h.pos)
 	}
 }
 
@@ -369,5 +376,84 @@ func TestCloneOwnsItsSides(t *testing.T) {
 	}
 	if cl.Entry != cl.sides[0] || cl.Peer != cl.sides[1] || cl.Others[0] != cl.sides[2] {
 		t.Fatal("the clone's roles do not point to its own sides")
+	}
+}
+
+// TestRestartAfterALateRecordRebuildsTheChain: a forwarded request whose entry's record came
+// late (its apiserver's webhook retried after its receiver was restarted), after the peer's
+// chain had become final and gone to the store. A correlator that then restarts replays the spool
+// from the position it committed: that position must still lie before the peer's record, or the
+// entry's record makes a chain of its own (broken, peer missing) beside the stored one (broken,
+// entry missing), where the running correlator had joined them into one proxied chain. Found in
+// TestHALayoutSurvivesEveryPeertrailProcess (test/e2e).
+func TestRestartAfterALateRecordRebuildsTheChain(t *testing.T) {
+	h := newHarness(t, DefaultJoinOptions())
+	r := podgroups("late-entry", t0)
+	var entries []spool.Entry
+	frame := func(recs []record.Record) {
+		keys := make([]record.Key, len(recs))
+		for i := range recs {
+			keys[i] = recs[i].Key()
+		}
+		b, err := h.co.codec.AppendFrame(nil, recs[0].APIServer, recs[0].ReceivedAt, recs, keys)
+		if err != nil {
+			t.Fatal(err)
+		}
+		entries = append(entries, spool.Entry{Pos: h.pos, End: h.pos + spool.Position(len(b)), Payload: b})
+		h.pos += spool.Position(len(b))
+	}
+	peer := r.records(sideOpts{apiserver: "kas-c", sourceIPs: []string{client, addrA}, code: 200, objects: true,
+		start: 2 * time.Millisecond, end: 15 * time.Millisecond, received: t0.Add(time.Second)})
+	frame(peer)
+	// Other traffic moves the stream past the chain window: the peer's chain is final.
+	for i := range 45 {
+		o := pods(fmt.Sprintf("other-%d", i), t0.Add(time.Duration(i)*time.Second))
+		frame(o.records(sideOpts{apiserver: "kas-b", sourceIPs: []string{client}, code: 200, objects: true, end: 5 * time.Millisecond,
+			received: t0.Add(time.Duration(i+1) * time.Second)}))
+	}
+	entry := r.records(sideOpts{apiserver: "kas-a", sourceIPs: []string{client}, code: 200, end: 20 * time.Millisecond, received: t0.Add(50 * time.Second)})
+	frame(entry)
+	late := len(entries) - 1
+
+	run := func(co *Correlator, es []spool.Entry) spool.Position {
+		pos, err := co.Consume(context.Background(), es)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return pos
+	}
+	committed := run(h.co, entries[:late])
+	if c := h.chain("late-entry"); c.Class != ClassBroken {
+		t.Fatalf("before the late record: %s %v", c.Class, c.Findings)
+	}
+	committed = max(committed, run(h.co, entries[late:]))
+	// A chain window later (within the late window), the reopened chain is final again.
+	h.co.now = func() time.Time { return t0.Add(90 * time.Second) }
+	committed = max(committed, run(h.co, nil))
+	if c := h.chain("late-entry"); c.Class != ClassProxied || c.Entry == nil || c.Entry.APIServer != "kas-a" {
+		t.Fatalf("the running correlator: %s %v", c.Class, c.Findings)
+	}
+	if committed > entries[0].Pos {
+		t.Fatalf("committed %d, past the peer's record at %d, which the final chain reopened by the late record holds", committed, entries[0].Pos)
+	}
+
+	// The restart: a new correlator, the spool replayed from the committed position.
+	again := newHarness(t, DefaultJoinOptions())
+	var replay []spool.Entry
+	for _, e := range entries {
+		if e.Pos >= committed {
+			replay = append(replay, e)
+		}
+	}
+	run(again.co, replay)
+	again.settle()
+	got := map[Class]int{}
+	for _, c := range again.sink.chains {
+		if c.AuditID == "late-entry" && c.State == StateFinal {
+			got[c.Class]++
+		}
+	}
+	if c := again.chain("late-entry"); c.Class != ClassProxied || c.Entry == nil || c.Peer == nil {
+		t.Fatalf("after the restart: %s %v (final chains of the auditID written: %v)", c.Class, c.Findings, got)
 	}
 }
