@@ -121,6 +121,12 @@ const (
 	AlertVersionSkew        = "MVPVersionSkewBeyondPolicy"
 	AlertUpgradeGatePaused  = "MVPUpgradeGatePaused"
 	AlertForwardedMismatch  = "MVPForwardedCountsDisagree"
+	// The HA layout (peertrail agent, aggregators).
+	AlertAgentGaveUp        = "PeertrailAgentGaveUpFrames"
+	AlertAgentBacklog       = "PeertrailAgentBacklogFilling"
+	AlertAggregatorBehind   = "PeertrailAggregatorBehind"
+	agentBacklogShare       = 0.5
+	agentGaveUpWindow       = "10m"
 	ingestGapRatio          = 0.05
 	spoolLagShareOfCapacity = 0.1
 	spoolNearlyFullShare    = 0.8
@@ -175,6 +181,7 @@ func Groups(o Options) []Group {
 		{"peertrail-audit-ingest", auditAlerts()},
 		{"peertrail-mvp-crosscheck", crossCheckAlerts()},
 		{"peertrail-pipeline", pipelineAlerts(o)},
+		{"peertrail-ha", haAlerts()},
 		{"peertrail-upgrade", upgradeAlerts(o)},
 	} {
 		grp := Group{Name: g.name}
@@ -453,6 +460,53 @@ func pipelineAlerts(o Options) []alertDef {
 				" (" + metrics.StoreInsertErrorsTotal + ") and has kept failing for 10 minutes: ClickHouse is down, " +
 				"refusing or out of space. Nothing is lost while the spool has room (the writer retries the same rows), " +
 				"but SQL, the report and Grafana's chain views stop at the outage, and the spool grows toward full.",
+		},
+	}
+}
+
+// haAlerts are the HA layout's: an agent that gave up an aggregator's frames (that aggregator's
+// store lacks them), an agent whose spool fills for an aggregator that stays away, an aggregator
+// behind its agents.
+func haAlerts() []alertDef {
+	skipped := promql.Sel(metrics.AgentShipSkippedEventsTotal)
+	backlog := promql.Sel(metrics.AgentShipBacklogBytes)
+	capacity := promql.Sel(metrics.SpoolCapacityBytes)
+	return []alertDef{
+		{
+			name:     AlertAgentGaveUp,
+			severity: SeverityCritical,
+			expr: promql.Sum(promql.Increase(skipped, agentGaveUpWindow),
+				metrics.LabelJob, metrics.LabelInstance, metrics.LabelAggregator) + " > 0",
+			summary: "The peertrail agent on {{ $labels.instance }} gave up {{ $value | humanize }} audit events for aggregator {{ $labels.aggregator }}.",
+			description: "In the last " + agentGaveUpWindow + " the agent on {{ $labels.instance }} gave up the oldest " +
+				"{{ $value | humanize }} events it held for aggregator {{ $labels.aggregator }} (" + metrics.AgentShipSkippedEventsTotal + "): " +
+				"that aggregator stayed away (or behind) longer than the agent's spool could hold, and the agent " +
+				"chose to keep taking its apiserver's audit. {{ $labels.aggregator }}'s store and chains lack those " +
+				"events for good; the other aggregators have them. Every aggregator's gate pauses on its check " +
+				metrics.CheckAgentSpool + " while the loss is in its window.",
+		},
+		{
+			name:     AlertAgentBacklog,
+			severity: SeverityWarning,
+			expr: fmt.Sprintf("%s\n/ ignoring (%s) group_left()\n(%s > 0) > %v",
+				backlog, metrics.LabelAggregator, capacity, agentBacklogShare),
+			forDur:  10 * time.Minute,
+			summary: "The peertrail agent on {{ $labels.instance }} holds {{ $value | humanizePercentage }} of its spool for aggregator {{ $labels.aggregator }}.",
+			description: "Aggregator {{ $labels.aggregator }} has not acknowledged {{ $value | humanizePercentage }} of the " +
+				"spool of the agent on {{ $labels.instance }} (" + metrics.AgentShipBacklogBytes + ") for 10 minutes: it is away " +
+				"or too slow. At " + metrics.AgentSpoolGiveUpRatio + " of the spool the agent gives up that " +
+				"aggregator's oldest frames (PeertrailAgentGaveUpFrames) rather than refuse its apiserver's audit.",
+		},
+		{
+			name:     AlertAggregatorBehind,
+			severity: SeverityWarning,
+			expr:     promql.Sel(metrics.GateCheckFailing, promql.Eq(metrics.LabelCheck, metrics.CheckAgentsCaughtUp)) + " == 1",
+			forDur:   10 * time.Minute,
+			summary:  "The peertrail aggregator {{ $labels.instance }} has been behind its agents for 10 minutes.",
+			description: "The aggregator {{ $labels.instance }} has not had what its agents have for 10 minutes (its gate's " +
+				"check " + metrics.CheckAgentsCaughtUp + " fails): an agent is not heard from, its backlog is not stored, or " +
+				"the correlator has not joined it. Its gate pauses and peertrail gate does not count its answer; " +
+				"with the other aggregators away too, the upgrade has no gate.",
 		},
 	}
 }

@@ -148,6 +148,7 @@ func unitTests(o Options) (testFile, error) {
 		t.misleading404s(), t.brokenChains(), t.identityMismatch(),
 		t.ingestGap(), t.webhookErrors(), t.crossCheck(),
 		t.peertrailDown(o), t.peertrailAbsent(o), t.spool(), t.storeWriteFailing(), t.versionSkew(), t.gatePaused(o),
+		t.agentGaveUp(), t.agentBacklog(), t.aggregatorBehind(),
 	}
 	if t.err != nil {
 		return testFile{}, t.err
@@ -442,6 +443,75 @@ func (t *tests) spool() testGroup {
 			firing("45m", AlertSpoolGrowing, t.fires(AlertSpoolGrowing, correlateLag, 0.225)),
 			silent("33m", AlertSpoolNearlyFull),
 			firing("40m", AlertSpoolNearlyFull, t.fires(AlertSpoolNearlyFull, target, 0.9)),
+		},
+	}
+}
+
+// agent is an agent's scrape target in the tests.
+var agent = map[string]string{metrics.LabelInstance: "10.0.0.11:9444", metrics.LabelJob: "peertrail-agent"}
+
+func withAgent(m map[string]string) map[string]string {
+	out := maps.Clone(m)
+	maps.Copy(out, agent)
+	return out
+}
+
+func (t *tests) agentGaveUp() testGroup {
+	skipped := func(aggregator string) string {
+		return sel(metrics.AgentShipSkippedEventsTotal, withAgent(map[string]string{metrics.LabelAggregator: aggregator}))
+	}
+	return testGroup{
+		Name:     "PeertrailAgentGaveUpFrames: frames given up for an aggregator fire for the window, the other aggregator's do not",
+		Interval: "1m",
+		InputSeries: []series{
+			// The agent gives up 4,000 events for agg-1 at 5m and 6m; none for agg-0.
+			{skipped("agg-1"), "0x4 2000 4000x20"},
+			{skipped("agg-0"), "0x25"},
+		},
+		AlertTests: []alertTest{
+			silent("4m", AlertAgentGaveUp),
+			firing("7m", AlertAgentGaveUp, t.fires(AlertAgentGaveUp, withAgent(map[string]string{metrics.LabelAggregator: "agg-1"}), 4000)),
+			silent("20m", AlertAgentGaveUp),
+		},
+	}
+}
+
+func (t *tests) agentBacklog() testGroup {
+	backlog := func(aggregator string) string {
+		return sel(metrics.AgentShipBacklogBytes, withAgent(map[string]string{metrics.LabelAggregator: aggregator}))
+	}
+	return testGroup{
+		Name:     "PeertrailAgentBacklogFilling: an aggregator's backlog past half the spool for 10 minutes fires",
+		Interval: "1m",
+		InputSeries: []series{
+			{sel(metrics.SpoolCapacityBytes, agent), "1000000000x40"},
+			// agg-1 away from 0m: 50 MB a minute, past half the spool at 10m.
+			{backlog("agg-1"), "0+50000000x40"},
+			{backlog("agg-0"), "1000x40"},
+		},
+		AlertTests: []alertTest{
+			silent("15m", AlertAgentBacklog),
+			firing("22m", AlertAgentBacklog, t.fires(AlertAgentBacklog, withAgent(map[string]string{metrics.LabelAggregator: "agg-1"}), 1.1)),
+		},
+	}
+}
+
+func (t *tests) aggregatorBehind() testGroup {
+	check := func(name string) string {
+		return sel(metrics.GateCheckFailing, withTarget(map[string]string{metrics.LabelCheck: name}))
+	}
+	return testGroup{
+		Name:     "PeertrailAggregatorBehind: behind its agents for 10 minutes fires, a catch-up of a few minutes does not",
+		Interval: "1m",
+		InputSeries: []series{
+			// Behind for 3 minutes (a restart), caught up, then behind from 10m on.
+			{check(metrics.CheckAgentsCaughtUp), "1 1 1 0 0 0 0 0 0 0 1x20"},
+			{check(metrics.CheckIngestGap), "1x30"},
+		},
+		AlertTests: []alertTest{
+			silent("5m", AlertAggregatorBehind),
+			silent("15m", AlertAggregatorBehind),
+			firing("22m", AlertAggregatorBehind, t.fires(AlertAggregatorBehind, withTarget(map[string]string{metrics.LabelCheck: metrics.CheckAgentsCaughtUp}), 1)),
 		},
 	}
 }
