@@ -27,8 +27,10 @@ func Defaults() File {
 			SegmentBytes: 64 << 20,
 			Fsync:        "always",
 			FsyncPeriod:  Duration(time.Second),
-			// The apiserver's webhook retries a batch for about four minutes (5 attempts of up
-			// to 30 s, backing off from 10 s by 1.5x); twice that, with room to spare.
+			// The apiserver's webhook retries a batch 5 times, backing off from 10 s by 1.5x:
+			// it gives it up 81-98 s after the first failure when the connection is refused,
+			// after about four minutes when every try hangs its 30 s; twice the longer, with room
+			// to spare.
 			DedupHorizon: Duration(10 * time.Minute),
 		},
 		Correlate: Correlate{

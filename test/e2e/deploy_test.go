@@ -25,6 +25,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -77,7 +78,13 @@ const (
 )
 
 // depBuilds are the kustomizations under deploy/ that users apply or build on.
-var depBuilds = []string{"base", "overlays/default", "overlays/cert-manager", "overlays/external-clickhouse", "overlays/clickhouse"}
+var depBuilds = []string{"base", "overlays/default", "overlays/cert-manager", "overlays/external-clickhouse", "overlays/clickhouse", depHA}
+
+// depHA is the HA layout's overlay: aggregators in depNamespace, agents in depAgentNamespace.
+const (
+	depHA             = "overlays/ha"
+	depAgentNamespace = "peertrail-agent"
+)
 
 func depRepoRoot(t *testing.T) string {
 	t.Helper()
@@ -215,6 +222,7 @@ var depResources = map[schema.GroupKind]struct {
 	{Group: "", Kind: "PersistentVolumeClaim"}:               {"persistentvolumeclaims", true},
 	{Group: "apps", Kind: "Deployment"}:                      {"deployments", true},
 	{Group: "apps", Kind: "StatefulSet"}:                     {"statefulsets", true},
+	{Group: "apps", Kind: "DaemonSet"}:                       {"daemonsets", true},
 	{Group: "policy", Kind: "PodDisruptionBudget"}:           {"poddisruptionbudgets", true},
 	{Group: "networking.k8s.io", Kind: "NetworkPolicy"}:      {"networkpolicies", true},
 	{Group: "monitoring.coreos.com", Kind: "ServiceMonitor"}: {"servicemonitors", true},
@@ -372,10 +380,12 @@ func TestDeployManifestsAccepted(t *testing.T) {
 		filepath.Join(cmDir, "deploy/crds/cert-manager.io_certificates.yaml"),
 		filepath.Join(cmDir, "deploy/crds/cert-manager.io_issuers.yaml"),
 	)
-	// The namespace for real (namespaced dry runs need it), from the base.
-	ns := one(t, builds["base"], "Namespace", depNamespace)
-	if err := admin.apply(ctx, ns, false); err != nil {
-		t.Fatal(err)
+	// The namespaces for real (namespaced dry runs need them): the base's, and the HA layout's
+	// agents'.
+	for _, ns := range []*unstructured.Unstructured{one(t, builds["base"], "Namespace", depNamespace), named(t, builds[depHA], "Namespace", depAgentNamespace)} {
+		if err := admin.apply(ctx, ns, false); err != nil {
+			t.Fatal(err)
+		}
 	}
 
 	for _, server := range []string{"cp-old", "cp-new"} {
@@ -436,6 +446,28 @@ func TestDeployManifestsAccepted(t *testing.T) {
 	}
 }
 
+// checkOneProcess: one peertrail serve, on one volume.
+func checkOneProcess(t *testing.T, d string, objs []*unstructured.Unstructured) {
+	t.Helper()
+	dep := one(t, objs, "Deployment", "peertrail")
+	if r, _, _ := unstructured.NestedInt64(dep.Object, "spec", "replicas"); r != 1 {
+		t.Errorf("deploy/%s: %d replicas, want 1 (one spool, one correlator)", d, r)
+	}
+	if s, _, _ := unstructured.NestedString(dep.Object, "spec", "strategy", "type"); s != "Recreate" {
+		t.Errorf("deploy/%s: strategy %q, want Recreate (ReadWriteOnce data volume)", d, s)
+	}
+	claim := ""
+	vols, _, _ := unstructured.NestedSlice(dep.Object, "spec", "template", "spec", "volumes")
+	for _, v := range vols {
+		if n, ok, _ := unstructured.NestedString(v.(map[string]any), "persistentVolumeClaim", "claimName"); ok {
+			claim = n
+		}
+	}
+	if claim == "" || len(find(objs, "PersistentVolumeClaim", claim)) != 1 {
+		t.Errorf("deploy/%s: the data volume's claim %q is not in the build", d, claim)
+	}
+}
+
 // checkBuilds asserts what the manifests promise beyond being valid.
 func checkBuilds(t *testing.T, root string, builds map[string][]*unstructured.Unstructured) {
 	rule, err := os.ReadFile(filepath.Join(root, deploy.PrometheusRuleSource))
@@ -453,26 +485,18 @@ func checkBuilds(t *testing.T, root string, builds map[string][]*unstructured.Un
 	for d, objs := range builds {
 		for _, o := range objs {
 			namespaced := o.GetKind() != "Namespace"
-			if namespaced && o.GetNamespace() != depNamespace {
-				t.Errorf("deploy/%s: %s %s in namespace %q", d, o.GetKind(), o.GetName(), o.GetNamespace())
+			want := depNamespace
+			if d == depHA && strings.HasPrefix(o.GetName(), "peertrail-agent") {
+				want = depAgentNamespace
+			}
+			if namespaced && o.GetNamespace() != want {
+				t.Errorf("deploy/%s: %s %s in namespace %q, want %q", d, o.GetKind(), o.GetName(), o.GetNamespace(), want)
 			}
 		}
-		dep := one(t, objs, "Deployment", "peertrail")
-		if r, _, _ := unstructured.NestedInt64(dep.Object, "spec", "replicas"); r != 1 {
-			t.Errorf("deploy/%s: %d replicas, want 1 (one spool, one correlator)", d, r)
-		}
-		if s, _, _ := unstructured.NestedString(dep.Object, "spec", "strategy", "type"); s != "Recreate" {
-			t.Errorf("deploy/%s: strategy %q, want Recreate (ReadWriteOnce data volume)", d, s)
-		}
-		claim := ""
-		vols, _, _ := unstructured.NestedSlice(dep.Object, "spec", "template", "spec", "volumes")
-		for _, v := range vols {
-			if n, ok, _ := unstructured.NestedString(v.(map[string]any), "persistentVolumeClaim", "claimName"); ok {
-				claim = n
-			}
-		}
-		if claim == "" || len(find(objs, "PersistentVolumeClaim", claim)) != 1 {
-			t.Errorf("deploy/%s: the data volume's claim %q is not in the build", d, claim)
+		if d == depHA {
+			checkHABuild(t, objs)
+		} else {
+			checkOneProcess(t, d, objs)
 		}
 		if d == "base" {
 			continue
@@ -483,7 +507,7 @@ func checkBuilds(t *testing.T, root string, builds map[string][]*unstructured.Un
 		if fmt.Sprint(pr.Object["spec"]) != fmt.Sprint(wantRule["spec"]) {
 			t.Errorf("deploy/%s: PrometheusRule spec differs from %s", d, deploy.PrometheusRuleSource)
 		}
-		one(t, objs, "ServiceMonitor", "peertrail")
+		named(t, objs, "ServiceMonitor", "peertrail")
 		for _, f := range dashboards {
 			want, _ := os.ReadFile(f)
 			key := filepath.Base(f)
@@ -1237,4 +1261,161 @@ func tailOf(path string) string {
 		lines = lines[len(lines)-40:]
 	}
 	return strings.Join(lines, "\n")
+}
+
+// named is the object of kind named name, exactly.
+func named(t *testing.T, objs []*unstructured.Unstructured, kind, name string) *unstructured.Unstructured {
+	t.Helper()
+	var out []*unstructured.Unstructured
+	for _, o := range objs {
+		if o.GetKind() == kind && o.GetName() == name {
+			out = append(out, o)
+		}
+	}
+	if len(out) != 1 {
+		t.Fatalf("want one %s %s, got %d", kind, name, len(out))
+	}
+	return out[0]
+}
+
+// argOf is the value of --name=value in args ("" when absent).
+func argOf(args []string, name string) string {
+	for _, a := range args {
+		if v, ok := strings.CutPrefix(a, "--"+name+"="); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// checkHABuild asserts what the HA layout promises (deploy/README.md, "The HA layout"): two
+// aggregators never on one node, each with a volume of its own, disrupted one at a time; an
+// agent on every control-plane node, in its host network on a loopback webhook address, its
+// spool on the node, critical and tolerating the control-plane taint, relaying to every
+// aggregator by its own address; and the aggregators' agents reading their tokens where the
+// Secret is mounted.
+func checkHABuild(t *testing.T, objs []*unstructured.Unstructured) {
+	t.Helper()
+	sts := named(t, objs, "StatefulSet", "peertrail-aggregator")
+	replicas, _, _ := unstructured.NestedInt64(sts.Object, "spec", "replicas")
+	if replicas < 2 {
+		t.Errorf("%d aggregators, want at least 2", replicas)
+	}
+	terms, _, _ := unstructured.NestedSlice(sts.Object, "spec", "template", "spec", "affinity", "podAntiAffinity", "requiredDuringSchedulingIgnoredDuringExecution")
+	if len(terms) != 1 || terms[0].(map[string]any)["topologyKey"] != "kubernetes.io/hostname" {
+		t.Errorf("aggregators' anti-affinity %v, want required by kubernetes.io/hostname", terms)
+	}
+	podLabels, _, _ := unstructured.NestedStringMap(sts.Object, "spec", "template", "metadata", "labels")
+	sel, _, _ := unstructured.NestedStringMap(terms[0].(map[string]any), "labelSelector", "matchLabels")
+	for k, v := range sel {
+		if podLabels[k] != v {
+			t.Errorf("the anti-affinity selects %v, the aggregators are %v", sel, podLabels)
+		}
+	}
+	if vcts, _, _ := unstructured.NestedSlice(sts.Object, "spec", "volumeClaimTemplates"); len(vcts) != 1 {
+		t.Errorf("aggregators: %d volume claim templates, want one (a volume each)", len(vcts))
+	}
+	pdb := named(t, objs, "PodDisruptionBudget", "peertrail-aggregator")
+	if m, _, _ := unstructured.NestedInt64(pdb.Object, "spec", "maxUnavailable"); m != 1 {
+		t.Errorf("aggregators' PDB maxUnavailable %d, want 1", m)
+	}
+	headless := named(t, objs, "Service", "peertrail-aggregator")
+	serviceName, _, _ := unstructured.NestedString(sts.Object, "spec", "serviceName")
+	clusterIP, _, _ := unstructured.NestedString(headless.Object, "spec", "clusterIP")
+	notReady, _, _ := unstructured.NestedBool(headless.Object, "spec", "publishNotReadyAddresses")
+	if serviceName != headless.GetName() || clusterIP != "None" || !notReady {
+		t.Errorf("aggregators' Service %q (clusterIP %q, publishNotReadyAddresses %v), the StatefulSet's serviceName %q", headless.GetName(), clusterIP, notReady, serviceName)
+	}
+	httpsPort := int64(0)
+	ports, _, _ := unstructured.NestedSlice(headless.Object, "spec", "ports")
+	for _, p := range ports {
+		if p.(map[string]any)["name"] == "https" {
+			httpsPort, _, _ = unstructured.NestedInt64(p.(map[string]any), "port")
+		}
+	}
+
+	ds := named(t, objs, "DaemonSet", "peertrail-agent")
+	spec, _, _ := unstructured.NestedMap(ds.Object, "spec", "template", "spec")
+	if spec["hostNetwork"] != true || spec["priorityClassName"] != "system-node-critical" || spec["dnsPolicy"] != "ClusterFirstWithHostNet" {
+		t.Errorf("agents: hostNetwork %v, priorityClassName %v, dnsPolicy %v", spec["hostNetwork"], spec["priorityClassName"], spec["dnsPolicy"])
+	}
+	if ns, _, _ := unstructured.NestedStringMap(spec, "nodeSelector"); len(ns) != 1 || ns["node-role.kubernetes.io/control-plane"] != "" {
+		t.Errorf("agents' nodeSelector %v, want the control-plane nodes", ns)
+	}
+	tols, _, _ := unstructured.NestedSlice(spec, "tolerations")
+	if !slices.ContainsFunc(tols, func(o any) bool { return o.(map[string]any)["key"] == "node-role.kubernetes.io/control-plane" }) {
+		t.Errorf("agents do not tolerate the control-plane taint: %v", tols)
+	}
+	cs, _, _ := unstructured.NestedSlice(spec, "containers")
+	args, _, _ := unstructured.NestedStringSlice(cs[0].(map[string]any), "args")
+	if len(args) == 0 || args[0] != "agent" {
+		t.Fatalf("agents run %v", args)
+	}
+	if !loopback(argOf(args, "listen")) {
+		t.Errorf("agents' webhook listens on %q, want a loopback address", argOf(args, "listen"))
+	}
+	dataDir := argOf(args, "data-dir")
+	mounts, _, _ := unstructured.NestedSlice(cs[0].(map[string]any), "volumeMounts")
+	vols, _, _ := unstructured.NestedSlice(spec, "volumes")
+	onNode := false
+	for _, m := range mounts {
+		if m.(map[string]any)["mountPath"] != dataDir {
+			continue
+		}
+		for _, v := range vols {
+			if v.(map[string]any)["name"] == m.(map[string]any)["name"] {
+				_, onNode, _ = unstructured.NestedString(v.(map[string]any), "hostPath", "path")
+			}
+		}
+	}
+	if !onNode {
+		t.Errorf("agents' --data-dir %q is not on a hostPath volume", dataDir)
+	}
+	var want []string
+	for i := range replicas {
+		want = append(want, fmt.Sprintf("https://%s-%d.%s.%s.svc:%d", sts.GetName(), i, serviceName, depNamespace, httpsPort))
+	}
+	var got []string
+	for _, a := range strings.Split(argOf(args, "aggregator"), ",") {
+		_, u, _ := strings.Cut(a, "=")
+		got = append(got, u)
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("agents relay to %v, want every aggregator's own address %v", got, want)
+	}
+
+	// The aggregators' agents: their tokens where the Secret is mounted.
+	cfgData, _, _ := unstructured.NestedString(one(t, objs, "ConfigMap", "peertrail-config").Object, "data", "config.yaml")
+	var cfg struct {
+		Agents []struct {
+			Name       string   `json:"name"`
+			APIServers []string `json:"apiservers"`
+			TokenFile  string   `json:"tokenFile"`
+		} `json:"agents"`
+	}
+	if err := yaml.Unmarshal([]byte(cfgData), &cfg); err != nil || len(cfg.Agents) == 0 {
+		t.Fatalf("aggregators' config.yaml: %v %s", err, cfgData)
+	}
+	scs, _, _ := unstructured.NestedSlice(sts.Object, "spec", "template", "spec", "containers")
+	agentsDir := ""
+	smounts, _, _ := unstructured.NestedSlice(scs[0].(map[string]any), "volumeMounts")
+	for _, m := range smounts {
+		if m.(map[string]any)["name"] == "agents" {
+			agentsDir, _ = m.(map[string]any)["mountPath"].(string)
+		}
+	}
+	for _, a := range cfg.Agents {
+		if agentsDir == "" || a.TokenFile != agentsDir+"/"+a.Name || len(a.APIServers) != 1 {
+			t.Errorf("agent %s: token %q (the agents Secret is at %q), apiservers %v", a.Name, a.TokenFile, agentsDir, a.APIServers)
+		}
+	}
+}
+
+func loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
