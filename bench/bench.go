@@ -75,6 +75,9 @@ type Options struct {
 	ProfileSeconds int
 	// Stall is how long the stored counts may stand still before the run gives up (0: 5 min).
 	Stall time.Duration
+	// Layout "ha" also runs the HA layout on the same batches after the one serve (Result.HA):
+	// an agent per apiserver, relaying to two aggregators. "" or "one": the one serve alone.
+	Layout string
 	// Progress gets a line a second while the server runs (nil: none).
 	Progress io.Writer
 	Log      *slog.Logger
@@ -145,6 +148,8 @@ type Result struct {
 	StoreBytesPerEvent   float64 `json:"store_bytes_per_event"` // every peertrail table
 	PeakSpoolBytes       int64   `json:"peak_spool_bytes"`
 	ProfileDir           string  `json:"profile_dir,omitempty"`
+	// HA is the HA layout's run of the same batches (Options.Layout "ha").
+	HA *HAResult `json:"ha,omitempty"`
 }
 
 // AcceptedRatio is the accepted rate over the decode-only ceiling of peertrail's decoder.
@@ -222,6 +227,16 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	chains, err := o.serveRun(ctx, t, batches, work, &res)
 	if err != nil {
 		return res, err
+	}
+	switch o.Layout {
+	case "", "one":
+	case "ha":
+		fmt.Fprintf(o.Progress, "the HA layout on the same %d events...\n", batches*n*o.Batch)
+		if err := o.haRun(ctx, t, batches, work, &res); err != nil {
+			return res, err
+		}
+	default:
+		return res, fmt.Errorf("bench: layout %q: want one or ha", o.Layout)
 	}
 
 	perEvent := ratio(float64(res.ChainsExpected), float64(batches*n*o.Batch))

@@ -30,6 +30,9 @@ import (
 type Options struct {
 	// URL is the receiver's base URL; batches go to URL/audit/<apiserver>.
 	URL string
+	// URLOf, when set, is each apiserver's receiver instead of URL (the HA layout: each
+	// apiserver posts to the agent on its node).
+	URLOf func(apiserver string) string
 	// APIServers are the names to send as, one sender each.
 	APIServers []string
 	// Rate is events per second over all apiservers (0: as fast as possible, Inflight
@@ -116,6 +119,10 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	if token == nil {
 		token = func(string) string { return "" }
 	}
+	base := o.URLOf
+	if base == nil {
+		base = func(string) string { return o.URL }
+	}
 	n := len(o.APIServers)
 	var interval time.Duration // 0: as fast as possible
 	if o.Rate > 0 {
@@ -190,7 +197,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 				live.Sent.Add(int64(o.Batch))
 				inflight.Go(func() {
 					t0 := time.Now()
-					code, retries := send(ctx, o.Client, o.URL+"/audit/"+name, token(name), body, live)
+					code, retries := send(ctx, o.Client, base(name)+"/audit/"+name, token(name), body, live)
 					lat := time.Since(t0)
 					if interval == 0 {
 						<-turns

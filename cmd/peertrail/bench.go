@@ -34,6 +34,7 @@ type benchFlags struct {
 	profileSecs   int
 	stall         time.Duration
 	serveArgs     []string
+	layout        string
 	output        string
 }
 
@@ -64,10 +65,17 @@ stored, read back and inserted in turn) as the run stored per event: the end-to-
 ceiling. Read the ratios: a busy machine moves both sides alike.
 
 --apiservers is a count (kas-1..kas-N), several counts (2,5,20: one run each, a row each, the
-same events), or a list of names (kas-a,kas-b).`,
+same events), or a list of names (kas-a,kas-b).
+
+--layout ha runs the HA layout on the same batches after the one serve: a peertrail agent per
+apiserver, which the apiserver's batches go to, relaying to two aggregators (serve with agents,
+each its own embedded store). It adds the agents' acknowledge latency and RSS, how far behind
+their agents the aggregators were (p99 of a sample a second), and the slower aggregator's stored
+and end-to-end rates, with their ratios to the one serve's in the same run.`,
 		Example: `  peertrail bench --apiservers 4 --events 1370000              # a burst, as fast as possible
   peertrail bench --apiservers 4 --rate 10000 --duration 6m      # steady
-  peertrail bench --apiservers 2,5,20 --events 500000 -o json    # cost against apiservers`,
+  peertrail bench --apiservers 2,5,20 --events 500000 -o json    # cost against apiservers
+  peertrail bench --apiservers 4 --rate 10000 --duration 3m --layout ha   # the HA layout beside one serve`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := checkOutput(cmd, f.output); err != nil {
@@ -108,6 +116,7 @@ same events), or a list of names (kas-a,kas-b).`,
 	fl.IntVar(&f.profileSecs, "profile-seconds", 30, "length of the CPU profile")
 	fl.DurationVar(&f.stall, "stall", 5*time.Minute, "give up when nothing more was stored for this long")
 	fl.StringArrayVar(&f.serveArgs, "serve-flag", nil, "a flag for serve, such as --serve-flag=--store=none (repeatable; wins over bench's)")
+	fl.StringVar(&f.layout, "layout", "one", "one: peertrail serve alone; ha: also the HA layout (an agent per apiserver, two aggregators) on the same batches")
 	fl.StringVarP(&f.output, "output", "o", "table", "output format: table, json or yaml")
 	return cmd
 }
@@ -159,7 +168,7 @@ func runBench(ctx context.Context, f *benchFlags, runs [][]string, log *slog.Log
 		o := bench.Options{Exe: exe, ServeArgs: f.serveArgs, APIServers: names, Rate: f.rate, Inflight: f.inflight,
 			Events: f.events, Duration: f.duration, Batch: f.batch, ProxiedFraction: f.proxied, Seed: f.seed,
 			DataDir: f.dataDir, ChainWindow: f.chainWindow, CeilingEvents: f.ceilingEvents,
-			ProfileDir: f.profileDir, ProfileSeconds: f.profileSecs, Stall: f.stall, Progress: errOut, Log: log}
+			ProfileDir: f.profileDir, ProfileSeconds: f.profileSecs, Stall: f.stall, Layout: f.layout, Progress: errOut, Log: log}
 		if len(runs) > 1 {
 			if o.DataDir != "" {
 				o.DataDir = fmt.Sprintf("%s/run-%d", f.dataDir, i+1)
@@ -246,6 +255,39 @@ func printBench(out io.Writer, rs []bench.Result) {
 		return fmt.Sprintf("%.0f / %.0f bytes", r.BytesPerEvent, r.StoreBytesPerEvent)
 	})
 	row("peak spool", func(r bench.Result) string { return fmt.Sprintf("%d MB", r.PeakSpoolBytes>>20) })
+	if rs[0].HA != nil {
+		ha := func(cell func(h *bench.HAResult) string) func(r bench.Result) string {
+			return func(r bench.Result) string {
+				if r.HA == nil {
+					return ""
+				}
+				return cell(r.HA)
+			}
+		}
+		row("HA layout: agents / aggregators", ha(func(h *bench.HAResult) string { return fmt.Sprintf("%d / %d", h.Agents, h.Aggregators) }))
+		row("  accepted by the agents", ha(func(h *bench.HAResult) string { return rate(h.AcceptedPerSec) }))
+		row("  agent ack latency p50 / p99 / max", ha(func(h *bench.HAResult) string {
+			return fmt.Sprintf("%.1f / %.1f / %.0f ms", h.AgentAckP50ms, h.AgentAckP99ms, h.AgentAckMaxms)
+		}))
+		row("  ratio of the p99 to one serve's", func(r bench.Result) string { return fmt.Sprintf("%.2f", r.AgentAckRatio()) })
+		row("  agent RSS, end of the load: mean / max; peak (the largest agent)", ha(func(h *bench.HAResult) string {
+			return fmt.Sprintf("%d / %d MB; %d MB", h.AgentLoadRSSMeanBytes>>20, h.AgentLoadRSSMaxBytes>>20, h.AgentPeakRSSBytes>>20)
+		}))
+		row("  agents' CPU, all together", ha(func(h *bench.HAResult) string { return fmt.Sprintf("%.1f s", h.AgentCPUSeconds) }))
+		row("  aggregators' lag behind their agents p99 / max", ha(func(h *bench.HAResult) string {
+			return fmt.Sprintf("%.1f / %.1f s", h.AggregatorLagP99Seconds, h.AggregatorLagMaxSeconds)
+		}))
+		row("  events stored, the slower aggregator", ha(func(h *bench.HAResult) string {
+			return fmt.Sprintf("%s in %.1fs", rate(h.EventsStoredPerSec), h.StoredSeconds)
+		}))
+		row("  ratio to one serve's", func(r bench.Result) string { return fmt.Sprintf("%.2f", r.StoredRatio()) })
+		row("  end to end, the slower aggregator", ha(func(h *bench.HAResult) string {
+			return fmt.Sprintf("%s in %.1fs", rate(h.EndToEndPerSec), h.FinalSeconds)
+		}))
+		row("  aggregators' CPU; peak RSS (the larger)", ha(func(h *bench.HAResult) string {
+			return fmt.Sprintf("%.1f s; %d MB", h.AggregatorCPUSeconds, h.AggregatorPeakRSSBytes>>20)
+		}))
+	}
 	tw.Flush()
 }
 
