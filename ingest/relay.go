@@ -287,15 +287,14 @@ type relayFrame struct {
 // is durable.
 func (rc *Receiver) acceptFrames(ctx context.Context, st *agentState, req ship.Request, start time.Time) answer {
 	name := st.name
+	// What was stored of this request's stream: nothing of a stream not seen before (a new
+	// spool of the agent's). The state changes only by what this request stores, and its
+	// header only when it is answered 200: a refused request changes nothing.
 	st.mu.Lock()
-	if req.Header.Stream != st.stream {
-		if st.stream != "" {
-			rc.log.Info("agent relays a new spool: its frames are recognised by their events until this one's are stored", "agent", name, "was", st.stream, "now", req.Header.Stream)
-		}
-		st.stream, st.acked, st.saved = req.Header.Stream, 0, false
+	acked, newStream := st.acked, req.Header.Stream != st.stream
+	if newStream {
+		acked = 0
 	}
-	acked := st.acked
-	st.heard, st.hdr = start, req.Header
 	st.mu.Unlock()
 
 	frames := make([]relayFrame, len(req.Frames))
@@ -406,16 +405,25 @@ func (rc *Receiver) acceptFrames(ctx context.Context, st *agentState, req ship.R
 		}
 	}
 	rc.lastMu.Unlock()
-	if stored > 0 {
-		st.mu.Lock()
-		if st.stream == req.Header.Stream && lastEnd > st.acked {
+	st.mu.Lock()
+	if stored > 0 || refused == nil && newStream {
+		if newStream {
+			if st.stream != "" {
+				rc.log.Info("agent relays a new spool: its frames are recognised by their events until this one's are stored", "agent", name, "was", st.stream, "now", req.Header.Stream)
+			}
+			st.stream, st.acked, st.saved = req.Header.Stream, 0, false
+		}
+		if lastEnd > st.acked {
 			st.acked, st.saved = lastEnd, false
 		}
 		if newest.After(st.newest) {
 			st.newest, st.saved = newest, false
 		}
-		st.mu.Unlock()
 	}
+	if refused == nil {
+		st.heard, st.hdr = start, req.Header
+	}
+	st.mu.Unlock()
 	if refused != nil {
 		refused.msg += fmt.Sprintf(" (the %d frames before it were stored)", stored)
 		return *refused

@@ -656,6 +656,10 @@ func consumers(cfg config.File, agent bool) []string {
 	return c
 }
 
+// Agents is what the server knows of each configured agent (the HA layout's aggregator).
+// Safe for concurrent use.
+func (s *Server) Agents() []ingest.AgentStatus { return s.receiver.Agents() }
+
 // Store is the server's store (nil with engine "none").
 func (s *Server) Store() store.Store { return s.store }
 
