@@ -84,6 +84,10 @@ type Options struct {
 	// AgentStateDir keeps, per agent, where the frames stored from it end (SaveAgents), so
 	// that a resend is recognised by its position after a restart ("" keeps it in memory).
 	AgentStateDir string
+	// RelayOnly refuses every webhook post (403): the receiver takes audit from its agents
+	// only. An aggregator with agents and no apiserver credential is one; without it, its
+	// webhook would take any name from anyone (RequireAuth off).
+	RelayOnly bool
 }
 
 // Receiver is the webhook endpoint. Create it with NewReceiver; it is an http.Handler for
@@ -269,6 +273,9 @@ func (rc *Receiver) serve(w http.ResponseWriter, r *http.Request, start time.Tim
 	case id.Role == Agent:
 		return answer{code: http.StatusForbidden, apiserver: unknown,
 			msg: "an agent's credential may not post audit batches as an apiserver; an agent relays its spool frames to " + ship.Path}
+	case rc.opts.RelayOnly:
+		return answer{code: http.StatusForbidden, apiserver: unknown,
+			msg: "this aggregator takes audit from its agents only (" + ship.Path + "): an apiserver's webhook posts to the agent on its node"}
 	case rc.opts.RequireAuth && id.Role != Sender:
 		return answer{code: http.StatusUnauthorized, apiserver: unknown,
 			msg: "unauthenticated: present the apiserver's client certificate (signed by --client-ca-file) or its bearer token"}

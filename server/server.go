@@ -168,7 +168,12 @@ func newServer(ctx context.Context, cfg config.File, log *slog.Logger, agent boo
 		opts.AgentStateDir = filepath.Join(cfg.DataDir, "agents")
 	}
 	s.auth = opts.Auth
-	if !opts.RequireAuth {
+	if len(cfg.Agents) > 0 && !opts.RequireAuth {
+		// An aggregator whose apiservers have no credential here: their webhooks post to the
+		// agents, and nobody may post here as an apiserver.
+		opts.RelayOnly = true
+		log.Info("no apiserver credential configured: the webhook refuses every post; audit comes from the agents only")
+	} else if !opts.RequireAuth {
 		log.Warn(WarnNoAPIServerAuth)
 	}
 	if !s.auth.HasReaderCredentials() {

@@ -360,3 +360,35 @@ func TestSlowAgentHoldsOnlyItsOwnTurns(t *testing.T) {
 		t.Fatalf("accepted kas-b %v, want 3", y)
 	}
 }
+
+// TestAggregatorWithoutAPIServerCredentialsTakesNoWebhook: an aggregator whose apiservers have
+// no credential there (their webhooks post to their agents) refuses every webhook post, where
+// serve without credentials would take any name from anyone.
+func TestAggregatorWithoutAPIServerCredentialsTakesNoWebhook(t *testing.T) {
+	dir := t.TempDir()
+	tokenA := filepath.Join(dir, "node-a.token")
+	if err := os.WriteFile(tokenA, []byte(agentAToken+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	at := startAuthTarget(t, func(c *config.File) {
+		c.TLS.ClientCAFile = ""
+		c.APIServers = []config.APIServer{{Name: "kas-a"}}
+		c.Agents = []config.Agent{{Name: "node-a", APIServers: []string{"kas-a"}, TokenFile: tokenA}}
+	})
+	a := &agentTarget{authTarget: at}
+	a.codec, _ = record.NewCodec()
+	for _, path := range []string{"/audit/kas-a", "/audit"} {
+		if code, msg := at.do(at.anon, http.MethodPost, path, "", batch(t, 1, 3)); code != 403 || !strings.Contains(msg, "from its agents only") {
+			t.Fatalf("anonymous POST %s: %d %s, want 403", path, code, msg)
+		}
+	}
+	if n, w := at.accepted(""), at.spoolWritten(); n != 0 || w != 0 {
+		t.Fatalf("webhook posts stored: accepted %v, spool %v", n, w)
+	}
+	if code, msg := a.relay(at.anon, agentAToken, streamA, a.frame(2, "kas-a", 4, 0)); code != 200 {
+		t.Fatalf("node-a: %d %s", code, msg)
+	}
+	if n := at.accepted("kas-a"); n != 4 {
+		t.Fatalf("accepted %v, want node-a's 4", n)
+	}
+}
