@@ -76,8 +76,10 @@ type Options struct {
 	// Stall is how long the stored counts may stand still before the run gives up (0: 5 min).
 	Stall time.Duration
 	// Layout "ha" also runs the HA layout on the same batches after the one serve (Result.HA):
-	// an agent per apiserver, relaying to two aggregators. "" or "one": the one serve alone.
-	Layout string
+	// an agent per apiserver, relaying to Aggregators aggregators (0: DefaultAggregators). ""
+	// or "one": the one serve alone.
+	Layout      string
+	Aggregators int
 	// Progress gets a line a second while the server runs (nil: none).
 	Progress io.Writer
 	Log      *slog.Logger

@@ -38,10 +38,10 @@ type HAResult struct {
 	AgentAckMaxms float64 `json:"agent_ack_max_ms"`
 	// AgentPeakRSSBytes is the largest agent's peak RSS; AgentLoadRSS* the largest agent's RSS
 	// over the last minute of the load (mean, max), as Result.LoadRSS* for the server.
-	AgentPeakRSSBytes    int64   `json:"agent_peak_rss_bytes"`
-	AgentLoadRSSMeanBytes int64  `json:"agent_load_rss_mean_bytes"`
-	AgentLoadRSSMaxBytes int64   `json:"agent_load_rss_max_bytes"`
-	AgentCPUSeconds      float64 `json:"agent_cpu_seconds"` // every agent together
+	AgentPeakRSSBytes     int64   `json:"agent_peak_rss_bytes"`
+	AgentLoadRSSMeanBytes int64   `json:"agent_load_rss_mean_bytes"`
+	AgentLoadRSSMaxBytes  int64   `json:"agent_load_rss_max_bytes"`
+	AgentCPUSeconds       float64 `json:"agent_cpu_seconds"` // every agent together
 	// AggregatorLag* are, over one sample a second from the first batch to everything stored,
 	// the largest lag behind its agents any aggregator reported
 	// (metrics.AggregatorAgentLagSeconds).
@@ -77,11 +77,16 @@ func (r Result) AgentAckRatio() float64 {
 	return ratio(r.HA.AgentAckP99ms, r.AckP99ms)
 }
 
-// haAggregators is how many aggregators a run of the HA layout starts.
-const haAggregators = 2
+// DefaultAggregators is how many aggregators a run of the HA layout starts unless
+// Options.Aggregators says otherwise: the deployed layout's two.
+const DefaultAggregators = 2
 
 // haRun runs the HA layout on the same batches as the one-serve run.
 func (o Options) haRun(ctx context.Context, t *Traffic, batches int, work string, res *Result) error {
+	haAggregators := o.Aggregators
+	if haAggregators <= 0 {
+		haAggregators = DefaultAggregators
+	}
 	ha := &HAResult{Agents: len(t.APIServers), Aggregators: haAggregators}
 	res.HA = ha
 	dir := filepath.Join(work, "ha")

@@ -35,6 +35,7 @@ type benchFlags struct {
 	stall         time.Duration
 	serveArgs     []string
 	layout        string
+	aggregators   int
 	output        string
 }
 
@@ -117,6 +118,7 @@ and end-to-end rates, with their ratios to the one serve's in the same run.`,
 	fl.DurationVar(&f.stall, "stall", 5*time.Minute, "give up when nothing more was stored for this long")
 	fl.StringArrayVar(&f.serveArgs, "serve-flag", nil, "a flag for serve, such as --serve-flag=--store=none (repeatable; wins over bench's)")
 	fl.StringVar(&f.layout, "layout", "one", "one: peertrail serve alone; ha: also the HA layout (an agent per apiserver, two aggregators) on the same batches")
+	fl.IntVar(&f.aggregators, "aggregators", bench.DefaultAggregators, "with --layout ha: how many aggregators (1 compares one aggregator's work with one serve's on the same cores)")
 	fl.StringVarP(&f.output, "output", "o", "table", "output format: table, json or yaml")
 	return cmd
 }
@@ -168,7 +170,7 @@ func runBench(ctx context.Context, f *benchFlags, runs [][]string, log *slog.Log
 		o := bench.Options{Exe: exe, ServeArgs: f.serveArgs, APIServers: names, Rate: f.rate, Inflight: f.inflight,
 			Events: f.events, Duration: f.duration, Batch: f.batch, ProxiedFraction: f.proxied, Seed: f.seed,
 			DataDir: f.dataDir, ChainWindow: f.chainWindow, CeilingEvents: f.ceilingEvents,
-			ProfileDir: f.profileDir, ProfileSeconds: f.profileSecs, Stall: f.stall, Layout: f.layout, Progress: errOut, Log: log}
+			ProfileDir: f.profileDir, ProfileSeconds: f.profileSecs, Stall: f.stall, Layout: f.layout, Aggregators: f.aggregators, Progress: errOut, Log: log}
 		if len(runs) > 1 {
 			if o.DataDir != "" {
 				o.DataDir = fmt.Sprintf("%s/run-%d", f.dataDir, i+1)
