@@ -113,7 +113,7 @@ func (l *aggregatorList) String() string {
 	return strings.Join(parts, ",")
 }
 
-func (l *aggregatorList) Type() string { return "name=url,..." }
+func (l *aggregatorList) Type() string { return "aggregators" }
 
 func (l *aggregatorList) Set(v string) error {
 	*l = nil

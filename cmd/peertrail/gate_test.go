@@ -1,8 +1,10 @@
 package main
 
 import (
+	"encoding/json"
 	"encoding/pem"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -14,6 +16,7 @@ import (
 
 	"github.com/peertrail/peertrail/correlate"
 	"github.com/peertrail/peertrail/gate"
+	"github.com/peertrail/peertrail/ingest"
 )
 
 // TestGateAndChainReachATLSServe: serve listens with TLS by default, so gate and chain must
@@ -59,5 +62,85 @@ func TestGateAndChainReachATLSServe(t *testing.T) {
 	}
 	if _, err := runCLI(t, "chain", "abc", "--server", srv.URL, "--ca-file", ca); err == nil || !strings.Contains(err.Error(), "no chain with auditID abc") {
 		t.Fatalf("chain --ca-file of an unknown auditID: %v", err)
+	}
+}
+
+// TestGateOverSeveralAggregators: gate --server a,b asks both and takes the verdict only from
+// the aggregators caught up with their agents (real gates with agent sources, over HTTP).
+func TestGateOverSeveralAggregators(t *testing.T) {
+	type agg struct {
+		agents []ingest.AgentStatus
+		broken int
+	}
+	start := func(a *agg) string {
+		g := gate.New(gate.DefaultThresholds(), gate.Sources{
+			Recent: func(time.Duration) correlate.Totals {
+				return correlate.Totals{Chains: map[correlate.Class]int{correlate.ClassBroken: a.broken}, Findings: map[correlate.Finding]int{}}
+			},
+			APIServers:  func() []correlate.ServerInfo { return nil },
+			LastBatches: func() map[string]time.Time { return map[string]time.Time{"kas-a": time.Now()} },
+			Started:     time.Now(),
+			Agents:      func() []ingest.AgentStatus { return a.agents },
+			StreamTime:  time.Now,
+		}, slog.New(slog.DiscardHandler))
+		mux := http.NewServeMux()
+		g.Register(mux)
+		srv := httptest.NewServer(mux)
+		t.Cleanup(srv.Close)
+		return srv.URL
+	}
+	caughtUp := func() []ingest.AgentStatus {
+		return []ingest.AgentStatus{{Name: "node-a", Heard: time.Now(), StoredTime: time.Now()}}
+	}
+	behind := func() []ingest.AgentStatus {
+		return []ingest.AgentStatus{{Name: "node-a", Heard: time.Now().Add(-time.Minute), LagSeconds: -1, LagBytes: 100}}
+	}
+	a, b := &agg{agents: caughtUp()}, &agg{agents: behind()}
+	ua, ub := start(a), start(b)
+	closed := httptest.NewServer(http.NotFoundHandler())
+	closed.Close()
+	var exit exitError
+	for _, c := range []struct {
+		name    string
+		setup   func()
+		servers string
+		want    int // exit code
+		says    string
+	}{
+		{"one caught up and proceeding, one behind", func() {}, ua + "," + ub, exitOK, "not counted: behind its agents"},
+		{"the behind one alone: pause", func() {}, ub, exitPause, "agents_caught_up"},
+		{"both behind", func() { a.agents = behind() }, ua + "," + ub, exitPause, "no aggregator that answered is caught up"},
+		{"both caught up, one pausing on its chains", func() { a.agents, b.agents, b.broken = caughtUp(), caughtUp(), 3 }, ua + "," + ub, exitPause, "broken_chains"},
+		{"one answering and caught up, one unreachable", func() { b.broken = 0 }, closed.URL + "," + ua, exitOK, "no answer"},
+		{"none answering", func() {}, closed.URL + "," + closed.URL, exitUnreachable, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			c.setup()
+			out, err := runCLI(t, "gate", "--server", c.servers)
+			code := exitOK
+			if errors.As(err, &exit) {
+				code = exit.code
+			} else if err != nil {
+				code = exitCode(err)
+			}
+			if code != c.want || !strings.Contains(out+fmt.Sprint(err), c.says) {
+				t.Fatalf("exit %d (%v), want %d saying %q:\n%s", code, err, c.want, c.says, out)
+			}
+		})
+	}
+	// The flag may also be given once per server; -o json lists every answer.
+	a.agents, b.agents = caughtUp(), behind()
+	out, err := runCLI(t, "gate", "--server", ua, "--server", ub, "-o", "json")
+	var doc struct {
+		Proceed bool `json:"proceed"`
+		Servers []struct {
+			Server   string        `json:"server"`
+			CaughtUp bool          `json:"caught_up"`
+			Verdict  *gate.Verdict `json:"verdict"`
+		} `json:"servers"`
+	}
+	if err != nil || json.Unmarshal([]byte(out), &doc) != nil || !doc.Proceed || len(doc.Servers) != 2 ||
+		!doc.Servers[0].CaughtUp || doc.Servers[1].CaughtUp || doc.Servers[1].Verdict == nil || doc.Servers[1].Verdict.Proceed {
+		t.Fatalf("gate -o json over two servers: %v %+v\n%s", err, doc, out)
 	}
 }
