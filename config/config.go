@@ -380,7 +380,7 @@ func (f File) validateAgents(subjects map[string]string) []error {
 			}
 			relayedBy[n] = a.Name
 			if !configured[n] && !f.AcceptUnknownAPIServers {
-				errs = append(errs, fmt.Errorf("agent %s relays apiserver %s, which is not in apiservers:", a.Name, n))
+				errs = append(errs, fmt.Errorf("agent %s relays apiserver %s, which the apiservers list does not name", a.Name, n))
 			}
 		}
 	}
