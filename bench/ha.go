@@ -36,6 +36,12 @@ type HAResult struct {
 	AgentAckP50ms float64 `json:"agent_ack_p50_ms"`
 	AgentAckP99ms float64 `json:"agent_ack_p99_ms"`
 	AgentAckMaxms float64 `json:"agent_ack_max_ms"`
+	// AgentAcks* are the agents' own count of webhook answers and of those they took more than
+	// 10 and 20 ms over (their histograms, metrics.IngestAckDurationSeconds, summed): the wait
+	// without the load generator's share (it runs on the same cores here).
+	AgentAcks         int `json:"agent_acks"`
+	AgentAcksOver10ms int `json:"agent_acks_over_10ms"`
+	AgentAcksOver20ms int `json:"agent_acks_over_20ms"`
 	// AgentPeakRSSBytes is the largest agent's peak RSS; AgentLoadRSS* the largest agent's RSS
 	// over the last minute of the load (mean, max), as Result.LoadRSS* for the server.
 	AgentPeakRSSBytes     int64   `json:"agent_peak_rss_bytes"`
@@ -254,6 +260,14 @@ func (o Options) haRun(ctx context.Context, t *Traffic, batches int, work string
 	ha.EventsAcked, ha.Codes, ha.Retries = lr.EventsAcked, lr.Codes, lr.Retries
 	ha.AgentAckP50ms, ha.AgentAckP99ms, ha.AgentAckMaxms = lr.LatencyP50ms, lr.LatencyP99ms, lr.LatencyMaxms
 	ha.AcceptedPerSec = float64(lr.EventsAcked) / send
+	ack := metrics.IngestAckDurationSeconds
+	for _, c := range agents {
+		if m := c.metrics(ctx, ack+"_count", ack+`_bucket{le="0.01"}`, ack+`_bucket{le="0.02"}`); m != nil {
+			ha.AgentAcks += int(m[0])
+			ha.AgentAcksOver10ms += int(m[0] - m[1])
+			ha.AgentAcksOver20ms += int(m[0] - m[2])
+		}
+	}
 	for _, s := range agentRSS {
 		var r Result
 		s.summarise(send-loadRSSWindow.Seconds(), send, &r)

@@ -272,6 +272,9 @@ func printBench(out io.Writer, rs []bench.Result) {
 			return fmt.Sprintf("%.1f / %.1f / %.0f ms", h.AgentAckP50ms, h.AgentAckP99ms, h.AgentAckMaxms)
 		}))
 		row("  ratio of the p99 to one serve's", func(r bench.Result) string { return fmt.Sprintf("%.2f", r.AgentAckRatio()) })
+		row("  the agents' own: answers over 10 / over 20 ms", ha(func(h *bench.HAResult) string {
+			return fmt.Sprintf("%d / %d of %d", h.AgentAcksOver10ms, h.AgentAcksOver20ms, h.AgentAcks)
+		}))
 		row("  agent RSS, end of the load: mean / max; peak (the largest agent)", ha(func(h *bench.HAResult) string {
 			return fmt.Sprintf("%d / %d MB; %d MB", h.AgentLoadRSSMeanBytes>>20, h.AgentLoadRSSMaxBytes>>20, h.AgentPeakRSSBytes>>20)
 		}))
