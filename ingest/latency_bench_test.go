@@ -21,6 +21,7 @@ import (
 
 	"github.com/peertrail/peertrail/ingest/dedup"
 	"github.com/peertrail/peertrail/ingest/record"
+	"github.com/peertrail/peertrail/ingest/ship"
 	"github.com/peertrail/peertrail/ingest/spool"
 	"github.com/peertrail/peertrail/internal/bufpool"
 	"github.com/peertrail/peertrail/simulate"
@@ -38,7 +39,11 @@ import (
 //     fsynced before each answer (the default policy), while the spool's own consumer, the
 //     duplicate index's persister, drains it.
 //
-// Neither has the correlator or the store running beside it on the same cores; BENCHMARKS.md
+//   - agent is the receiver as peertrail agent runs it (the HA layout): the same path, while its
+//     spool is also relayed, frame by frame as it comes, to two aggregators, each a Receiver
+//     with agents in this process, its own spool on disk fsynced before it answers.
+//
+// None has the correlator or the store running beside it on the same cores; BENCHMARKS.md
 // gives what `peertrail serve` measures with them. The senders run in this process and share its
 // cores, so if anything the figures are pessimistic; they render bodies into reused buffers, so
 // the server's garbage collector sees the server's garbage only.
@@ -93,6 +98,89 @@ func BenchmarkAckLatency(b *testing.B) {
 		defer cancel()
 		paceBatches(b, mux)
 	})
+	b.Run("agent", func(b *testing.B) {
+		discard := slog.New(slog.DiscardHandler)
+		ctx, cancel := context.WithCancel(b.Context())
+		var running sync.WaitGroup
+		defer running.Wait()
+		defer cancel()
+		codec, err := record.NewCodec()
+		if err != nil {
+			b.Fatal(err)
+		}
+		// openReceiver makes a receiver over a spool of its own, its persister running.
+		openReceiver := func(dir string, opts Options, consumers ...string) (*Receiver, *spool.Spool) {
+			keys := filepath.Join(dir, "dedup")
+			if err := os.MkdirAll(keys, 0o750); err != nil {
+				b.Fatal(err)
+			}
+			sp, err := spool.Open(spool.Options{Dir: filepath.Join(dir, "spool"), MaxBytes: 16 << 30,
+				Consumers: append([]string{dedup.ConsumerName}, consumers...)})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { sp.Close() })
+			dl, err := OpenDeadLetters(filepath.Join(dir, "deadletter"), 1<<30, true)
+			if err != nil {
+				b.Fatal(err)
+			}
+			running.Go(func() {
+				p := &dedup.Persister{Dir: keys, Horizon: 10 * time.Minute, Log: discard}
+				if err := sp.Run(ctx, dedup.ConsumerName, p, spool.RunOptions{}); err != nil {
+					b.Error(err)
+				}
+			})
+			opts.MaxBodyBytes = 32 << 20
+			return NewReceiver(opts, sp, dedup.NewIndex(10*time.Minute), codec, dl, discard), sp
+		}
+		auth, err := NewAuthenticator(AuthOptions{AgentTokens: []AgentToken{{"node", "agent-token"}}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		var aggs []ship.Aggregator
+		for i := range 2 {
+			rc, _ := openReceiver(filepath.Join(b.TempDir(), fmt.Sprint(i)), Options{AcceptUnknown: true, Auth: auth, RequireAuth: true,
+				Agents: []RelayAgent{{Name: "node", APIServers: []string{"kas-0", "kas-1", "kas-2"}}}})
+			mux := http.NewServeMux()
+			rc.Register(mux)
+			srv := httptest.NewServer(mux)
+			b.Cleanup(srv.Close)
+			aggs = append(aggs, ship.Aggregator{Name: fmt.Sprintf("agg-%d", i), URL: srv.URL,
+				Client: &http.Client{Transport: bearerTransport{srv.Client().Transport, "agent-token"}, Timeout: time.Minute}})
+		}
+		rc, sp := openReceiver(b.TempDir(), Options{AcceptUnknown: true}, ship.ConsumerName("agg-0"), ship.ConsumerName("agg-1"))
+		fleet, err := ship.NewFleet(ship.FleetOptions{Spool: sp, Log: discard}, aggs)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, s := range fleet.Shippers() {
+			running.Go(func() {
+				if err := sp.Run(ctx, ship.ConsumerName(s.Name()), s, spool.RunOptions{RetryMax: 2 * time.Second}); err != nil {
+					b.Error(err)
+				}
+			})
+		}
+		mux := http.NewServeMux()
+		rc.Register(mux)
+		paceBatches(b, mux)
+		for _, s := range fleet.Shippers() {
+			if lag := sp.Stats().Lag[ship.ConsumerName(s.Name())]; lag > 64<<20 {
+				b.Errorf("aggregator %s is %d bytes behind at the end: the relaying did not keep up", s.Name(), lag)
+			}
+		}
+	})
+}
+
+// bearerTransport sends a bearer token on every request.
+type bearerTransport struct {
+	rt    http.RoundTripper
+	token string
+}
+
+func (t bearerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+t.token)
+	return t.rt.RoundTrip(r)
 }
 
 // paceBatches sends b.N batches to h at 10,000 events/s from three senders and reports the

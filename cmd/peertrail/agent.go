@@ -81,6 +81,11 @@ Settings come from flags and an optional YAML file (--config), as serve's:
 					return errorf(exitUsage, "see peertrail agent --help", "%s: %v", f.flag, err)
 				}
 			}
+			// As serve: an acknowledgement that becomes runnable gets a P of its own at once,
+			// rather than waiting for the shippers or the collector to yield one.
+			if procs, set := widenScheduler(); set {
+				log.Debug("Go scheduler widened", "gomaxprocs", procs)
+			}
 			srv, err := server.NewAgent(cmd.Context(), cfg, log)
 			if err != nil {
 				return addrInUse(err)
