@@ -80,6 +80,10 @@ type Options struct {
 	// or "one": the one serve alone.
 	Layout      string
 	Aggregators int
+	// NiceAggregators runs the HA layout's aggregators at nice 19, standing for machines of
+	// their own: the agents and the load get the cores first, as they would beside
+	// aggregators elsewhere.
+	NiceAggregators bool
 	// Progress gets a line a second while the server runs (nil: none).
 	Progress io.Writer
 	Log      *slog.Logger

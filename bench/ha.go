@@ -154,7 +154,11 @@ func (o Options) haRun(ctx context.Context, t *Traffic, batches int, work string
 		if o.ChainWindow > 0 {
 			args = append(args, "--chain-window", o.ChainWindow.String())
 		}
-		if err := o.spawn(c, append(args, o.ServeArgs...), filepath.Join(dir, fmt.Sprintf("agg-%d.log", i))); err != nil {
+		args = append(args, o.ServeArgs...)
+		if o.NiceAggregators {
+			args = append([]string{"-n", "19", o.Exe}, args...)
+		}
+		if err := o.spawnCmd(c, o.NiceAggregators, args, filepath.Join(dir, fmt.Sprintf("agg-%d.log", i))); err != nil {
 			return err
 		}
 		procs = append(procs, c)
@@ -330,6 +334,11 @@ func (o Options) haRun(ctx context.Context, t *Traffic, batches int, work string
 
 // spawn starts the binary with args as c, its output to logPath.
 func (o Options) spawn(c *child, args []string, logPath string) error {
+	return o.spawnCmd(c, false, args, logPath)
+}
+
+// spawnCmd is spawn, through nice(1) (args are then nice's: -n 19 binary ...) when niced.
+func (o Options) spawnCmd(c *child, niced bool, args []string, logPath string) error {
 	if err := os.MkdirAll(c.dataDir, 0o750); err != nil {
 		return fmt.Errorf("bench: data directory: %w", err)
 	}
@@ -339,12 +348,15 @@ func (o Options) spawn(c *child, args []string, logPath string) error {
 	}
 	c.exited = make(chan struct{})
 	c.cmd = exec.Command(o.Exe, args...)
+	if niced {
+		c.cmd = exec.Command("nice", args...) // nice execs the binary: the same process
+	}
 	c.cmd.Env = o.Env
 	c.cmd.Stdout, c.cmd.Stderr = logFile, logFile
 	o.Log.Info("bench: starting", "cmd", strings.Join(c.cmd.Args, " "))
 	if err := c.cmd.Start(); err != nil {
 		logFile.Close()
-		return fmt.Errorf("bench: start %s %s: %w", o.Exe, args[0], err)
+		return fmt.Errorf("bench: start %s: %w", strings.Join(c.cmd.Args, " "), err)
 	}
 	go func() {
 		c.exitErr = c.cmd.Wait()

@@ -36,6 +36,7 @@ type benchFlags struct {
 	serveArgs     []string
 	layout        string
 	aggregators   int
+	niceAggs      bool
 	output        string
 }
 
@@ -119,6 +120,7 @@ and end-to-end rates, with their ratios to the one serve's in the same run.`,
 	fl.StringArrayVar(&f.serveArgs, "serve-flag", nil, "a flag for serve, such as --serve-flag=--store=none (repeatable; wins over bench's)")
 	fl.StringVar(&f.layout, "layout", "one", "one: peertrail serve alone; ha: also the HA layout (an agent per apiserver, two aggregators) on the same batches")
 	fl.IntVar(&f.aggregators, "aggregators", bench.DefaultAggregators, "with --layout ha: how many aggregators (1 compares one aggregator's work with one serve's on the same cores)")
+	fl.BoolVar(&f.niceAggs, "nice-aggregators", false, "with --layout ha: run the aggregators at nice 19, standing for machines of their own (the agents and the load get the cores first)")
 	fl.StringVarP(&f.output, "output", "o", "table", "output format: table, json or yaml")
 	return cmd
 }
@@ -170,7 +172,7 @@ func runBench(ctx context.Context, f *benchFlags, runs [][]string, log *slog.Log
 		o := bench.Options{Exe: exe, ServeArgs: f.serveArgs, APIServers: names, Rate: f.rate, Inflight: f.inflight,
 			Events: f.events, Duration: f.duration, Batch: f.batch, ProxiedFraction: f.proxied, Seed: f.seed,
 			DataDir: f.dataDir, ChainWindow: f.chainWindow, CeilingEvents: f.ceilingEvents,
-			ProfileDir: f.profileDir, ProfileSeconds: f.profileSecs, Stall: f.stall, Layout: f.layout, Aggregators: f.aggregators, Progress: errOut, Log: log}
+			ProfileDir: f.profileDir, ProfileSeconds: f.profileSecs, Stall: f.stall, Layout: f.layout, Aggregators: f.aggregators, NiceAggregators: f.niceAggs, Progress: errOut, Log: log}
 		if len(runs) > 1 {
 			if o.DataDir != "" {
 				o.DataDir = fmt.Sprintf("%s/run-%d", f.dataDir, i+1)
