@@ -41,7 +41,9 @@ import (
 //
 //   - agent is the receiver as peertrail agent runs it (the HA layout): the same path, while its
 //     spool is also relayed, frame by frame as it comes, to two aggregators, each a Receiver
-//     with agents in this process, its own spool on disk fsynced before it answers.
+//     with agents in this process. The aggregators stand for processes on machines of their
+//     own: their spools do not fsync, which on this machine's one disk would queue behind (and
+//     ahead of) the agent's own fsyncs, as a deployed agent's are not.
 //
 // None has the correlator or the store running beside it on the same cores; BENCHMARKS.md
 // gives what `peertrail serve` measures with them. The senders run in this process and share its
@@ -109,12 +111,12 @@ func BenchmarkAckLatency(b *testing.B) {
 			b.Fatal(err)
 		}
 		// openReceiver makes a receiver over a spool of its own, its persister running.
-		openReceiver := func(dir string, opts Options, consumers ...string) (*Receiver, *spool.Spool) {
+		openReceiver := func(dir string, sync spool.SyncPolicy, opts Options, consumers ...string) (*Receiver, *spool.Spool) {
 			keys := filepath.Join(dir, "dedup")
 			if err := os.MkdirAll(keys, 0o750); err != nil {
 				b.Fatal(err)
 			}
-			sp, err := spool.Open(spool.Options{Dir: filepath.Join(dir, "spool"), MaxBytes: 16 << 30,
+			sp, err := spool.Open(spool.Options{Dir: filepath.Join(dir, "spool"), MaxBytes: 16 << 30, Sync: sync,
 				Consumers: append([]string{dedup.ConsumerName}, consumers...)})
 			if err != nil {
 				b.Fatal(err)
@@ -139,7 +141,7 @@ func BenchmarkAckLatency(b *testing.B) {
 		}
 		var aggs []ship.Aggregator
 		for i := range 2 {
-			rc, _ := openReceiver(filepath.Join(b.TempDir(), fmt.Sprint(i)), Options{AcceptUnknown: true, Auth: auth, RequireAuth: true,
+			rc, _ := openReceiver(filepath.Join(b.TempDir(), fmt.Sprint(i)), spool.SyncNever, Options{AcceptUnknown: true, Auth: auth, RequireAuth: true,
 				Agents: []RelayAgent{{Name: "node", APIServers: []string{"kas-0", "kas-1", "kas-2"}}}})
 			mux := http.NewServeMux()
 			rc.Register(mux)
@@ -148,7 +150,7 @@ func BenchmarkAckLatency(b *testing.B) {
 			aggs = append(aggs, ship.Aggregator{Name: fmt.Sprintf("agg-%d", i), URL: srv.URL,
 				Client: &http.Client{Transport: bearerTransport{srv.Client().Transport, "agent-token"}, Timeout: time.Minute}})
 		}
-		rc, sp := openReceiver(b.TempDir(), Options{AcceptUnknown: true}, ship.ConsumerName("agg-0"), ship.ConsumerName("agg-1"))
+		rc, sp := openReceiver(b.TempDir(), spool.SyncAlways, Options{AcceptUnknown: true}, ship.ConsumerName("agg-0"), ship.ConsumerName("agg-1"))
 		fleet, err := ship.NewFleet(ship.FleetOptions{Spool: sp, Log: discard}, aggs)
 		if err != nil {
 			b.Fatal(err)
