@@ -513,7 +513,9 @@ func arrayLiteral(ss []string) string {
 
 // WriteChains writes chains into the chains table; it is the correlator's sink. It is
 // idempotent: a chain version the table already holds (the same id with a version at least as
-// high, see ChainVersion) is not written again. When a chain supersedes a final row the table
+// high, see ChainVersion, and as many records) is not written again; a chain that joined more
+// records than the row the table holds is written one revision above it, whatever revision it
+// came with (a replay after a restart numbers revisions afresh). When a chain supersedes a final row the table
 // holds (a late record reopened and reclassified it, or a replay after a restart), the same
 // insert writes that row again as StateRetracted: the rollups count it -1 where they counted
 // it, so they count each chain once, in its final class. Safe for concurrent use.
@@ -581,8 +583,15 @@ func (w *Writer) WriteChains(ctx context.Context, chains []correlate.Chain) erro
 			c := &chains[i]
 			prev, ok := stored[c.ID]
 			if ok && prev.version >= ChainVersion(c) {
-				rec.put(keys[i], prev.version, c.FirstReceived)
-				continue
+				if int(prev.records) >= c.Records {
+					rec.put(keys[i], prev.version, c.FirstReceived)
+					continue
+				}
+				// The stored row lacks records this one joined: a replay after a restart
+				// joins in one pass, at a lower revision, the records a correlator had joined
+				// over several (and two aggregators number their revisions apart). It
+				// supersedes the row, one revision above it.
+				c.Revision = int(min(prev.version>>54, 1<<10-2)) + 1
 			}
 			if prev.final != nil {
 				r := *prev.final
@@ -651,10 +660,11 @@ const chainLookupChunk = 5000
 // supersedes it: the rollups take back what they counted of it.
 const StateRetracted correlate.State = "retracted"
 
-// storedChain is what the table holds of a chain: its highest version, and that row when it is
-// final (what the rollups counted).
+// storedChain is what the table holds of a chain: its highest version, how many records that row
+// joined, and that row when it is final (what the rollups counted).
 type storedChain struct {
 	version uint64
+	records uint32
 	final   *correlate.Chain
 }
 
@@ -708,7 +718,11 @@ LIMIT 1 BY id`,
 		if err != nil {
 			return fmt.Errorf("store: stored chain version %q: %w", res.Value(i, "version"), err)
 		}
-		sc := storedChain{version: v}
+		n, err := strconv.ParseUint(res.Value(i, "records"), 10, 32)
+		if err != nil {
+			return fmt.Errorf("store: stored chain records %q: %w", res.Value(i, "records"), err)
+		}
+		sc := storedChain{version: v, records: uint32(n)}
 		if correlate.State(res.Value(i, "state")) == correlate.StateFinal {
 			if sc.final, err = ChainFromRow(res, i); err != nil {
 				return fmt.Errorf("store: stored chain: %w", err)

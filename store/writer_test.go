@@ -873,3 +873,45 @@ func TestWriteChainsLargeBatch(t *testing.T) {
 		t.Errorf("%s rows, want %d", got, n)
 	}
 }
+
+// TestReplayedChainWithMoreRecordsSupersedes: a correlator finalised a chain (its peer's record
+// alone), judged it again (revision 2), and died before a late record it had joined reached the
+// store. After the restart the replay joins both records in one pass and emits the chain at
+// revision 1: it holds more than the stored row, so it is written one revision above it, and
+// the rollups move the chain to its new class. Found by TestHALayoutSurvivesEveryPeertrailProcess.
+func TestReplayedChainWithMoreRecordsSupersedes(t *testing.T) {
+	s := engine(t)
+	ctx := context.Background()
+	codec := newCodec(t)
+	at := time.Now().UTC().Truncate(time.Hour).Add(-9 * time.Hour)
+	alone := chainAt("replayed-more", at, correlate.StateFinal, at.Add(time.Second))
+	alone.ID = "replayed-more-id"
+	alone.Entry, alone.Class, alone.Records, alone.Revision = nil, correlate.ClassLocal, 1, 2
+	alone.Peer.APIServer = "replay-c"
+	before := store.NewWriter(s, codec, store.WriterOptions{})
+	if err := before.WriteChains(ctx, []correlate.Chain{alone}); err != nil {
+		t.Fatal(err)
+	}
+	both := chainAt("replayed-more", at, correlate.StateFinal, at.Add(time.Second))
+	both.ID, both.Revision, both.Records = "replayed-more-id", 1, 2
+	both.Peer.APIServer = "replay-c"
+	after := store.NewWriter(s, codec, store.WriterOptions{}) // the restarted process
+	if err := after.WriteChains(ctx, []correlate.Chain{both}); err != nil {
+		t.Fatal(err)
+	}
+	res := query(t, s, "SELECT class, revision, records FROM peertrail.chains FINAL WHERE id = 'replayed-more-id'", nil)
+	if len(res.Rows) != 1 || res.Rows[0][0] != "proxied" || res.Rows[0][1] != "3" || res.Rows[0][2] != "2" {
+		t.Fatalf("chains FINAL: %v, want proxied at revision 3 with 2 records", res.Rows)
+	}
+	counted := query(t, s, "SELECT class, sum(chains) FROM peertrail.chains_per_minute WHERE peer_apiserver = 'replay-c' GROUP BY class ORDER BY class", nil)
+	if fmt.Sprint(counted.Rows) != "[[local 0] [proxied 1]]" {
+		t.Fatalf("chains_per_minute: %v, want the chain counted once, as proxied", counted.Rows)
+	}
+	// The same chain again, as many records, a lower revision: written already.
+	if err := store.NewWriter(s, codec, store.WriterOptions{}).WriteChains(ctx, []correlate.Chain{both}); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := strconv.Atoi(scalar(t, s, "SELECT count() FROM peertrail.chains WHERE id = 'replayed-more-id' AND state = 'final'", nil)); n > 2 {
+		t.Fatalf("%d final rows of the chain after it came again, want at most 2 (one per version written)", n)
+	}
+}
