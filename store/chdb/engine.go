@@ -501,7 +501,7 @@ func (e *Engine) Exec(ctx context.Context, sql, format string, params map[string
 		if params == nil {
 			res = e.api.queryN(e.handle, strPtr(sql), uintptr(len(sql)), strPtr(format), uintptr(len(format)))
 		} else {
-			res = queryWithParams(e.api, e.handle, sql, format, params)
+			res = queryWithParams(e.api.queryWithParamsN, e.handle, sql, format, params)
 		}
 		runtime.KeepAlive(sql)
 		runtime.KeepAlive(format)
@@ -510,8 +510,11 @@ func (e *Engine) Exec(ctx context.Context, sql, format string, params map[string
 	return r, err
 }
 
-// queryWithParams calls chdb_query_with_params_n on the connection handle.
-func queryWithParams(a *api, handle unsafe.Pointer, sql, format string, params map[string]string) unsafe.Pointer {
+// queryWithParams calls call (chdb_query_with_params_n or its streaming form) on the connection
+// handle.
+func queryWithParams(call func(conn unsafe.Pointer, q *byte, qlen uintptr, f *byte, flen uintptr,
+	names **byte, nameLens *uintptr, values **byte, valueLens *uintptr, count uintptr) unsafe.Pointer,
+	handle unsafe.Pointer, sql, format string, params map[string]string) unsafe.Pointer {
 	names := make([]string, 0, len(params))
 	for k := range params {
 		names = append(names, k)
@@ -529,7 +532,7 @@ func queryWithParams(a *api, handle unsafe.Pointer, sql, format string, params m
 		namePtrs[i], nameLens[i] = strPtr(k), uintptr(len(k))
 		valPtrs[i], valLens[i] = strPtr(vals[i]), uintptr(len(vals[i]))
 	}
-	res := a.queryWithParamsN(handle, strPtr(sql), uintptr(len(sql)), strPtr(format), uintptr(len(format)),
+	res := call(handle, strPtr(sql), uintptr(len(sql)), strPtr(format), uintptr(len(format)),
 		&namePtrs[0], &nameLens[0], &valPtrs[0], &valLens[0], uintptr(n))
 	runtime.KeepAlive(names)
 	runtime.KeepAlive(vals)
