@@ -160,14 +160,15 @@ func (s *Session) Exec(ctx context.Context, sql, format string, params map[strin
 	})
 }
 
-// Stream is Exec for output of unknown size: it hands the output to w chunk by chunk as the
-// engine formats it, so no more than a chunk is ever held here, and stops the statement as soon
-// as a Write fails, returning that error. Each chunk is formatted on its own: a format with a
-// header (the *WithNames formats) repeats it in every chunk, and a document format (JSON, XML)
-// writes one document a chunk, so a caller that passes them on must join them. Write is
-// called on the engine's thread and must not keep the slice. The Result has no Data; its row
-// and byte counts are the chunks' sums, and Elapsed is measured here.
-func (s *Session) Stream(ctx context.Context, sql, format string, params map[string]string, w io.Writer, onCancel func(), grace time.Duration) (*Result, error) {
+// Stream is Exec for output of unknown size: it hands the output to each chunk by chunk (with
+// the chunk's rows) as the engine formats it, so no more than a chunk is ever held here, and
+// stops the statement as soon as each returns an error: io.EOF ends the statement early as a
+// success, any other is returned. Each chunk is formatted on its own: a format with a header
+// (the *WithNames formats) repeats it in every chunk, and a document format (JSON, XML) writes
+// one document a chunk, so a caller that passes them on must join them. each is called on
+// the engine's thread and must not keep the slice. The Result has no Data; its row and byte
+// counts are the chunks' sums, and Elapsed is measured here.
+func (s *Session) Stream(ctx context.Context, sql, format string, params map[string]string, each func(chunk []byte, rows uint64) error, onCancel func(), grace time.Duration) (*Result, error) {
 	a := s.e.api
 	if a.streamQueryN == nil {
 		return nil, fmt.Errorf("%w: it does not export the streaming query functions", ErrIncompatibleLibrary)
@@ -210,17 +211,21 @@ func (s *Session) Stream(ctx context.Context, sql, format string, params map[str
 				a.destroyResult(chunk)
 				break
 			}
-			r.RowsRead += a.resultRowsRead(chunk)
+			rows := a.resultRowsRead(chunk)
+			r.RowsRead += rows
 			r.BytesRead += a.resultBytesRead(chunk)
 			r.StorageRowsRead += a.resultStorageRows(chunk)
 			r.StorageBytesRead += a.resultStorageBytes(chunk)
 			var err error
 			if buf := a.resultBuffer(chunk); buf != nil {
-				_, err = w.Write(unsafe.Slice(buf, n))
+				err = each(unsafe.Slice(buf, n), rows)
 			}
 			a.destroyResult(chunk)
 			if err != nil {
 				a.streamCancelQuery(handle, stream)
+				if err == io.EOF {
+					break
+				}
 				return nil, err
 			}
 		}

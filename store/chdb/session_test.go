@@ -40,7 +40,7 @@ func TestStreamMatchesExec(t *testing.T) {
 			t.Fatal(err)
 		}
 		var out bytes.Buffer
-		streamed, err := s.Stream(ctx, c.sql, c.format, c.params, &out, nil, 0)
+		streamed, err := s.Stream(ctx, c.sql, c.format, c.params, write(&out), nil, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -48,6 +48,13 @@ func TestStreamMatchesExec(t *testing.T) {
 		if !bytes.Equal(whole.Data, streamed.Data) || streamed.RowsRead != whole.RowsRead {
 			t.Errorf("%s: streamed %d bytes, %d rows; whole %d bytes, %d rows", c.sql, len(streamed.Data), streamed.RowsRead, len(whole.Data), whole.RowsRead)
 		}
+	}
+}
+
+func write(w io.Writer) func([]byte, uint64) error {
+	return func(p []byte, _ uint64) error {
+		_, err := w.Write(p)
+		return err
 	}
 }
 
@@ -72,7 +79,7 @@ func TestStreamStopsWhenTheWriterFails(t *testing.T) {
 	s := session(t, [2]string{"readonly", "1"})
 	// The engine's own result limit counts the block (8 bytes a row here), not the text.
 	w := &limitWriter{n: 1 << 20}
-	_, err := s.Stream(ctx, "SELECT number FROM system.numbers LIMIT 5000000", "JSONEachRow", nil, w, nil, 0)
+	_, err := s.Stream(ctx, "SELECT number FROM system.numbers LIMIT 5000000", "JSONEachRow", nil, write(w), nil, 0)
 	if !errors.Is(err, errTooMuch) {
 		t.Fatalf("got %v, want the writer's error", err)
 	}
@@ -80,16 +87,36 @@ func TestStreamStopsWhenTheWriterFails(t *testing.T) {
 		t.Errorf("the engine handed over %d bytes before it stopped", w.got)
 	}
 	var out bytes.Buffer
-	if _, err := s.Stream(ctx, "SELECT 'next'", "TabSeparated", nil, &out, nil, 0); err != nil || out.String() != "next\n" {
+	if _, err := s.Stream(ctx, "SELECT 'next'", "TabSeparated", nil, write(&out), nil, 0); err != nil || out.String() != "next\n" {
 		t.Fatalf("next statement: %v %q", err, out.String())
 	}
 	// An error part-way through leaves nothing behind either.
-	if _, err := s.Stream(ctx, "SELECT throwIf(number = 300000) FROM system.numbers LIMIT 400000", "TabSeparated", nil, io.Discard, nil, 0); err == nil {
+	if _, err := s.Stream(ctx, "SELECT throwIf(number = 300000) FROM system.numbers LIMIT 400000", "TabSeparated", nil, write(io.Discard), nil, 0); err == nil {
 		t.Fatal("throwIf did not fail")
 	}
 	out.Reset()
-	if _, err := s.Stream(ctx, "SELECT 'after error'", "TabSeparated", nil, &out, nil, 0); err != nil || out.String() != "after error\n" {
+	if _, err := s.Stream(ctx, "SELECT 'after error'", "TabSeparated", nil, write(&out), nil, 0); err != nil || out.String() != "after error\n" {
 		t.Fatalf("after an error: %v %q", err, out.String())
+	}
+}
+
+// TestStreamEndsEarly: io.EOF from each ends the statement as a success, and the session
+// answers the next one cleanly.
+func TestStreamEndsEarly(t *testing.T) {
+	ctx := context.Background()
+	s := session(t, [2]string{"readonly", "1"})
+	chunks, rows := 0, uint64(0)
+	r, err := s.Stream(ctx, "SELECT number FROM system.numbers LIMIT 1000000", "TabSeparated", nil, func(_ []byte, n uint64) error {
+		chunks++
+		rows += n
+		return io.EOF
+	}, nil, 0)
+	if err != nil || chunks != 1 || rows == 0 || rows >= 1000000 || r.RowsRead != rows {
+		t.Fatalf("err %v, %d chunks, %d rows (result %d)", err, chunks, rows, r.RowsRead)
+	}
+	var out bytes.Buffer
+	if _, err := s.Stream(ctx, "SELECT 'next'", "TabSeparated", nil, write(&out), nil, 0); err != nil || out.String() != "next\n" {
+		t.Fatalf("next statement: %v %q", err, out.String())
 	}
 }
 
@@ -106,7 +133,7 @@ func TestStreamCancelled(t *testing.T) {
 	onCancel := func() {
 		kill.Exec(context.Background(), "KILL QUERY WHERE query LIKE '%stream-cancel-marker%' ASYNC", "", nil, nil, 0)
 	}
-	_, err = s.Stream(ctx, "SELECT count() FROM system.numbers WHERE NOT ignore('stream-cancel-marker')", "TabSeparated", nil, io.Discard, onCancel, 10*time.Second)
+	_, err = s.Stream(ctx, "SELECT count() FROM system.numbers WHERE NOT ignore('stream-cancel-marker')", "TabSeparated", nil, write(io.Discard), onCancel, 10*time.Second)
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("got %v, want the deadline", err)
 	}
