@@ -3,8 +3,8 @@ package chdb
 import (
 	"context"
 	"errors"
-	"io"
 	"fmt"
+	"io"
 	"runtime"
 	"strings"
 	"time"
