@@ -93,6 +93,9 @@ const (
 	StoreHTTPQueriesTotal = "peertrail_store_http_queries_total"
 	// StoreHTTPQueryDurationSeconds is the time to answer one query of the HTTP interface.
 	StoreHTTPQueryDurationSeconds = "peertrail_store_http_query_duration_seconds"
+	// StoreHTTPStuckReads is how many reads of the HTTP interface the engine has not given
+	// back since they were killed (their slots are free; their connections are not).
+	StoreHTTPStuckReads = "peertrail_store_http_stuck_reads"
 )
 
 // Store label names and values.

@@ -112,6 +112,9 @@ type Handler struct {
 // opts.Limits.
 func NewHandler(ctx context.Context, s *store.Embedded, opts Options) (*Handler, error) {
 	opts.defaults()
+	if opts.Limits.Logger == nil {
+		opts.Limits.Logger = opts.Logger
+	}
 	reads, err := NewReadPool(ctx, s, opts.Limits)
 	if err != nil {
 		return nil, err
@@ -138,7 +141,11 @@ func (h *Handler) Close() error { return h.reads.Close() }
 
 // Collectors returns the handler's metrics.
 func (h *Handler) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{h.queries, h.duration}
+	stuck := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: metrics.StoreHTTPStuckReads,
+		Help: "Reads of the ClickHouse HTTP interface the engine has not given back since they were killed: their slots are free, their connections are not.",
+	}, func() float64 { return float64(h.reads.Stuck()) })
+	return []prometheus.Collector{h.queries, h.duration, stuck}
 }
 
 // ClickHouse error codes the handler uses or maps to HTTP statuses.
