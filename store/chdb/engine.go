@@ -110,6 +110,11 @@ type Options struct {
 	// LogLevel is the engine log's level: fatal, critical, error, warning, notice, information,
 	// debug or trace. Empty means DefaultLogLevel.
 	LogLevel string
+	// Confine confines the engine's threads with Landlock, where the kernel has it (see
+	// Engine.Confined): they may read the library and the system files the engine needs, read
+	// and write DataDir and the log file's directory, and nothing else of the file system,
+	// and make no TCP connection. The rest of the process is not confined. It needs DataDir.
+	Confine bool
 	// DirtyPageDecay is how long the engine's allocator keeps the pages the engine freed
 	// before it returns them to the OS (jemalloc's dirty_decay_ms; see allocatorConf). 0
 	// keeps the library's own, 5 s. It takes effect when the library is loaded, at the first
@@ -187,16 +192,17 @@ func logArgs(file, level string) []string {
 // and releases the process-wide slot, after which Open may be called again —
 // with the same library file. Methods on a closed Engine return ErrClosed.
 type Engine struct {
-	sem     chan struct{} // one token: held while a statement runs or while closing
-	thread  *thread       // runs every C call
-	idle    *idler        // moves the engine's own threads to SCHED_IDLE; nil when not at nice
-	api     *api
-	conn    unsafe.Pointer // chdb_connection * returned by chdb_connect; nil once closed
-	handle  unsafe.Pointer // *conn, the chdb_connection the query calls take
-	libPath string
-	dataDir string
-	logFile string // "" when the engine keeps no log
-	version string
+	sem      chan struct{} // one token: held while a statement runs or while closing
+	thread   *thread       // runs every C call
+	idle     *idler        // moves the engine's own threads to SCHED_IDLE; nil when not at nice
+	confined *ruleset      // every call thread's Landlock ruleset; nil when not confined
+	api      *api
+	conn     unsafe.Pointer // chdb_connection * returned by chdb_connect; nil once closed
+	handle   unsafe.Pointer // *conn, the chdb_connection the query calls take
+	libPath  string
+	dataDir  string
+	logFile  string // "" when the engine keeps no log
+	version  string
 	// chunk is Insert's read buffer, kept between inserts (under sem): a fresh megabyte per
 	// insert was most of what the store's writers allocated.
 	chunk []byte
@@ -228,14 +234,26 @@ func Open(ctx context.Context, opts Options) (*Engine, error) {
 	if nice == 0 {
 		nice = DefaultNice
 	}
+	var rs *ruleset
+	if opts.Confine {
+		if rs, err = confine(libPath, &opts); err != nil {
+			return nil, err
+		}
+	}
 	// The engine starts its threads while it loads and connects, so both happen on its thread.
 	idle := newIdler(nice)
-	t := startThread(nice, idle)
+	t, err := startThread(nice, idle, rs)
+	if err != nil {
+		rs.close()
+		return nil, err
+	}
 	e, err := open(ctx, t, libPath, opts)
 	if err != nil {
 		t.stop()
+		rs.close()
 		return nil, err
 	}
+	e.confined = rs
 	if t.nice > 0 {
 		// Without a nice value of their own, the engine's threads cannot be told from the
 		// runtime's.
@@ -245,6 +263,34 @@ func Open(ctx context.Context, opts Options) (*Engine, error) {
 	process.open = true
 	return e, nil
 }
+
+// confine builds the engine's ruleset for opts (made absolute, its directories created, as
+// the ruleset names them).
+func confine(libPath string, opts *Options) (*ruleset, error) {
+	if opts.DataDir == "" {
+		return nil, errors.New("chdb: Confine needs a DataDir")
+	}
+	var err error
+	if opts.DataDir, err = filepath.Abs(opts.DataDir); err != nil {
+		return nil, fmt.Errorf("chdb: data directory %q: %w", opts.DataDir, err)
+	}
+	if opts.LogFile == "" {
+		opts.LogFile = filepath.Join(opts.DataDir, DefaultLogFile)
+	}
+	if opts.LogFile, err = filepath.Abs(opts.LogFile); err != nil {
+		return nil, fmt.Errorf("chdb: log file %q: %w", opts.LogFile, err)
+	}
+	for _, d := range []string{opts.DataDir, filepath.Dir(opts.LogFile)} {
+		if err := os.MkdirAll(d, 0o750); err != nil {
+			return nil, fmt.Errorf("chdb: %w", err)
+		}
+	}
+	return confinement(libPath, opts.DataDir, filepath.Dir(opts.LogFile))
+}
+
+// Confined reports whether the kernel confines the engine's threads (Options.Confine on a
+// kernel with Landlock).
+func (e *Engine) Confined() bool { return e.confined.enforced() }
 
 // open is the part of Open that runs with process.mu held and the engine's thread started.
 func open(ctx context.Context, t *thread, libPath string, opts Options) (*Engine, error) {
@@ -420,6 +466,7 @@ func (e *Engine) Close() error {
 	if e.idle != nil {
 		e.idle.stop()
 	}
+	e.confined.close()
 
 	process.mu.Lock()
 	process.open = false

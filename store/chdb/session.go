@@ -71,7 +71,11 @@ func (e *Engine) OpenSession(ctx context.Context, opts SessionOptions) (*Session
 		}
 		args = append(args, "--"+kv[0]+"="+kv[1])
 	}
-	s := &Session{e: e, args: args, init: opts.Init, sem: make(chan struct{}, 1), thread: startThread(e.thread.nice, e.idle)}
+	t, err := startThread(e.thread.nice, e.idle, e.confined)
+	if err != nil {
+		return nil, err
+	}
+	s := &Session{e: e, args: args, init: opts.Init, sem: make(chan struct{}, 1), thread: t}
 	if err := s.connect(); err != nil {
 		s.thread.stop()
 		return nil, err

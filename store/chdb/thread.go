@@ -25,10 +25,11 @@ type thread struct {
 }
 
 // startThread starts the thread with nice value nice (none when nice <= 0), exempt from idle's
-// sweeps (idle may be nil).
-func startThread(nice int, idle *idler) *thread {
+// sweeps (idle may be nil), confined by rs (nil: not confined).
+func startThread(nice int, idle *idler, rs *ruleset) (*thread, error) {
 	t := &thread{jobs: make(chan func())}
 	started := make(chan int)
+	failed := make(chan error)
 	var run func()
 	run = func() {
 		runtime.LockOSThread()
@@ -42,6 +43,10 @@ func startThread(nice int, idle *idler) *thread {
 		// Never unlocked: an unprivileged thread cannot lower its nice value again, so it must
 		// not go back to the runtime's pool; it exits with this goroutine. (The runtime never
 		// clones a locked thread for a new one of its own.)
+		if err := rs.restrictThread(); err != nil {
+			failed <- err
+			return
+		}
 		if idle != nil {
 			idle.exempt(threadID())
 		}
@@ -55,8 +60,12 @@ func startThread(nice int, idle *idler) *thread {
 		}
 	}
 	go run()
-	t.nice = <-started
-	return t
+	select {
+	case t.nice = <-started:
+		return t, nil
+	case err := <-failed:
+		return nil, err
+	}
 }
 
 // do runs fn on the thread and returns when it is done.
