@@ -172,6 +172,12 @@ const MaxBodyBytesLimit = 64 << 20
 // Limits protect the receiver.
 type Limits struct {
 	MaxBodyBytes ByteSize `json:"maxBodyBytes,omitempty"`
+	// MaxBatchItems bounds the items of one webhook batch (ingest.Options.MaxBatchItems); it
+	// must be at least the apiservers' --audit-webhook-batch-max-size.
+	MaxBatchItems int `json:"maxBatchItems,omitempty"`
+	// MaxUnknownAPIServers bounds the apiserver names not configured that
+	// acceptUnknownAPIServers takes (ingest.Options.MaxUnknownAPIServers).
+	MaxUnknownAPIServers int `json:"maxUnknownAPIServers,omitempty"`
 	// MaxInflight bounds the batches processed at once (after their bodies are read).
 	MaxInflight int `json:"maxInflight,omitempty"`
 	// MaxInflightPerAPIServer bounds one apiserver's requests being read or processed at once
@@ -242,6 +248,9 @@ func (f File) Validate() error {
 	}
 	if f.Limits.MaxInflight < 0 || f.Limits.MaxInflightPerAPIServer < 0 {
 		errs = append(errs, errors.New("limits: maxInflight and maxInflightPerAPIServer cannot be negative"))
+	}
+	if f.Limits.MaxBatchItems < 0 || f.Limits.MaxUnknownAPIServers < 0 {
+		errs = append(errs, errors.New("limits: maxBatchItems and maxUnknownAPIServers cannot be negative"))
 	}
 	if f.Limits.MaxBodyBytes > MaxBodyBytesLimit {
 		errs = append(errs, fmt.Errorf("limits: maxBodyBytes (%s) is above %s: the records of a larger body might not fit one spool frame; lower the apiservers' --audit-webhook-batch-max-size instead", f.Limits.MaxBodyBytes, ByteSize(MaxBodyBytesLimit)))

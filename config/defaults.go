@@ -1,6 +1,11 @@
 package config
 
-import "time"
+import (
+	"time"
+
+	"github.com/peertrail/peertrail/ingest"
+	"github.com/peertrail/peertrail/ingest/record"
+)
 
 // Defaults returns the configuration used where neither the file nor a flag says otherwise.
 func Defaults() File {
@@ -8,8 +13,10 @@ func Defaults() File {
 		Listen:  ":8443",
 		DataDir: "data",
 		Limits: Limits{
-			MaxBodyBytes: 32 << 20,
-			MaxInflight:  64,
+			MaxBodyBytes:         32 << 20,
+			MaxBatchItems:        record.DefaultMaxItems,
+			MaxUnknownAPIServers: ingest.DefaultMaxUnknownAPIServers,
+			MaxInflight:          64,
 			// Eight bodies of the largest size; a control plane's batches are far smaller.
 			MaxReadingBytes:    256 << 20,
 			ReadTimeout:        Duration(60 * time.Second),

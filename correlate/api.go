@@ -14,6 +14,10 @@ import (
 // returns (nil, nil) when there is none.
 type Lookup func(ctx context.Context, auditID string) (*Chain, error)
 
+// ChainsLookup returns every stored chain with auditID (the store's chains table), oldest
+// first; none when there is none.
+type ChainsLookup func(ctx context.Context, auditID string) ([]*Chain, error)
+
 // ListLookup lists the stored chains that match f (whose Since is set), newest first, at most
 // f.Limit of them.
 type ListLookup func(ctx context.Context, f Filter) ([]*Chain, error)
@@ -35,6 +39,9 @@ type StoredRecord struct {
 // Stores are the API's ways into the store for what memory no longer holds (or never held:
 // the raw events); any may be nil.
 type Stores struct {
+	// Chains gives every stored chain of an auditID; Chain, asked only when Chains is nil,
+	// the most recent one alone.
+	Chains  ChainsLookup
 	Chain   Lookup
 	List    ListLookup
 	Records RecordsLookup
@@ -43,10 +50,17 @@ type Stores struct {
 
 // API serves the chains over HTTP:
 //
-//	GET /api/v1/chains/{auditID}  the most recent chain with that auditID (404 when unknown);
-//	    the same fields whether it comes from memory or from the store
-//	GET /api/v1/chains/{auditID}/records  that chain's audit events as the apiservers sent
-//	    them (from the store: memory keeps no raw events)
+//	GET /api/v1/chains/{auditID}[?chain=ID]  the most recent chain with that auditID (or the
+//	    one with that chain ID), 404 when there is none; the same fields whether it comes
+//	    from memory or from the store. A client may give one Audit-ID to several requests, so
+//	    the answer also counts and lists every other chain of the auditID, from memory and
+//	    the store (ChainAnswer): chains_with_audit_id (1 when the auditID is one request's),
+//	    other_chains (the others in full, oldest first), and a warning when the store could
+//	    not be asked (then only memory's are listed). Every chain of an auditID with more
+//	    than one carries the finding audit_id_reused.
+//	GET /api/v1/chains/{auditID}/records[?chain=ID]  that chain's audit events as the
+//	    apiservers sent them (from the store: memory keeps no raw events), only those of its
+//	    own sides (apiserver and request time) when the auditID has other chains
 //	GET /api/v1/chains?class=&finding=&apiserver=&since=&limit=  newest first: the chains in
 //	    memory (open, and final ones for the late window), and with since= the stored ones too
 //	GET /api/v1/apiservers        what each apiserver was seen to serve and whether it proxied
@@ -56,7 +70,8 @@ type Stores struct {
 //	GET /api/v1/apiservers?since=&until=  the capability history over a time range
 type API struct {
 	co *Correlator
-	// older and olderList are consulted for chains no longer in memory; may be nil.
+	// older, olderAll and olderList are consulted for chains no longer in memory; may be nil.
+	olderAll  ChainsLookup
 	older     Lookup
 	olderList ListLookup
 	records   RecordsLookup
@@ -71,7 +86,7 @@ func NewAPI(co *Correlator, older Lookup, olderList ListLookup) *API {
 
 // NewStoredAPI returns the API over co with the store's lookups st.
 func NewStoredAPI(co *Correlator, st Stores) *API {
-	return &API{co: co, older: st.Chain, olderList: st.List, records: st.Records, history: st.History}
+	return &API{co: co, olderAll: st.Chains, older: st.Chain, olderList: st.List, records: st.Records, history: st.History}
 }
 
 // Normalize puts a chain in the form the API serves, whichever way it was read: times at the
@@ -119,31 +134,93 @@ type apiError struct {
 	Error string `json:"error"`
 }
 
-// find returns the most recent chain with auditID, from memory or else the store; the int is
-// the HTTP status of a failure.
-func (a *API) find(ctx context.Context, id string) (*Chain, int, error) {
-	if c, ok := a.co.Chain(id); ok {
-		return Normalize(c), http.StatusOK, nil
+// ChainAnswer is what GET /api/v1/chains/{auditID} answers: the chain asked for, its fields
+// at the top level as they always were, and the other chains of its auditID.
+type ChainAnswer struct {
+	*Chain
+	// ChainsWithAuditID counts the chains (requests) with the auditID, this one included.
+	ChainsWithAuditID int `json:"chains_with_audit_id"`
+	// OtherChains are the others, oldest first.
+	OtherChains []*Chain `json:"other_chains,omitempty"`
+	// Warning says that the store could not be asked: only the chains in memory are counted.
+	Warning string `json:"warning,omitempty"`
+}
+
+// chains returns every chain with auditID, from memory and the store (memory's version of a
+// chain in both), oldest first, each with audit_id_reused when there is more than one; the
+// string warns that the store could not be asked, and the error (with its HTTP status) says
+// that nothing was found and the store could not be asked.
+func (a *API) chains(ctx context.Context, id string) ([]*Chain, string, int, error) {
+	var out []*Chain
+	if a.co != nil {
+		out = a.co.Chains(id)
 	}
-	if a.older != nil {
-		c, err := a.older(ctx, id)
-		if err != nil {
-			return nil, http.StatusServiceUnavailable, fmt.Errorf("chain %s is not in memory and the store could not be asked: %v", id, err)
-		}
-		if c != nil {
-			return Normalize(c), http.StatusOK, nil
+	var stored []*Chain
+	var err error
+	switch {
+	case a.olderAll != nil:
+		stored, err = a.olderAll(ctx, id)
+	case a.older != nil:
+		var c *Chain
+		if c, err = a.older(ctx, id); c != nil {
+			stored = []*Chain{c}
 		}
 	}
-	return nil, http.StatusNotFound, fmt.Errorf("no chain with auditID %q", id)
+	warning := ""
+	if err != nil {
+		if len(out) == 0 {
+			return nil, "", http.StatusServiceUnavailable, fmt.Errorf("no chain with auditID %q in memory, and the store could not be asked: %v", id, err)
+		}
+		warning = "only the chains in memory: the store could not be asked: " + err.Error()
+	}
+	seen := make(map[string]bool, len(out))
+	for _, c := range out {
+		seen[c.ID] = true
+	}
+	for _, c := range stored {
+		if !seen[c.ID] {
+			seen[c.ID] = true
+			out = append(out, c)
+		}
+	}
+	if len(out) == 0 {
+		return nil, "", http.StatusNotFound, fmt.Errorf("no chain with auditID %q", id)
+	}
+	for _, c := range out {
+		Normalize(c)
+		if len(out) > 1 && !c.HasFinding(FindingAuditIDReused) {
+			c.Findings = append(c.Findings, FindingAuditIDReused)
+		}
+	}
+	SortChains(out)
+	return out, warning, http.StatusOK, nil
+}
+
+// find returns the chain with auditID that chainID names (the most recent when it is ""),
+// with the others of its auditID; the int is the HTTP status of a failure.
+func (a *API) find(ctx context.Context, id, chainID string) (*ChainAnswer, int, error) {
+	all, warning, code, err := a.chains(ctx, id)
+	if err != nil {
+		return nil, code, err
+	}
+	i := len(all) - 1
+	if chainID != "" {
+		if i = slices.IndexFunc(all, func(c *Chain) bool { return c.ID == chainID }); i < 0 {
+			return nil, http.StatusNotFound, fmt.Errorf("no chain %q with auditID %q (it has %d)", chainID, id, len(all))
+		}
+	}
+	ans := &ChainAnswer{Chain: all[i], ChainsWithAuditID: len(all), Warning: warning}
+	ans.OtherChains = append(slices.Clone(all[:i]), all[i+1:]...)
+	return ans, http.StatusOK, nil
 }
 
 func (a *API) chain(w http.ResponseWriter, r *http.Request) {
-	c, code, err := a.find(r.Context(), r.PathValue("auditID"))
+	ans, code, err := a.find(r.Context(), r.PathValue("auditID"), r.URL.Query().Get("chain"))
 	if err != nil {
 		writeJSON(w, code, apiError{err.Error()})
 		return
 	}
-	writeJSON(w, http.StatusOK, c)
+	writeJSON(w, http.StatusOK, ans)
 }
 
 func (a *API) chainRecords(w http.ResponseWriter, r *http.Request) {
@@ -151,23 +228,54 @@ func (a *API) chainRecords(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusNotFound, apiError{"no store: the raw audit events are kept only in the store (serve runs with --store none)"})
 		return
 	}
-	c, code, err := a.find(r.Context(), r.PathValue("auditID"))
+	ans, code, err := a.find(r.Context(), r.PathValue("auditID"), r.URL.Query().Get("chain"))
 	if err != nil {
 		writeJSON(w, code, apiError{err.Error()})
 		return
 	}
+	c := ans.Chain
 	recs, err := a.records(r.Context(), c)
 	if err != nil {
 		writeJSON(w, http.StatusServiceUnavailable, apiError{fmt.Sprintf("the store could not be asked for the records of chain %s: %v", c.ID, err)})
 		return
 	}
+	if ans.ChainsWithAuditID > 1 {
+		recs = ownRecords(c, recs)
+	}
 	if recs == nil {
 		recs = []StoredRecord{}
 	}
 	writeJSON(w, http.StatusOK, struct {
-		Chain   *Chain         `json:"chain"`
-		Records []StoredRecord `json:"records"`
-	}{c, recs})
+		Chain             *Chain         `json:"chain"`
+		ChainsWithAuditID int            `json:"chains_with_audit_id"`
+		Records           []StoredRecord `json:"records"`
+	}{c, ans.ChainsWithAuditID, recs})
+}
+
+// ownRecords keeps the records of c's own sides, by apiserver and request time: other
+// requests with its auditID may have been received in the same stretch of time.
+func ownRecords(c *Chain, recs []StoredRecord) []StoredRecord {
+	type key struct {
+		apiserver string
+		at        time.Time
+	}
+	own := map[key]bool{}
+	for _, s := range append([]*Side{c.Entry, c.Peer}, c.Others...) {
+		if s != nil {
+			own[key{s.APIServer, s.RequestReceived.UTC().Truncate(time.Microsecond)}] = true
+		}
+	}
+	out := recs[:0:0]
+	for _, rec := range recs {
+		var ev struct {
+			RequestReceivedTimestamp time.Time `json:"requestReceivedTimestamp"`
+		}
+		_ = json.Unmarshal(rec.Event, &ev)
+		if own[key{rec.APIServer, ev.RequestReceivedTimestamp.UTC().Truncate(time.Microsecond)}] {
+			out = append(out, rec)
+		}
+	}
+	return out
 }
 
 func (a *API) list(w http.ResponseWriter, r *http.Request) {

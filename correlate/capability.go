@@ -3,6 +3,7 @@ package correlate
 import (
 	"encoding/json"
 	"math"
+	"net/netip"
 	"slices"
 	"sort"
 	"sync"
@@ -45,6 +46,8 @@ type Capabilities struct {
 
 	mu      sync.RWMutex
 	changes uint64 // counts mutations, so that savers know when to save
+	// deliveredChanges counts the batches NoteDelivered took (not saved: a restart replays them).
+	deliveredChanges uint64
 	// epochs are, per apiserver, the times a new process or a new version of it was first
 	// seen: evidence from before a restart says nothing about after it (the new process may
 	// run other flags, feature gates or runtime-config even with the same version).
@@ -66,6 +69,18 @@ type Capabilities struct {
 	// own times, merged across gaps up to activityGap), oldest first: where they have a gap,
 	// the apiserver was down or restarting (see DownAt).
 	active map[string][]span
+	// delivered are, per apiserver, the stretches of time its delivered webhook batches
+	// cover by the stages' own times (each batch whole, merged across gaps up to
+	// activityGap), oldest first: an event the apiserver wrote inside one was delivered
+	// with it (see Delivered).
+	delivered map[string][]span
+	// servedGR are the group/resources some apiserver answered with a resource-level
+	// outcome (Learn served, or Assume): real resources, a bounded set however many paths
+	// clients make up (see KnownResource).
+	servedGR map[GR]struct{}
+	// configured are the apiservers whose address the configuration gave (Note with a zero
+	// time): the one they forward from, where a learned one may be a loopback address only.
+	configured map[string]bool
 	// ready is, per apiserver and epoch (by its start, Unix ns; 0 for the first), the first
 	// successful answer of the process to anyone but itself: when it began to serve.
 	ready map[string]map[int64]time.Time
@@ -152,15 +167,18 @@ type Sighting struct {
 // NewCapabilities returns an empty view in which evidence older than horizon is ignored.
 func NewCapabilities(horizon time.Duration) *Capabilities {
 	return &Capabilities{
-		horizon:  horizon,
-		evidence: map[string]map[GVR][]run{},
-		assumed:  map[string]map[GVR][]run{},
-		proxied:  map[string]map[GVR][]run{},
-		seen:     map[string]*ServerInfo{},
-		epochs:   map[string][]time.Time{},
-		active:   map[string][]span{},
-		prevLast: map[string]time.Time{},
-		ready:    map[string]map[int64]time.Time{},
+		horizon:    horizon,
+		evidence:   map[string]map[GVR][]run{},
+		assumed:    map[string]map[GVR][]run{},
+		proxied:    map[string]map[GVR][]run{},
+		seen:       map[string]*ServerInfo{},
+		epochs:     map[string][]time.Time{},
+		active:     map[string][]span{},
+		delivered:  map[string][]span{},
+		servedGR:   map[GR]struct{}{},
+		configured: map[string]bool{},
+		prevLast:   map[string]time.Time{},
+		ready:      map[string]map[int64]time.Time{},
 	}
 }
 
@@ -226,6 +244,9 @@ func (c *Capabilities) Learn(apiserver string, g GVR, t time.Time, served bool) 
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.learnLocked(c.evidence, apiserver, g, t, served)
+	if served {
+		c.noteServedLocked(g)
+	}
 }
 
 // Assume records that apiserver answered a request for g at t with a success that does not
@@ -237,6 +258,7 @@ func (c *Capabilities) Assume(apiserver string, g GVR, t time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.learnLocked(c.assumed, apiserver, g, t, true)
+	c.noteServedLocked(g)
 }
 
 func (c *Capabilities) learnLocked(into map[string]map[GVR][]run, apiserver string, g GVR, t time.Time, served bool) {
@@ -248,6 +270,30 @@ func (c *Capabilities) learnLocked(into map[string]map[GVR][]run, apiserver stri
 	from, to := c.epochLocked(apiserver, t)
 	byGVR[g] = addEvidence(byGVR[g], t, served, from, to)
 	c.changes++
+}
+
+// noteServedLocked adds g's group/resource to what some apiserver serves (KnownResource).
+func (c *Capabilities) noteServedLocked(g GVR) {
+	if _, ok := c.servedGR[GR{g.Group, g.Resource}]; !ok && len(c.servedGR) < maxServedGR {
+		c.servedGR[GR{g.Group, g.Resource}] = struct{}{}
+	}
+}
+
+// GR names a group/resource.
+type GR struct{ Group, Resource string }
+
+// maxServedGR bounds KnownResource's set: a cluster serves hundreds of resources, CRDs included.
+const maxServedGR = 4096
+
+// KnownResource reports whether some apiserver was seen to serve group/resource: it answered
+// a request for it with a resource-level outcome (Learn served, or Assume). Only a resource an
+// apiserver serves gets one (a made-up path ends in a 404 or a 403), so the set is bounded by
+// the cluster's resources, not by what clients send: the metrics label chains with it.
+func (c *Capabilities) KnownResource(group, resource string) bool {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	_, ok := c.servedGR[GR{group, resource}]
+	return ok
 }
 
 // Changes counts the changes made so far; it grows whenever the view learns something.
@@ -492,6 +538,64 @@ func (c *Capabilities) NoteActivity(apiserver string, from, to time.Time) {
 	c.active[apiserver] = spans
 }
 
+// NoteDelivered records that a webhook batch of apiserver's was delivered whose events were
+// written (their stages' own times) from from to to. A batch is a run of the events the
+// apiserver wrote one after the other, so within its span no event of the apiserver is
+// missing; batches are merged where they overlap or lie within activityGap of each other.
+func (c *Capabilities) NoteDelivered(apiserver string, from, to time.Time) {
+	if from.IsZero() || to.Before(from) {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	spans := c.delivered[apiserver]
+	i := len(spans)
+	for i > 0 && spans[i-1].from.After(from) {
+		i--
+	}
+	spans = slices.Insert(spans, i, span{from, to})
+	// Merge backwards from i while the span before reaches it, then forwards.
+	for i > 0 && !spans[i].from.After(spans[i-1].to.Add(activityGap)) {
+		if spans[i].to.After(spans[i-1].to) {
+			spans[i-1].to = spans[i].to
+		}
+		spans = slices.Delete(spans, i, i+1)
+		i--
+	}
+	for i+1 < len(spans) && !spans[i+1].from.After(spans[i].to.Add(activityGap)) {
+		if spans[i+1].to.After(spans[i].to) {
+			spans[i].to = spans[i+1].to
+		}
+		spans = slices.Delete(spans, i+1, i+2)
+	}
+	if len(spans) > maxSpans {
+		spans = slices.Delete(spans, 0, len(spans)-maxSpans)
+	}
+	c.delivered[apiserver] = spans
+	c.deliveredChanges++
+}
+
+// Delivered reports whether apiserver's delivered batches cover from to to without a gap
+// longer than activityGap (NoteDelivered): every event it wrote in that time has arrived.
+func (c *Capabilities) Delivered(apiserver string, from, to time.Time) bool {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	for _, s := range c.delivered[apiserver] {
+		if !s.from.After(from) && !s.to.Before(to) {
+			return true
+		}
+	}
+	return false
+}
+
+// DeliveredChanges counts the batches NoteDelivered took: what Delivered answers may change
+// whenever it grows.
+func (c *Capabilities) DeliveredChanges() uint64 {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.deliveredChanges
+}
+
 // DownAt reports whether apiserver's audit stream was silent at t: t lies in a gap of its
 // activity longer than activityGap, or after its last activity when now (the stream time)
 // is more than activityGap past that. It returns the gap (to is zero while the silence
@@ -542,6 +646,9 @@ func (c *Capabilities) Note(apiserver string, s Sighting) {
 		c.changes++
 	}
 	if s.At.IsZero() {
+		if s.Address != "" {
+			c.configured[apiserver] = true
+		}
 		c.setVersionLocked(info, s.Version)
 		return
 	}
@@ -847,6 +954,33 @@ func (c *Capabilities) AddressesKnown(apiserver string) bool {
 		}
 	}
 	return true
+}
+
+// Configured reports whether apiserver's address was configured (NoteServer without a time):
+// then it is the address the apiserver forwards from, and no other is.
+func (c *Capabilities) Configured(apiserver string) bool {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.configured[apiserver]
+}
+
+// HasForwardingAddress reports whether an address apiserver may forward from is known: a
+// configured one, or a learned one that is not a loopback address (an apiserver bound to all
+// interfaces makes its own calls from 127.0.0.1 but dials its peers from its node's address).
+func (c *Capabilities) HasForwardingAddress(apiserver string) bool {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if c.configured[apiserver] {
+		return true
+	}
+	if info := c.seen[apiserver]; info != nil {
+		for _, a := range info.Addresses {
+			if ip, err := netip.ParseAddr(a); err == nil && !ip.IsLoopback() {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // IsAPIServerAddress reports whether ip belongs to any known apiserver.

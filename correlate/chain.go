@@ -164,8 +164,19 @@ type Chain struct {
 	// Records is how many audit records arrived for the chain: those it holds, at most
 	// MaxChainRecords, and those it dropped beyond that (then it has FindingAuditIDReused).
 	Records int `json:"records"`
-	// reused: records of the chain's auditID were dropped against it (FindingAuditIDReused).
-	reused bool
+	// reused: records of the chain's auditID were dropped against it; shared: other
+	// requests' chains had its auditID; split: it was split from another apiserver's records
+	// of its auditID that were no forward of it, and teaches nothing (all FindingAuditIDReused).
+	reused, shared, split bool
+	// elsewhere are the apiservers that recorded its auditID in its other chains in memory.
+	elsewhere []string
+	// apart, when Classify sets it, lists the sides (indexes into sides) that are other
+	// requests than the first side's: no evidence of a forward joins them to it. The
+	// correlator splits them off (Joiner.split).
+	apart [][]int
+	// remark says that the chain is its verdict as given, with a finding added
+	// (Correlator.markSharedLocked): the window counts its restart noise as before.
+	remark bool
 	// Revision counts how often the chain was finalised: above 1 when a late record reopened
 	// it. The store keeps the highest revision.
 	Revision int `json:"revision"`

@@ -64,34 +64,199 @@ func (c *Chain) when() time.Time {
 			return s.RequestReceived
 		}
 	}
+	// A chain read from the store has its roles only.
+	for _, s := range []*Side{c.Entry, c.Peer} {
+		if s != nil && !s.RequestReceived.IsZero() {
+			return s.RequestReceived
+		}
+	}
 	return c.FirstReceived
 }
 
 // Classify implements Classifier.
 func (k *DefaultClassifier) Classify(c *Chain) {
 	c.Entry, c.Peer, c.Others, c.Findings = nil, nil, nil, []Finding{}
-	c.undecided, c.noiseOf, c.noiseSince = "", "", time.Time{}
+	c.undecided, c.noiseOf, c.noiseSince, c.apart = "", "", time.Time{}, nil
 	switch len(c.sides) {
 	case 0:
 		c.Class, c.Explanation = ClassBroken, "no records"
 	case 1:
 		k.single(c, c.sides[0])
-	case 2:
-		entry, peer, why := k.roles(c, c.sides[0], c.sides[1])
-		c.Entry, c.Peer = entry, peer
-		k.pair(c, why)
 	default:
-		k.loop(c)
+		if groups := k.requests(c); len(groups) > 1 {
+			// Records of one auditID that no forward joins: each group is a request of its
+			// own, split off by the correlator. Until then the chain shows the first.
+			c.apart = groups[1:]
+			first := groups[0]
+			switch len(first) {
+			case 1:
+				k.single(c, c.sides[first[0]])
+			case 2:
+				entry, peer, why, _ := k.forward(c, c.sides[first[0]], c.sides[first[1]])
+				c.Entry, c.Peer = entry, peer
+				k.pair(c, why)
+			default:
+				k.loop(c)
+			}
+			c.Explanation += "; " + k.apartWhy(c, groups)
+			break
+		}
+		if len(c.sides) == 2 {
+			entry, peer, why, _ := k.forward(c, c.sides[0], c.sides[1])
+			c.Entry, c.Peer = entry, peer
+			k.pair(c, why)
+		} else {
+			k.loop(c)
+		}
 	}
 	k.noise(c)
 	// Whatever the class, a chain that had to drop records (its auditID sent more than one
 	// request can make: a client reusing its own Audit-ID) is decided on the records it kept.
-	if c.reused {
+	if c.reused || c.shared || c.split || len(c.apart) > 0 {
 		c.Findings = append(c.Findings, FindingAuditIDReused)
+	}
+	if c.reused {
 		c.Explanation += fmt.Sprintf("; more records arrived for its auditID than requests make (%d counted here): a chain takes at most %d and an auditID has at most %d chains at a time, the rest were dropped (%s)",
 			c.Records, MaxChainRecords, MaxChainRecords, FindingAuditIDReused)
 	}
+	switch {
+	case c.split:
+		c.Explanation += fmt.Sprintf("; another apiserver's records of its auditID show no forward of it (%s): requests of their own sharing one Audit-ID, which a client may set, so nothing is learned from it (%s)",
+			forwardEvidence, FindingAuditIDReused)
+	case c.shared:
+		c.Explanation += fmt.Sprintf("; other requests carried its auditID too (a client may set its own Audit-ID): every chain of the auditID is listed with it (%s)", FindingAuditIDReused)
+	}
 	fillDerived(c)
+}
+
+// forwardEvidence says what shows a forward, for explanations.
+const forwardEvidence = "a forward's peer record comes from the entry apiserver's address, its sourceIPs begin as the entry's do, and its time lies within the entry's"
+
+// forwardSkew is how far a peer's record may lie outside its entry's time and still be its
+// forward: the peer's time nests in the entry's (measured), give or take the hosts' clocks.
+const forwardSkew = time.Second
+
+// hopFrom reports whether p's record shows a request forwarded to it by e's apiserver: its last
+// sourceIP (the address the request came from, which no header sets) is one of e's apiserver's
+// addresses, and its sourceIPs begin as e's do. A forward adds the entry's address to the
+// client's; when the client's address is the entry's own, the peer's collapses to the entry's
+// (measured).
+//
+// Where e's address was neither configured nor learned other than as a loopback address, the
+// address it forwards from is one peertrail does not know: an apiserver bound to all
+// interfaces makes its loopback calls from 127.0.0.1, and dials its peers from its node's
+// address. Then p's sourceIPs being e's and one address more, an address of no known
+// apiserver, is the hop. That a client can make too (its request to p through a proxy that
+// adds X-Forwarded-For); a configured or learned address leaves it out.
+func (k *DefaultClassifier) hopFrom(e, p *Side) bool {
+	last := lastIP(p.SourceIPs)
+	if last == "" || len(e.SourceIPs) == 0 || p.SourceIPs[0] != e.SourceIPs[0] {
+		return false
+	}
+	if k.isAddressOf(last, e.APIServer) {
+		return len(p.SourceIPs) >= 2 || lastIP(e.SourceIPs) == last
+	}
+	return !k.Caps.Configured(e.APIServer) && !k.Caps.HasForwardingAddress(e.APIServer) &&
+		hops(e.SourceIPs, p.SourceIPs) == 1 && !k.Caps.IsAPIServerAddress(last)
+}
+
+// nested reports whether p's request lies within e's in time, give or take forwardSkew: the
+// peer receives a forward after the entry did and answers before the entry does. Only the
+// times recorded count (a side with no outcome has no end).
+func nested(e, p *Side) bool {
+	if e.RequestReceived.IsZero() || p.RequestReceived.IsZero() {
+		return true
+	}
+	if p.RequestReceived.Before(e.RequestReceived.Add(-forwardSkew)) {
+		return false
+	}
+	if complete(e) && p.RequestReceived.After(e.Completed.Add(forwardSkew)) {
+		return false
+	}
+	return !complete(e) || !complete(p) || !p.Completed.After(e.Completed.Add(forwardSkew))
+}
+
+// forward decides whether a and b, two apiservers' records of one auditID, are one forwarded
+// request, and if so which got the client's call (entry) and which served it (peer), and on
+// what evidence. Only what a client cannot supply makes a forward: the hop (hopFrom; any
+// client sets X-Forwarded-For, none the address its connection comes from) and the timing
+// (nested). Without them the records are requests of their own that share an Audit-ID (ok
+// false; Classify keeps them apart). When the hop goes both ways (the client's address is the
+// entry's, and the apiservers share a host), roles decides the direction.
+func (k *DefaultClassifier) forward(c *Chain, a, b *Side) (entry, peer *Side, why string, ok bool) {
+	ab, ba := k.hopFrom(a, b), k.hopFrom(b, a)
+	switch {
+	case ab && !ba:
+		entry, peer, why = a, b, fmt.Sprintf("%s's record comes from %s's address", b.APIServer, a.APIServer)
+	case ba && !ab:
+		entry, peer, why = b, a, fmt.Sprintf("%s's record comes from %s's address", a.APIServer, b.APIServer)
+	case ab && ba:
+		entry, peer, why = k.roles(c, a, b)
+	default:
+		for _, s := range []*Side{a, b} {
+			if ip := lastIP(s.SourceIPs); ip != "" && !k.Caps.IsAPIServerAddress(ip) && !k.Caps.AddressesKnown(s.APIServer) && c.undecided == "" {
+				c.undecided = "whether " + ip + " is an apiserver's address"
+			}
+		}
+		return a, b, "", false
+	}
+	if !nested(entry, peer) {
+		return entry, peer, why, false
+	}
+	return entry, peer, why, true
+}
+
+// requests groups c's sides (indexes, in arrival order, the first side's group first) into
+// the requests they record: two sides are one request when one is the forward of the other
+// (forward), and a group of three or more is a forward forwarded again (loop).
+func (k *DefaultClassifier) requests(c *Chain) [][]int {
+	n := len(c.sides)
+	group := make([]int, n)
+	for i := range group {
+		group[i] = i
+	}
+	var find func(int) int
+	find = func(i int) int {
+		for group[i] != i {
+			i = group[i]
+		}
+		return i
+	}
+	for i := range n {
+		for j := i + 1; j < n; j++ {
+			if _, _, _, ok := k.forward(c, c.sides[i], c.sides[j]); ok {
+				a, b := find(i), find(j)
+				group[max(a, b)] = min(a, b)
+			}
+		}
+	}
+	var out [][]int
+	at := map[int]int{}
+	for i := range n {
+		r := find(i)
+		g, seen := at[r]
+		if !seen {
+			g = len(out)
+			at[r] = g
+			out = append(out, nil)
+		}
+		out[g] = append(out[g], i)
+	}
+	return out
+}
+
+// apartWhy says why c's records are more than one request.
+func (k *DefaultClassifier) apartWhy(c *Chain, groups [][]int) string {
+	names := make([]string, len(groups))
+	for i, g := range groups {
+		var ns []string
+		for _, x := range g {
+			ns = append(ns, c.sides[x].APIServer)
+		}
+		names[i] = strings.Join(ns, "+")
+	}
+	return fmt.Sprintf("the records of %s share its auditID but show no forward between them (%s): %d requests sharing an Audit-ID, which a client may set (%s)",
+		strings.Join(names, ", "), forwardEvidence, len(groups), FindingAuditIDReused)
 }
 
 // hops is how many more addresses b's sourceIPs list than a's, when b's extends a's; -1 otherwise.
@@ -367,6 +532,71 @@ func (k *DefaultClassifier) peerRecordAddress(s *Side) (peer, known bool) {
 	return false, k.Caps.AddressesKnown(s.APIServer)
 }
 
+// coverMargin is how far around a request's own times another apiserver's delivered audit
+// must reach to show that it holds no record of the request: the two hosts' clocks, and the
+// moment between a forward's peer answering and its entry recording the end.
+const coverMargin = time.Second
+
+// end is the last time s recorded (its request time when it recorded no other).
+func end(s *Side) time.Time {
+	if s.Completed.After(s.RequestReceived) {
+		return s.Completed
+	}
+	return s.RequestReceived
+}
+
+// entriesDeliveredWithout reports whether every apiserver other than s's that s's last
+// sourceIP belongs to delivered its audit across s's request without recording its auditID
+// (Capabilities.Delivered, coverMargin past the end), and names them: then none of them
+// forwarded it. False when there is none, or one did not (yet).
+func (k *DefaultClassifier) entriesDeliveredWithout(c *Chain, s *Side) ([]string, bool) {
+	if s.RequestReceived.IsZero() {
+		return nil, false
+	}
+	names := k.Caps.NamesOf(lastIP(s.SourceIPs), s.APIServer)
+	if len(names) == 0 {
+		return nil, false
+	}
+	for _, n := range names {
+		if slices.Contains(c.elsewhere, n) || !k.Caps.Delivered(n, s.RequestReceived, end(s).Add(coverMargin)) {
+			return nil, false
+		}
+	}
+	return names, true
+}
+
+// peersDeliveredWithout reports whether every apiserver that could have served s's request as
+// a peer (every other apiserver but those known not to serve its resource then) delivered its
+// audit across the request, coverMargin around it, without recording its auditID: a forward
+// is always audited by its peer, so s's apiserver did not forward it. It names them; false
+// when there is none, or one did not (yet).
+func (k *DefaultClassifier) peersDeliveredWithout(c *Chain, s *Side) ([]string, bool) {
+	if s.RequestReceived.IsZero() {
+		return nil, false
+	}
+	g, t := c.gvr(), c.when()
+	var names []string
+	for _, srv := range k.Caps.Servers() {
+		if srv.Name == s.APIServer {
+			continue
+		}
+		if served, known := k.Caps.Serves(srv.Name, g, t); known && !served {
+			continue
+		}
+		if slices.Contains(c.elsewhere, srv.Name) || !k.Caps.Delivered(srv.Name, s.RequestReceived.Add(-coverMargin), end(s).Add(coverMargin)) {
+			return nil, false
+		}
+		names = append(names, srv.Name)
+	}
+	return names, len(names) > 0
+}
+
+// unforwarded is peersDeliveredWithout's verdict alone.
+func (k *DefaultClassifier) unforwarded(c *Chain, s *Side) bool {
+	_, ok := k.peersDeliveredWithout(c, s)
+	return ok
+}
+
 func isInternal(c *Chain, s *Side) bool {
 	if c.Resource != "" || s.User != userAPIServer || s.UserAgent != "" {
 		return false
@@ -391,6 +621,17 @@ func (k *DefaultClassifier) single(c *Chain, s *Side) {
 		return
 	}
 	peer, addrKnown := k.peerRecordAddress(s)
+	notForwarded := ""
+	if peer {
+		if names, ok := k.entriesDeliveredWithout(c, s); ok {
+			// Its last address is an apiserver's, but that apiserver's stream, delivered across
+			// the request, has no record of it: no forward; a client on that host (a proxy, a
+			// host-network pod) that set X-Forwarded-For.
+			peer = false
+			notForwarded = fmt.Sprintf(" (it came from %s's address %s, but %s delivered its audit across the request's time without a record of its auditID: no forward, a client on that host)",
+				strings.Join(names, " or "), lastIP(s.SourceIPs), strings.Join(names, " and "))
+		}
+	}
 	if peer {
 		c.Peer = s
 		c.Class = ClassBroken
@@ -405,6 +646,9 @@ func (k *DefaultClassifier) single(c *Chain, s *Side) {
 	c.Entry = s
 	if !addrKnown {
 		c.undecided = "whether " + lastIP(s.SourceIPs) + " is an apiserver's address"
+	}
+	if notForwarded != "" {
+		defer func() { c.Explanation += notForwarded }()
 	}
 	if c.Resource == "" {
 		c.Class, c.Explanation = ClassLocal, fmt.Sprintf("%s answered a non-resource request itself", s.APIServer)
@@ -421,15 +665,29 @@ func (k *DefaultClassifier) single(c *Chain, s *Side) {
 			c.undecided = what
 		}
 	}
+	// A forward is always audited by its peer: when every apiserver that could have served
+	// the request delivered its audit across the request's time without a record of its
+	// auditID, the entry did not forward it, whatever it was seen to forward otherwise.
+	unforwarded := func() (string, bool) {
+		names, ok := k.peersDeliveredWithout(c, s)
+		if !ok {
+			return "", false
+		}
+		return fmt.Sprintf("; no peer has a record of it: %s delivered its audit across the request's time without its auditID, and a forward is always audited by its peer", strings.Join(names, " and ")), true
+	}
 	switch {
 	case code == 0:
+		why, unfwd := "", false
 		if notServed && forwards {
+			why, unfwd = unforwarded()
+		}
+		if notServed && forwards && !unfwd {
 			c.Class = ClassBroken
 			c.Findings = append(c.Findings, FindingPeerAuditMissing)
 			c.Explanation = fmt.Sprintf("%s does not serve %s, forwards it, and recorded only %s: the rest of the forwarding is missing", s.APIServer, g, strings.Join(s.Stages, ","))
 		} else {
 			c.Class = ClassLocal
-			c.Explanation = fmt.Sprintf("%s recorded only %s; no outcome", s.APIServer, strings.Join(s.Stages, ","))
+			c.Explanation = fmt.Sprintf("%s recorded only %s; no outcome", s.APIServer, strings.Join(s.Stages, ",")) + why
 		}
 	case (code == 503 || code == 502) && isProxyError(s.Message):
 		c.Class = ClassProxyFailed
@@ -448,16 +706,23 @@ func (k *DefaultClassifier) single(c *Chain, s *Side) {
 		// handler's plain 404, whose record holds only the code (1.36's peer proxy; measured:
 		// a restarted 1.36 apiserver with batch/v1 off answered a list of jobs 404 with one
 		// Audit-Id in its first second).
+		// And it did not forward the request when no peer audited it (unforwarded): then the
+		// bare 404 is the not-found handler's own, before its peer discovery listed a server
+		// of the resource (measured on a first start, which peertrail does not see as one).
+		why := ""
 		if s.Message == "" && forwards {
 			if _, starting := k.entryStarting(s.APIServer, t); !starting {
-				c.Class = ClassBroken
-				c.Findings = append(c.Findings, FindingPeerAuditMissing)
-				c.Explanation = fmt.Sprintf("%s forwards %s and answered a bare 404; the peer's record is missing", s.APIServer, g)
-				return
+				var unfwd bool
+				if why, unfwd = unforwarded(); !unfwd {
+					c.Class = ClassBroken
+					c.Findings = append(c.Findings, FindingPeerAuditMissing)
+					c.Explanation = fmt.Sprintf("%s forwards %s and answered a bare 404; the peer's record is missing", s.APIServer, g)
+					return
+				}
 			}
 		}
 		c.Class = ClassMisleading404
-		c.Explanation = fmt.Sprintf("%s answered 404 for %s, which %s serves (the peer was gone or not yet discovered, MVP was off, or the client sent x-kubernetes-peer-proxied itself)", s.APIServer, g, other)
+		c.Explanation = fmt.Sprintf("%s answered 404 for %s, which %s serves (the peer was gone or not yet discovered, MVP was off, or the client sent x-kubernetes-peer-proxied itself)", s.APIServer, g, other) + why
 	case code == 404 && (s.Message == msgResourceNotFound || s.Message == "") && !served:
 		wait("whether another apiserver serves " + g.String())
 		c.Class = ClassLocal
@@ -471,10 +736,14 @@ func (k *DefaultClassifier) single(c *Chain, s *Side) {
 		case s.HasObjects:
 			c.Class = ClassLocal
 			c.Explanation = fmt.Sprintf("%s answered %d itself: its record holds the objects, which the entry of a forward never records", s.APIServer, code)
-		case notServed && forwards:
+		case notServed && forwards && !k.unforwarded(c, s):
 			c.Class = ClassBroken
 			c.Findings = append(c.Findings, FindingPeerAuditMissing)
 			c.Explanation = fmt.Sprintf("%s does not serve %s and forwards it, yet answered %d with no peer: it forwarded the request, and the peer's record is missing", s.APIServer, g, code)
+		case notServed && forwards:
+			why, _ := unforwarded()
+			c.Class = ClassLocal
+			c.Explanation = fmt.Sprintf("%s answered %d itself, though it was seen to forward %s in this process", s.APIServer, code, g) + why
 		case !known && otherServes:
 			wait("whether " + s.APIServer + " serves " + g.String())
 			fallthrough
@@ -746,30 +1015,44 @@ func fillDerived(c *Chain) {
 }
 
 // Learn implements Classifier.
+//
+// What it learns must hold whatever clients send (they choose their paths, headers and
+// Audit-IDs): nothing from records split apart as requests sharing an Audit-ID (Chain.split,
+// apart); that an apiserver serves a resource only from an answer of its own at the
+// resource's level (servedOutcome: a 404 "could not find" or a bare one says the opposite,
+// and a client gets one for any path); that it does not, only from a request for the resource
+// itself (no subresource: a made-up subresource of a served resource is not found either).
 func (k *DefaultClassifier) Learn(c *Chain) {
-	if c.Resource == "" {
+	if c.Resource == "" || c.split || len(c.apart) > 0 {
 		return
 	}
 	g, t := c.gvr(), c.when()
+	notServed := func(apiserver string, at time.Time) {
+		if c.Subresource == "" {
+			k.Caps.Learn(apiserver, g, at, false)
+		}
+	}
 	switch c.Class {
 	case ClassProxied:
-		k.Caps.Learn(c.Peer.APIServer, g, c.Peer.RequestReceived, true)
+		if servedOutcome(c.Peer) {
+			k.Caps.Learn(c.Peer.APIServer, g, c.Peer.RequestReceived, true)
+		}
 		k.Caps.Learn(c.Entry.APIServer, g, c.Entry.RequestReceived, false)
 		k.Caps.NoteProxied(c.Entry.APIServer, g, t)
 	case ClassProxyFailed:
 		k.Caps.Learn(c.Entry.APIServer, g, t, false)
 		k.Caps.NoteProxied(c.Entry.APIServer, g, t)
 	case ClassMisleading404:
-		k.Caps.Learn(c.Entry.APIServer, g, t, false)
+		notServed(c.Entry.APIServer, t)
 	case ClassBroken:
-		if c.Peer != nil && complete(c.Peer) {
+		if c.Peer != nil && complete(c.Peer) && servedOutcome(c.Peer) {
 			k.Caps.Learn(c.Peer.APIServer, g, c.Peer.RequestReceived, true)
 		}
 	case ClassLocal:
 		s := c.Entry
 		switch {
 		case s.Code == 404 && (s.Message == msgResourceNotFound || s.Message == ""):
-			k.Caps.Learn(s.APIServer, g, t, false)
+			notServed(s.APIServer, t)
 		case (s.Code >= 200 && s.Code < 300 || s.Code == 409 || s.Code == 410 || s.Code == 422) && !s.HasObjects && s.Message == "":
 			// It looks the same as a forward's entry record whose peer record is not here
 			// (yet, or ever): what a forward observed outranks it (Capabilities.Assume).
@@ -779,4 +1062,17 @@ func (k *DefaultClassifier) Learn(c *Chain) {
 			k.Caps.Learn(s.APIServer, g, t, true)
 		}
 	}
+}
+
+// servedOutcome reports whether s, a record of the apiserver that answered a request itself,
+// shows it reached the resource's storage: a success, or a resource-level error (a missing
+// object, a conflict, an invalid object, a gone resource version).
+func servedOutcome(s *Side) bool {
+	switch {
+	case s.Code >= 200 && s.Code < 300, s.Code == 409, s.Code == 410, s.Code == 422:
+		return true
+	case s.Code == 404:
+		return s.Message != "" && s.Message != msgResourceNotFound
+	}
+	return false
 }

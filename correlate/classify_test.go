@@ -290,7 +290,7 @@ func TestClassesAndFindings(t *testing.T) {
 		name: "proxied, peer's records arrive first and the query string is re-sorted",
 		records: func(h *harness) string {
 			r := podgroups("p2", at)
-			h.feed(r.peer("kas-c", addrA, 200))
+			h.feed(r.peer("kas-c", addrB, 200)) // forwarded by kas-b: it comes from kas-b's address
 			h.feed(r.entry("kas-b", 200))
 			return r.id
 		},

@@ -248,6 +248,14 @@ func (t *table[V]) take() sym {
 	return 0
 }
 
+// retain takes one more reference to s, and returns it.
+func (t *table[V]) retain(s sym) sym {
+	if s != 0 {
+		t.refs[s]++
+	}
+	return s
+}
+
 // release drops a reference to s; the last one frees it.
 func (t *table[V]) release(s sym) {
 	if s == 0 {

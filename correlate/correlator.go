@@ -21,6 +21,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -167,6 +168,9 @@ func New(cfg Config) *Correlator {
 		reportedAgents: map[string]struct{}{},
 	}
 	co.j.leaving = co.traceLeaving
+	if cfg.Caps != nil {
+		co.m.known = cfg.Caps.KnownResource
+	}
 	if cfg.StateFile != "" {
 		b, err := os.ReadFile(cfg.StateFile)
 		if err == nil {
@@ -383,6 +387,29 @@ func (co *Correlator) joinLocked(ctx context.Context, entries []spool.Entry) {
 		co.m.records.Add(float64(len(b.Records)))
 		co.lastEnd = e.End
 	}
+	co.markSharedLocked(ctx)
+}
+
+// markSharedLocked gives the final chains that another request's chain of their auditID
+// has just joined in memory (Joiner.share) the finding audit_id_reused: their verdict as
+// given, with the finding added, emitted again with a higher revision. Nothing else of it
+// changes: what another request shows is no evidence about this one.
+func (co *Correlator) markSharedLocked(ctx context.Context) {
+	for _, r := range co.j.shared {
+		cs := co.j.slab.live(r.r, r.gen)
+		if cs == nil || !cs.final || !cs.res.set || slices.Contains(co.j.verdicts.get(cs.res.verdict).findings, FindingAuditIDReused) {
+			continue
+		}
+		prev := co.prevResult(cs)
+		ch := co.view(cs)
+		ch.Findings = append(ch.Findings, FindingAuditIDReused)
+		ch.Explanation += fmt.Sprintf("; other requests carried its auditID too (a client may set its own Audit-ID): every chain of the auditID is listed with it (%s)", FindingAuditIDReused)
+		cs.emitted++
+		ch.Revision, ch.remark = int(cs.emitted), true
+		co.apply(ctx, cs, ch, prev)
+	}
+	clear(co.j.shared)
+	co.j.shared = co.j.shared[:0]
 }
 
 // closeDueLocked finalises the chains whose window has passed, classifies the first
@@ -429,8 +456,8 @@ func (co *Correlator) finishDueLocked(ctx context.Context, n int) bool {
 		co.recheckUntil = co.j.now + 3*co.opts.Window.Nanoseconds()
 		co.lateActivity = false
 	}
-	if co.j.now <= co.recheckUntil && co.caps.Changes() != co.recheckedAt {
-		co.recheckedAt = co.caps.Changes()
+	if co.j.now <= co.recheckUntil && co.caps.Changes()+co.caps.DeliveredChanges() != co.recheckedAt {
+		co.recheckedAt = co.caps.Changes() + co.caps.DeliveredChanges()
 		co.recheckRecentLocked(ctx)
 	}
 	co.m.open.Set(float64(co.j.Open()))
@@ -473,12 +500,13 @@ func (co *Correlator) noteServer(r *record.Record) {
 // current process started: when a restarted process began to serve (entry_starting).
 func (co *Correlator) noteActivity(recs []record.Record) {
 	var from, to, served, servedNow time.Time
-	var current, written time.Time
+	var current, written, last time.Time
 	name := ""
 	flush := func() {
 		if name == "" {
 			return
 		}
+		co.caps.NoteDelivered(name, written, last)
 		// Late is judged by when the records were written: a long request's (a watch's)
 		// record is received as it ends, its RequestReceived minutes old in a stream on time.
 		if !written.IsZero() && written.UnixNano() < co.j.now-co.opts.Window.Nanoseconds() {
@@ -494,12 +522,15 @@ func (co *Correlator) noteActivity(recs []record.Record) {
 		r := &recs[i]
 		if r.APIServer != name {
 			flush()
-			from, to, served, servedNow, written = time.Time{}, time.Time{}, time.Time{}, time.Time{}, time.Time{}
+			from, to, served, servedNow, written, last = time.Time{}, time.Time{}, time.Time{}, time.Time{}, time.Time{}, time.Time{}
 			name = r.APIServer
 			current, _ = co.caps.StartedAt(name, r.StageTimestamp)
 		}
 		if at := r.StageTimestamp; !at.IsZero() && (written.IsZero() || at.Before(written)) {
 			written = at
+		}
+		if r.StageTimestamp.After(last) {
+			last = r.StageTimestamp
 		}
 		for _, at := range []time.Time{r.RequestReceivedTimestamp, r.StageTimestamp} {
 			if at.IsZero() {
@@ -583,6 +614,16 @@ func (co *Correlator) finishLocked(ctx context.Context, cs *chainState) {
 		co.m.held.Inc()
 		return
 	}
+	if len(ch.apart) > 0 && cs.final {
+		// Records of its auditID that are other requests (no forward joins them): each
+		// becomes a chain of its own, judged alone.
+		parts := co.j.split(cs, ch.apart)
+		co.finishLocked(ctx, cs)
+		for _, p := range parts {
+			co.finishLocked(ctx, p)
+		}
+		return
+	}
 	co.classifier.Learn(ch)
 	co.apply(ctx, cs, ch, prev)
 	if ch.undecided != "" && !cs.evicted && !cs.waiting {
@@ -639,7 +680,7 @@ func (co *Correlator) reevaluateLocked(ctx context.Context, list []chainRef) []c
 		}
 		ch := co.build(cs)
 		co.classifier.Classify(ch)
-		if v := co.j.verdicts.get(cs.res.verdict); ch.Class != v.class || !slices.Equal(ch.Findings, v.findings) {
+		if v := co.j.verdicts.get(cs.res.verdict); len(ch.apart) == 0 && (ch.Class != v.class || !slices.Equal(ch.Findings, v.findings)) {
 			cs.emitted++
 			ch.Revision = int(cs.emitted)
 			co.m.reevaluated.Inc()
@@ -690,6 +731,10 @@ func (co *Correlator) apply(ctx context.Context, cs *chainState, ch *Chain, prev
 	}
 	v := verdict{class: ch.Class, findings: ch.Findings, explanation: ch.Explanation}
 	counted := tallyOf(ch)
+	if ch.remark && prev != nil {
+		// The verdict as given, with a finding added: restart noise as it was counted.
+		counted.noise = prev.noise
+	}
 	res := result{verdict: co.j.verdicts.add(hashVerdict(&co.j.h, &v), v), code: ch.Code, entry: -1, peer: -1,
 		set: true, resource: counted.resource, noise: counted.noise}
 	sides := co.j.sidesOf(cs)
@@ -722,7 +767,7 @@ func (co *Correlator) apply(ctx context.Context, cs *chainState, ch *Chain, prev
 		}
 	}
 	co.win.count(&counted, 1)
-	if ch.noiseOf != "" {
+	if ch.noiseOf != "" && !ch.remark {
 		co.noise.add(ch)
 	}
 	if cs.evicted {
@@ -878,7 +923,8 @@ func (co *Correlator) buildInto(ch *Chain, cs *chainState, recycled bool) {
 		Verb: t.verb, RequestURI: j.text(cs.uri), Group: t.group, Version: t.version, Resource: t.resource,
 		Subresource: t.subres, Namespace: t.ns, Name: j.chainName(cs),
 		FirstReceived: time.Unix(0, cs.first).UTC(), LastReceived: time.Unix(0, cs.last).UTC(),
-		Records: int(cs.records), Revision: int(cs.emitted), Evicted: cs.evicted, reused: cs.reused,
+		Records: int(cs.records), Revision: int(cs.emitted), Evicted: cs.evicted,
+		reused: cs.reuse&reuseDropped != 0, shared: cs.reuse&reuseShared != 0, split: cs.reuse&reuseSplit != 0,
 		streamNow: time.Unix(0, j.now).UTC(),
 	}
 	if cs.final {
@@ -920,6 +966,24 @@ func (co *Correlator) buildInto(ch *Chain, cs *chainState, recycled bool) {
 		}
 		side.APIServerVersion = co.caps.VersionAt(side.APIServer, at)
 		ch.sides = append(ch.sides, side)
+	}
+	if cs.reuse&reuseShared != 0 {
+		// The apiservers that recorded its auditID in its other chains: a peer or an entry
+		// with a record of the ID is not one whose stream shows it had none.
+		id := j.auditID(cs)
+		for at := j.chains.get(&j.slab, cs.key); at != 0; {
+			o := j.at(at)
+			at = o.sameID
+			// A part split from this one was judged no side of its request.
+			if o == cs || !j.sameAudit(o, id, cs.uuid) || cs.reuse&reuseSplit != 0 && o.reuse&reuseSplit != 0 {
+				continue
+			}
+			for _, s := range j.sidesOf(o) {
+				if name := j.text(s.apiserver); !slices.Contains(ch.elsewhere, name) {
+					ch.elsewhere = append(ch.elsewhere, name)
+				}
+			}
+		}
 	}
 }
 
@@ -979,20 +1043,75 @@ func (co *Correlator) view(cs *chainState) *Chain {
 	return ch
 }
 
-// Chain returns the most recent chain with auditID, open or recently final.
-func (co *Correlator) Chain(auditID string) (*Chain, bool) {
-	co.mu.Lock()
-	defer co.mu.Unlock()
-	var best *chainState
-	for _, cs := range co.j.lookup(auditID) {
-		if best == nil || cs.first > best.first {
-			best = cs
+// views returns cs as the API shows it (view): one chain, or, for an open chain whose records
+// are more than one request (Chain.apart), the chains the correlator will split it into.
+func (co *Correlator) views(cs *chainState) []*Chain {
+	ch := co.view(cs)
+	if len(ch.apart) == 0 {
+		return []*Chain{ch}
+	}
+	moved := map[int]bool{}
+	for _, g := range ch.apart {
+		for _, i := range g {
+			moved[i] = true
 		}
 	}
-	if best == nil {
+	var first []int
+	for i := range ch.sides {
+		if !moved[i] {
+			first = append(first, i)
+		}
+	}
+	sides := co.j.sidesOf(cs)
+	out := make([]*Chain, 0, 1+len(ch.apart))
+	for _, g := range append([][]int{first}, ch.apart...) {
+		part := co.build(cs)
+		own := make([]*Side, 0, len(g))
+		for _, i := range g {
+			own = append(own, part.sides[i])
+		}
+		part.sides, part.ID = own, co.j.chainIDOf(cs, &sides[g[0]])
+		part.split, part.shared = true, true
+		co.classifier.Classify(part)
+		out = append(out, part)
+	}
+	return out
+}
+
+// Chain returns the most recent chain with auditID, open or recently final (see Chains).
+func (co *Correlator) Chain(auditID string) (*Chain, bool) {
+	all := co.Chains(auditID)
+	if len(all) == 0 {
 		return nil, false
 	}
-	return co.view(best), true
+	return all[len(all)-1], true
+}
+
+// Chains returns every chain with auditID in memory, open or recently final, oldest first (by
+// first receipt, then request time, then ID; the store's order): more than one when clients
+// gave one Audit-ID to several requests.
+func (co *Correlator) Chains(auditID string) []*Chain {
+	co.mu.Lock()
+	defer co.mu.Unlock()
+	var out []*Chain
+	for _, cs := range co.j.lookup(auditID) {
+		out = append(out, co.views(cs)...)
+	}
+	SortChains(out)
+	return out
+}
+
+// SortChains orders chains oldest first: by first receipt, then request time, then ID.
+func SortChains(chains []*Chain) {
+	slices.SortStableFunc(chains, func(a, b *Chain) int {
+		if c := a.FirstReceived.Compare(b.FirstReceived); c != 0 {
+			return c
+		}
+		if c := a.when().Compare(b.when()); c != 0 {
+			return c
+		}
+		return strings.Compare(a.ID, b.ID)
+	})
 }
 
 // Filter selects chains for List.
@@ -1019,14 +1138,28 @@ func (co *Correlator) List(f Filter) []*Chain {
 		if f.APIServer != "" && co.j.side(cs, f.APIServer) == nil {
 			return true
 		}
-		ch := co.view(cs)
-		if f.Class != "" && ch.Class != f.Class || f.Finding != "" && !ch.HasFinding(f.Finding) {
-			return true
+		for _, ch := range co.views(cs) {
+			if f.Class != "" && ch.Class != f.Class || f.Finding != "" && !ch.HasFinding(f.Finding) ||
+				f.APIServer != "" && !hasSide(ch, f.APIServer) {
+				continue
+			}
+			if out = append(out, ch); len(out) == f.Limit {
+				return false
+			}
 		}
-		out = append(out, ch)
-		return len(out) < f.Limit
+		return true
 	})
 	return out
+}
+
+// hasSide reports whether apiserver recorded ch's request.
+func hasSide(ch *Chain, apiserver string) bool {
+	for _, s := range ch.sides {
+		if s.APIServer == apiserver {
+			return true
+		}
+	}
+	return false
 }
 
 // Capabilities returns the capability view the correlator learns into.

@@ -4,7 +4,9 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"math"
+	"math/bits"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 	"unsafe"
@@ -140,11 +142,25 @@ type chainState struct {
 	nameInURI bool
 	final     bool
 	evicted   bool
-	reused    bool // a record of its auditID was dropped against it (MaxChainRecords)
-	held      bool // it was kept open once to wait for evidence (Joiner.hold)
-	waiting   bool // final without the evidence it waited for (Correlator.undecided)
-	res       result
+	// reuse says how its auditID served more than this one request (reuseDropped,
+	// reuseShared, reuseSplit): FindingAuditIDReused.
+	reuse   uint8
+	held    bool // it was kept open once to wait for evidence (Joiner.hold)
+	waiting bool // final without the evidence it waited for (Correlator.undecided)
+	res     result
 }
+
+// The bits of chainState.reuse.
+const (
+	// reuseDropped: a record of its auditID was dropped against it (MaxChainRecords).
+	reuseDropped uint8 = 1 << iota
+	// reuseShared: another request's chain had its auditID while it was in memory.
+	reuseShared
+	// reuseSplit: it was split from records of another apiserver that shared its auditID
+	// without the evidence of a forward (Joiner.split): a request of its own, which teaches
+	// nothing.
+	reuseSplit
+)
 
 // chainStateSize is the bytes of one chain's slot.
 const chainStateSize = int(unsafe.Sizeof(chainState{}))
@@ -219,6 +235,9 @@ type Joiner struct {
 	// Dropped counts records not joined because their chain, or their auditID, already had
 	// MaxChainRecords (see there).
 	Dropped int64
+	// shared are final chains that another request's chain of their auditID has just made
+	// reuseShared: their verdict gains FindingAuditIDReused (Correlator.markSharedLocked).
+	shared []chainRef
 	// leaving, when set, is called with each final chain just before it leaves memory for good
 	// (past the late window, or beyond MaxRecent): from then on nothing changes its verdict.
 	leaving func(*chainState)
@@ -346,6 +365,9 @@ func (j *Joiner) Add(r *record.Record, pos spool.Position) *chainState {
 			j.Evicted++
 		}
 		c = j.newChain(r, pos, recv, key, uuid)
+		if newest != nil {
+			j.share(c)
+		}
 	} else {
 		j.remove(&j.lru, c)
 		j.pushBack(&j.lru, c)
@@ -363,10 +385,10 @@ func (j *Joiner) Add(r *record.Record, pos spool.Position) *chainState {
 // drop changes a final chain's findings, and it is finalised again to say so.
 func (j *Joiner) drop(c *chainState) {
 	j.Dropped++
-	if !c.reused && c.final {
+	if c.reuse&reuseDropped == 0 && c.final {
 		j.reopen(c)
 	}
-	c.reused = true
+	c.reuse |= reuseDropped
 	if c.records < math.MaxInt32 {
 		c.records++
 	}
@@ -374,11 +396,13 @@ func (j *Joiner) drop(c *chainState) {
 
 // find returns the chain in the sameID list starting at head that r belongs to, the newest
 // chain of r's auditID, and how many chains of it the list holds (at most MaxChainRecords, so
-// this is bounded work).
+// this is bounded work). A chain that holds r's apiserver's side of the same request (its
+// request time) comes first, then an open chain, then a final one, each the newest: once a
+// pair without the evidence of a forward was split (Joiner.split), each apiserver's later
+// records go to its own part.
 func (j *Joiner) find(head ref, r *record.Record, rr int64, uuid bool) (found, newest *chainState, chains int) {
 	window := j.opts.Window.Microseconds()
-	// Open chains are preferred over final ones when both match.
-	var final *chainState
+	var exact, open, final *chainState
 	var uris uriMatcher
 	for at := head; at != 0; {
 		c := j.at(at)
@@ -390,23 +414,53 @@ func (j *Joiner) find(head ref, r *record.Record, rr int64, uuid bool) (found, n
 			newest = c
 		}
 		chains++
-		if found != nil || j.targetOf(c).verb != r.Verb || !j.sameURI(&uris, c, r.RequestURI) {
+		if exact != nil && !exact.final || j.targetOf(c).verb != r.Verb || !j.sameURI(&uris, c, r.RequestURI) {
 			continue
 		}
-		if c.final {
-			if final == nil && j.matches(c, r, rr, window) {
-				final = c
+		if s := j.side(c, r.APIServer); s != nil {
+			// Its apiserver's records of one request share the request time.
+			if s.rr == rr && (exact == nil || !c.final) {
+				exact = c
 			}
 			continue
 		}
-		if j.matches(c, r, rr, window) {
-			found = c
+		if d := rr - j.sidesOf(c)[0].rr; d > window || d < -window {
+			continue
+		}
+		if c.final {
+			if final == nil {
+				final = c
+			}
+		} else if open == nil {
+			open = c
 		}
 	}
-	if found == nil {
-		found = final
+	switch {
+	case exact != nil:
+		return exact, newest, chains
+	case open != nil:
+		return open, newest, chains
 	}
-	return found, newest, chains
+	return final, newest, chains
+}
+
+// share marks c, a new chain whose auditID has other chains in memory, and those chains as
+// requests that share their auditID (reuseShared); the final ones among them are noted in
+// shared, for their verdicts to say so.
+func (j *Joiner) share(c *chainState) {
+	c.reuse |= reuseShared
+	id := j.auditID(c)
+	for at := c.sameID; at != 0; {
+		o := j.at(at)
+		at = o.sameID
+		if o.reuse&reuseShared != 0 || !j.sameAudit(o, id, c.uuid) {
+			continue
+		}
+		o.reuse |= reuseShared
+		if o.final {
+			j.shared = append(j.shared, chainRef{o.self, o.gen})
+		}
+	}
 }
 
 // sameURI compares the record's URI with c's through u, keeping c's re-encoded URI once made.
@@ -418,16 +472,6 @@ func (j *Joiner) sameURI(u *uriMatcher, c *chainState, uri string) bool {
 		c.canonURI = j.str(canon)
 	}
 	return same
-}
-
-// matches reports whether r, a record of the same request (verb and URI), belongs to c: its
-// apiserver's records share one request time, and another apiserver's fall within the window.
-func (j *Joiner) matches(c *chainState, r *record.Record, rr, window int64) bool {
-	if s := j.side(c, r.APIServer); s != nil {
-		return s.rr == rr
-	}
-	d := rr - j.sidesOf(c)[0].rr
-	return d <= window && d >= -window
 }
 
 func (j *Joiner) side(c *chainState, apiserver string) *side {
@@ -561,13 +605,19 @@ func (j *Joiner) chainID(c *chainState) string {
 	if len(sides) == 0 {
 		return ""
 	}
+	return j.chainIDOf(c, &sides[0])
+}
+
+// chainIDOf is the ID of c's chain were s its first side: that of the part of c's records a
+// split (Joiner.split) would begin with s.
+func (j *Joiner) chainIDOf(c *chainState, s *side) string {
 	var buf [128]byte
 	b := buf[:0]
 	b = append(b, j.auditID(c)...)
 	b = append(b, 0)
-	b = append(b, j.text(sides[0].apiserver)...)
+	b = append(b, j.text(s.apiserver)...)
 	b = append(b, 0)
-	b = binary.BigEndian.AppendUint64(b, uint64(sides[0].rr))
+	b = binary.BigEndian.AppendUint64(b, uint64(s.rr))
 	h := xxh3.Hash128(b).Bytes()
 	return hex.EncodeToString(h[:])
 }
@@ -685,6 +735,76 @@ func canonicalURI(uri string) (string, bool) {
 		return "", false
 	}
 	return p + "?" + v.Encode(), true
+}
+
+// split moves the sides of c listed in parts (each a list of indexes into its sides, in
+// arrival order) into new chains of their own, one a part, and returns them: the records of
+// one auditID that are not one request (no evidence of a forward joins them). The new chains
+// are in c's state (open or final, then with revision 1, as finalised now), with c's request
+// and receipt times and spool position (so that SafePosition stays as low as before), and
+// every part, c included, is marked reuseShared and reuseSplit. Their IDs follow from their
+// own first sides (chainID), the same whichever order the records came in.
+func (j *Joiner) split(c *chainState, parts [][]int) []*chainState {
+	sides := slices.Clone(j.sidesOf(c))
+	moved := make([]bool, len(sides))
+	out := make([]*chainState, 0, len(parts))
+	for _, part := range parts {
+		if len(part) == 0 {
+			continue
+		}
+		n := j.slab.alloc()
+		n.key, n.uuid, n.nameInURI = c.key, c.uuid, c.nameInURI
+		n.auditText = j.strs.retain(c.auditText)
+		n.uri, n.canonURI, n.name = j.strs.retain(c.uri), j.strs.retain(c.canonURI), j.strs.retain(c.name)
+		n.target = j.targets.retain(c.target)
+		n.firstPos, n.first, n.last, n.checked = c.firstPos, c.first, c.last, c.checked
+		n.evicted, n.held = c.evicted, c.held
+		n.reuse = c.reuse | reuseShared | reuseSplit
+		n.sameID = j.chains.set(&j.slab, n.key, n.self)
+		var own []side
+		for _, i := range part {
+			own = append(own, sides[i])
+			moved[i] = true
+			n.records += int32(bits.OnesCount8(sides[i].stages))
+		}
+		j.setSides(n, own)
+		if c.final {
+			n.final, n.emitted = true, 1
+			j.pushBack(&j.done, n)
+			j.nDone++
+		} else {
+			j.pushBack(&j.lru, n)
+			j.posInsert(n)
+			j.nOpen++
+		}
+		out = append(out, n)
+	}
+	var keep []side
+	for i, s := range sides {
+		if !moved[i] {
+			keep = append(keep, s)
+		}
+	}
+	j.setSides(c, keep)
+	c.reuse |= reuseShared | reuseSplit
+	for _, n := range out {
+		c.records = max(c.records-n.records, int32(len(keep)))
+	}
+	return out
+}
+
+// setSides makes sides c's sides (taking over their references into the tables).
+func (j *Joiner) setSides(c *chainState, sides []side) {
+	if c.nsides > 2 {
+		delete(j.more, c.self)
+	}
+	c.inline = [2]side{}
+	c.nsides = uint8(len(sides))
+	if len(sides) <= 2 {
+		copy(c.inline[:], sides)
+		return
+	}
+	j.more[c.self] = slices.Clone(sides)
 }
 
 func (j *Joiner) reopen(c *chainState) {

@@ -9,6 +9,9 @@ import (
 )
 
 type correlateMetrics struct {
+	// known reports whether some apiserver serves group/resource (Capabilities.KnownResource);
+	// the chains' labels name only those (nil: every one).
+	known        func(group, resource string) bool
 	records      prometheus.Counter
 	chains       *prometheus.CounterVec
 	forwarded    *prometheus.CounterVec
@@ -41,7 +44,7 @@ func newCorrelateMetrics() *correlateMetrics {
 		}),
 		chains: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: metrics.CorrelateChainsTotal,
-			Help: "Final chains (one per request) by class, entry and peer apiserver, group and resource.",
+			Help: "Final chains (one per request) by class, entry and peer apiserver, group and resource (\"" + metrics.GroupResourceOther + "\" for both where no apiserver was seen to serve the resource).",
 		}, []string{metrics.LabelClass, metrics.LabelEntryAPIServer, metrics.LabelPeerAPIServer, metrics.LabelGroup, metrics.LabelResource}),
 		forwarded: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: metrics.CorrelateForwardedTotal,
@@ -171,7 +174,11 @@ func (m *correlateMetrics) count(c *Chain) {
 	if c.Peer != nil {
 		peer = c.Peer.APIServer
 	}
-	m.chains.WithLabelValues(string(c.Class), entry, peer, c.Group, c.Resource).Inc()
+	group, resource := c.Group, c.Resource
+	if resource != "" && m.known != nil && !m.known(group, resource) {
+		group, resource = metrics.GroupResourceOther, metrics.GroupResourceOther
+	}
+	m.chains.WithLabelValues(string(c.Class), entry, peer, group, resource).Inc()
 	if entry != "" && slices.Contains(ForwardedClasses, c.Class) {
 		m.forwarded.WithLabelValues(entry, string(c.Class)).Inc()
 	}

@@ -8,6 +8,7 @@ package gate
 import (
 	"fmt"
 	"log/slog"
+	"maps"
 	"sort"
 	"strings"
 	"time"
@@ -48,7 +49,9 @@ type Thresholds struct {
 	// ForgetAfter is how long an apiserver that is not configured (Sources.Expected) stays in
 	// the ingest-gap and version-skew checks after it was last heard from. An upgrade that
 	// replaces machines under new names retires the old names; without this they would hold
-	// the gate at pause for good. Configured apiservers are never forgotten.
+	// the gate at pause for good. Configured apiservers are never forgotten. With
+	// Sources.FirstBatches an apiserver is forgotten sooner once silent for longer than it had
+	// been heard (at least MaxIngestGap): a name heard for a moment is no evidence (watched).
 	ForgetAfter time.Duration `json:"forget_after"`
 }
 
@@ -77,6 +80,10 @@ type Sources struct {
 	APIServers func() []correlate.ServerInfo
 	// LastBatches returns when each apiserver's last audit batch was accepted.
 	LastBatches func() map[string]time.Time
+	// FirstBatches returns when each apiserver's first audit batch was accepted (since
+	// peertrail started). nil: an apiserver not configured is watched for ForgetAfter however
+	// briefly it was heard.
+	FirstBatches func() map[string]time.Time
 	// Expected are apiservers that must be sending (the configured ones).
 	Expected []string
 	// Started is when peertrail started: no apiserver is expected to have sent before it.
@@ -242,8 +249,10 @@ func (g *Gate) restartNoise(eps []correlate.NoiseEpisode) Check {
 }
 
 // watched returns the apiservers the ingest-gap and version-skew checks look at: the
-// configured ones, and any other heard from (last batch, or last record) within ForgetAfter.
-// forgotten are the others.
+// configured ones, and any other heard from (last batch, or last record) within ForgetAfter
+// and, when the sources say when its stream began, within as long as it was heard (at least
+// MaxIngestGap): anyone may make a name up in trial mode, and the silence of a name heard for
+// a moment is no evidence of a lost apiserver. forgotten are the others.
 func (g *Gate) watched(now time.Time, last map[string]time.Time, servers []correlate.ServerInfo) (watched map[string]bool, forgotten []string) {
 	watched = map[string]bool{}
 	for _, n := range g.src.Expected {
@@ -258,10 +267,32 @@ func (g *Gate) watched(now time.Time, last map[string]time.Time, servers []corre
 			heard[s.Name] = s.LastSeen
 		}
 	}
+	var first map[string]time.Time // when each stream began: its first batch, or first record
+	if g.src.FirstBatches != nil {
+		first = maps.Clone(g.src.FirstBatches())
+		if first == nil {
+			first = map[string]time.Time{}
+		}
+		for _, s := range servers {
+			if len(s.History) > 0 {
+				if f, ok := first[s.Name]; !ok || s.History[0].Since.Before(f) {
+					first[s.Name] = s.History[0].Since
+				}
+			}
+		}
+	}
 	for n, t := range heard {
+		hold := g.t.ForgetAfter
+		if first != nil {
+			heardFor := time.Duration(0) // a name whose stream has no known start: the gap alone
+			if f, ok := first[n]; ok {
+				heardFor = t.Sub(f)
+			}
+			hold = min(hold, max(heardFor, g.t.MaxIngestGap))
+		}
 		switch {
 		case watched[n]:
-		case g.t.ForgetAfter <= 0 || now.Sub(t) <= g.t.ForgetAfter:
+		case g.t.ForgetAfter <= 0 || now.Sub(t) <= hold:
 			watched[n] = true
 		default:
 			forgotten = append(forgotten, n)
@@ -295,7 +326,7 @@ func (g *Gate) ingestGap(now time.Time, last map[string]time.Time, names map[str
 		c.Detail = fmt.Sprintf("every one of %d apiservers sent audit within %s", len(names), g.t.MaxIngestGap)
 	}
 	if len(forgotten) > 0 {
-		c.Detail += fmt.Sprintf("; no longer watched, silent for over %s and not configured: %s", g.t.ForgetAfter, strings.Join(forgotten, ", "))
+		c.Detail += fmt.Sprintf("; no longer watched, not configured and silent for over %s or for longer than they had been heard: %s", g.t.ForgetAfter, strings.Join(forgotten, ", "))
 	}
 	return c
 }

@@ -19,17 +19,22 @@ type fixture struct {
 	tot      correlate.Totals
 	servers  []correlate.ServerInfo
 	last     map[string]time.Time
+	first    map[string]time.Time // nil: the sources do not say when streams began
 	expected []string
 }
 
 func (f *fixture) gate() *Gate {
-	g := New(DefaultThresholds(), Sources{
+	src := Sources{
 		Recent:      func(time.Duration) correlate.Totals { return f.tot },
 		APIServers:  func() []correlate.ServerInfo { return f.servers },
 		LastBatches: func() map[string]time.Time { return f.last },
 		Expected:    f.expected,
 		Started:     now.Add(-time.Hour),
-	}, slog.New(slog.DiscardHandler))
+	}
+	if f.first != nil {
+		src.FirstBatches = func() map[string]time.Time { return f.first }
+	}
+	g := New(DefaultThresholds(), src, slog.New(slog.DiscardHandler))
 	g.now = func() time.Time { return now }
 	return g
 }
@@ -197,6 +202,61 @@ func TestRetiredApiserverIsForgotten(t *testing.T) {
 	f.expected = []string{"kas-a", "kas-b", "kas-old"}
 	if v := f.gate().Evaluate(); v.Proceed {
 		t.Fatal("a configured apiserver silent for 45m was forgotten")
+	}
+}
+
+// TestMadeUpNamesHoldTheGateNoLongerThanTheyWereHeard: in trial mode anyone may post under a
+// name of their own. A name heard for a moment (one batch) never pauses the gate for its
+// silence, nor for its version once it is silent past MaxIngestGap; one heard for 10 minutes
+// pauses from MaxIngestGap of silence until it has been silent for as long as it was heard. A
+// configured apiserver's silence pauses however briefly it was heard.
+func TestMadeUpNamesHoldTheGateNoLongerThanTheyWereHeard(t *testing.T) {
+	gap := DefaultThresholds().MaxIngestGap
+	trial := func(heardFor, silentFor time.Duration, version string) *fixture {
+		f := healthy()
+		f.first = map[string]time.Time{"kas-a": now.Add(-time.Hour), "kas-b": now.Add(-time.Hour)}
+		for i := range 1000 {
+			n := fmt.Sprintf("made-up-%d", i)
+			f.first[n], f.last[n] = now.Add(-silentFor-heardFor), now.Add(-silentFor)
+			if version != "" {
+				f.servers = append(f.servers, correlate.ServerInfo{Name: n, Version: version, LastSeen: now.Add(-silentFor),
+					History: []correlate.VersionEpoch{{Since: now.Add(-silentFor - heardFor), Version: version, Cause: correlate.CauseFirstSeen}}})
+			}
+		}
+		return f
+	}
+	for _, c := range []struct {
+		heardFor, silentFor time.Duration
+		version             string
+		pause               []string
+	}{
+		{0, gap / 2, "", nil},
+		{0, gap / 2, "v1.20.0", []string{metrics.CheckVersionSkew}}, // heard a minute ago, at a version out of the policy
+		{0, gap + time.Second, "", nil},
+		{0, gap + time.Second, "v1.20.0", nil},
+		{0, 29 * time.Minute, "v1.20.0", nil},
+		{time.Minute, 3 * time.Minute, "", nil},
+		{10 * time.Minute, 5 * time.Minute, "", []string{metrics.CheckIngestGap}},
+		{10 * time.Minute, 11 * time.Minute, "", nil},
+		{2 * time.Hour, 29 * time.Minute, "", []string{metrics.CheckIngestGap}},
+		{2 * time.Hour, 31 * time.Minute, "", nil},
+	} {
+		v := trial(c.heardFor, c.silentFor, c.version).gate().Evaluate()
+		if got := failing(v); !slices.Equal(got, c.pause) {
+			t.Errorf("1000 names heard for %s, silent for %s, version %q: failing %v, want %v", c.heardFor, c.silentFor, c.version, got, c.pause)
+		}
+	}
+	// Without the streams' beginnings, as before: watched for ForgetAfter.
+	f := trial(0, gap+time.Second, "")
+	f.first = nil
+	if got := failing(f.gate().Evaluate()); !slices.Equal(got, []string{metrics.CheckIngestGap}) {
+		t.Errorf("without FirstBatches: failing %v", got)
+	}
+	// A configured apiserver heard once is watched for good.
+	f = trial(0, gap+time.Second, "")
+	f.expected = []string{"kas-a", "kas-b", "made-up-7"}
+	if v := f.gate().Evaluate(); v.Proceed || !strings.Contains(strings.Join(v.Reasons, ""), "made-up-7") {
+		t.Errorf("a configured apiserver heard once and silent: %v", v.Reasons)
 	}
 }
 

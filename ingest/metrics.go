@@ -15,6 +15,10 @@ type receiverMetrics struct {
 	lastBatch   *prometheus.GaugeVec
 	deadLetters *prometheus.CounterVec
 	dlDropped   prometheus.Counter
+	// unknownNames and unknownRefused: names not configured taken, and requests refused
+	// past their limit (Options.MaxUnknownAPIServers).
+	unknownNames   prometheus.Gauge
+	unknownRefused prometheus.Counter
 }
 
 func newReceiverMetrics() *receiverMetrics {
@@ -52,6 +56,14 @@ func newReceiverMetrics() *receiverMetrics {
 			Name: metrics.IngestDeadLettersDroppedTotal,
 			Help: "Dead letters that could not be kept (dead-letter size limit reached or write error).",
 		}),
+		unknownNames: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: metrics.IngestUnknownAPIServers,
+			Help: "Apiserver names not in the configuration whose batches are taken (--accept-unknown-apiservers), at most --max-unknown-apiservers.",
+		}),
+		unknownRefused: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: metrics.IngestUnknownAPIServersRefusedTotal,
+			Help: "Requests under a new apiserver name not in the configuration, refused (403) because --max-unknown-apiservers names were taken already.",
+		}),
 	}
 	// Every reason's series exists from the start, at 0, so that rate() and increase() see the
 	// first dead letter (a series born at 1 shows no increase) and absence alerts can tell a
@@ -63,7 +75,8 @@ func newReceiverMetrics() *receiverMetrics {
 }
 
 func (m *receiverMetrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.events, m.requests, m.bytes, m.ack, m.inflight, m.lastBatch, m.deadLetters, m.dlDropped}
+	return []prometheus.Collector{m.events, m.requests, m.bytes, m.ack, m.inflight, m.lastBatch, m.deadLetters, m.dlDropped,
+		m.unknownNames, m.unknownRefused}
 }
 
 // Dead-letter reasons (LabelReason values of IngestDeadLettersTotal).

@@ -41,6 +41,10 @@ type Options struct {
 	// unless AcceptUnknown.
 	APIServers    []string
 	AcceptUnknown bool
+	// MaxUnknownAPIServers bounds, with AcceptUnknown, how many names not in APIServers are
+	// taken in the receiver's life: anyone may make names up, and each adds metric series and
+	// state the gate judges. A new name past it is refused 403. 0: DefaultMaxUnknownAPIServers.
+	MaxUnknownAPIServers int
 	// Auth tells which apiserver a request's credential (client certificate or token) names,
 	// and refuses readers' credentials. nil: no credential is known (trials on loopback).
 	Auth *Authenticator
@@ -49,6 +53,10 @@ type Options struct {
 	RequireAuth bool
 	// MaxBodyBytes bounds a body, both as received and after gzip decoding.
 	MaxBodyBytes int64
+	// MaxBatchItems bounds the items of one EventList: a longer one is refused 413 before any
+	// item is decoded (body limits count bytes, and a tiny item costs far more decoded than
+	// sent). 0: record.DefaultMaxItems.
+	MaxBatchItems int
 	// MaxInflight bounds the batches processed (decoded, deduplicated, spooled) at once; a
 	// slot is taken only once a body is read, so slow senders cannot hold one. Beyond it, 503.
 	MaxInflight int
@@ -57,7 +65,8 @@ type Options struct {
 	// 503 to that sender only. 0: MaxInflight / len(APIServers) + 1.
 	MaxInflightPerSender int
 	// MaxReadingBytes bounds the memory of the bodies being read and processed, all senders
-	// together (decoded size); a body that would take more is refused 503. 0: 8 x MaxBodyBytes.
+	// together (decoded size, and decodedItemBytes for each item of a batch being decoded); a
+	// body that would take more is refused 503. 0: 8 x MaxBodyBytes.
 	MaxReadingBytes int64
 	// ReadTimeout bounds reading one request body.
 	ReadTimeout time.Duration
@@ -90,6 +99,13 @@ type Receiver struct {
 
 	lastMu sync.Mutex
 	last   map[string]time.Time // last accepted batch per apiserver
+	first  map[string]time.Time // first accepted batch per apiserver
+
+	// unknown are the names not configured that were taken (Options.MaxUnknownAPIServers);
+	// unknownFull says the limit was reached and logged.
+	unknownMu   sync.Mutex
+	unknown     map[string]bool
+	unknownFull bool
 
 	// perSender counts each apiserver's requests being read or processed (Options.
 	// MaxInflightPerSender); reading is the byte budget of bodies in memory.
@@ -116,6 +132,10 @@ type batchMem struct {
 	stamps []int64
 }
 
+// DefaultMaxUnknownAPIServers is how many names not configured a trial takes: a control plane
+// of a few apiservers, replaced under new names as an upgrade goes, with room to spare.
+const DefaultMaxUnknownAPIServers = 32
+
 // pooledBuffers is how many bodies, frames and decoded batches are kept for reuse: more than
 // the batches in flight at once from a control plane's apiservers.
 const pooledBuffers = 8
@@ -132,11 +152,18 @@ func NewReceiver(opts Options, sp *spool.Spool, ix *dedup.Index, codec *record.C
 	if opts.MaxInflightPerSender <= 0 {
 		opts.MaxInflightPerSender = min(opts.MaxInflight/max(len(opts.APIServers), 1)+1, opts.MaxInflight)
 	}
+	if opts.MaxBatchItems <= 0 {
+		opts.MaxBatchItems = record.DefaultMaxItems
+	}
+	if opts.MaxUnknownAPIServers <= 0 {
+		opts.MaxUnknownAPIServers = DefaultMaxUnknownAPIServers
+	}
 	if opts.MaxReadingBytes <= 0 {
 		opts.MaxReadingBytes = 8 * opts.MaxBodyBytes
 	}
-	// One body of the largest size must always fit, or it could never be accepted.
-	opts.MaxReadingBytes = max(opts.MaxReadingBytes, opts.MaxBodyBytes+1)
+	// One body of the largest size, with the most items, must always fit, or it could never
+	// be accepted.
+	opts.MaxReadingBytes = max(opts.MaxReadingBytes, opts.MaxBodyBytes+1+int64(opts.MaxBatchItems)*decodedItemBytes)
 	known := make(map[string]bool, len(opts.APIServers))
 	for _, n := range opts.APIServers {
 		known[n] = true
@@ -144,7 +171,8 @@ func NewReceiver(opts Options, sp *spool.Spool, ix *dedup.Index, codec *record.C
 	return &Receiver{
 		opts: opts, known: known, spool: sp, index: ix, codec: codec, dead: dl, log: log,
 		m: newReceiverMetrics(), slots: make(chan struct{}, opts.MaxInflight), now: time.Now,
-		last: map[string]time.Time{}, perSender: map[string]int{}, reading: newByteBudget(opts.MaxReadingBytes),
+		last: map[string]time.Time{}, first: map[string]time.Time{}, unknown: map[string]bool{},
+		perSender: map[string]int{}, reading: newByteBudget(opts.MaxReadingBytes),
 		bodies: bufpool.New(pooledBuffers, maxPooledBody),
 		frames: bufpool.New(pooledBuffers, maxPooledBody),
 		batches: bufpool.NewFree(pooledBuffers, func(m *batchMem) bool {
@@ -236,6 +264,11 @@ func (rc *Receiver) serve(w http.ResponseWriter, r *http.Request, start time.Tim
 		return answer{code: http.StatusForbidden, apiserver: unknown,
 			msg: fmt.Sprintf("unknown apiserver %q (configure it, or run with --accept-unknown-apiservers)", name)}
 	}
+	if !rc.known[name] && !rc.takeUnknown(name) {
+		return answer{code: http.StatusForbidden, apiserver: unknown,
+			msg: fmt.Sprintf("unknown apiserver %q refused: %d names not in the configuration were taken already, the limit (--max-unknown-apiservers); configure the apiservers by name",
+				name, rc.opts.MaxUnknownAPIServers)}
+	}
 
 	// The sender's share covers reading and processing: however slowly its bodies come, it
 	// holds its own turns only.
@@ -264,7 +297,56 @@ func (rc *Receiver) serve(w http.ResponseWriter, r *http.Request, start time.Tim
 		return answer{code: http.StatusServiceUnavailable, apiserver: name, retry: true,
 			msg: fmt.Sprintf("overloaded: %d batches being processed", rc.opts.MaxInflight)}
 	}
-	return rc.accept(r.Context(), body, name, r.RemoteAddr, start)
+	var itemsHeld int64 // the reading budget taken for the batch's items, once they are counted
+	defer func() { rc.reading.release(itemsHeld) }()
+	return rc.accept(r.Context(), body, name, r.RemoteAddr, start, &itemsHeld)
+}
+
+// decodedItemBytes is the memory one item takes while its batch is decoded and answered beyond
+// its own bytes (its record, its error and dead letter when invalid), as measured for the
+// smallest item, {}: it is taken from the reading budget for every item before any is decoded.
+const decodedItemBytes = 2 << 10
+
+// errItemsOverBudget is a batch whose items do not fit what is left of the reading budget.
+var errItemsOverBudget = errors.New("the items' memory does not fit the reading budget")
+
+// reserveItems returns the Decoder's reservation (record.Decoder.DecodeReserving): it takes
+// decodedItemBytes for each item from the reading budget, adding to what *held has.
+func (rc *Receiver) reserveItems(held *int64) func(items int) error {
+	return func(items int) error {
+		need := int64(items) * decodedItemBytes
+		if need <= *held {
+			return nil
+		}
+		if !rc.reading.tryTake(need - *held) {
+			return errItemsOverBudget
+		}
+		*held = need
+		return nil
+	}
+}
+
+// takeUnknown reports whether batches from name, which is not configured, are taken: it is
+// one of the names taken before, or there is room for one more (MaxUnknownAPIServers). The
+// first refusal is logged as a warning (every refusal is logged and counted as a request).
+func (rc *Receiver) takeUnknown(name string) bool {
+	rc.unknownMu.Lock()
+	defer rc.unknownMu.Unlock()
+	if rc.unknown[name] {
+		return true
+	}
+	if len(rc.unknown) >= rc.opts.MaxUnknownAPIServers {
+		rc.m.unknownRefused.Inc()
+		if !rc.unknownFull {
+			rc.unknownFull = true
+			rc.log.Warn("apiserver names not in the configuration reached their limit: batches under any other new name are refused",
+				"limit", rc.opts.MaxUnknownAPIServers, "refused", name)
+		}
+		return false
+	}
+	rc.unknown[name] = true
+	rc.m.unknownNames.Set(float64(len(rc.unknown)))
+	return true
 }
 
 func (rc *Receiver) takeSenderSlot(name string) bool {
@@ -394,18 +476,28 @@ func (c *countingReader) Read(p []byte) (int, error) {
 
 // accept decodes body, keeps its invalid items, spools its new events and waits until they are
 // durable. The answer is 200 whenever every valid event is stored (now or before).
-func (rc *Receiver) accept(ctx context.Context, body []byte, name, remote string, start time.Time) answer {
+func (rc *Receiver) accept(ctx context.Context, body []byte, name, remote string, start time.Time, itemsHeld *int64) answer {
 	mem, ok := rc.batches.Get()
 	if !ok {
 		mem = &batchMem{dec: record.NewDecoder()}
 		if rc.opts.Redaction != nil {
 			mem.dec.Redact(rc.opts.Redaction)
 		}
+		mem.dec.LimitItems(rc.opts.MaxBatchItems)
 	}
 	// Nothing keeps the records, their keys or the invalid items past the answer: the frame,
 	// the index and the dead letters hold copies.
 	defer rc.batches.Put(mem)
-	recs, invalid, err := mem.dec.Decode(body, name, start)
+	recs, invalid, err := mem.dec.DecodeReserving(body, name, start, rc.reserveItems(itemsHeld))
+	switch {
+	case errors.Is(err, record.ErrTooManyItems):
+		// A limit, as a body over MaxBodyBytes is: the apiserver retries any refusal alike,
+		// and none of it is kept (a dead letter per try would let one batch fill them).
+		return answer{code: http.StatusRequestEntityTooLarge, apiserver: name,
+			msg: fmt.Sprintf("%v: lower the apiserver's --audit-webhook-batch-max-size, or raise peertrail's --max-batch-items", err)}
+	case errors.Is(err, errItemsOverBudget):
+		return rc.overBudget(name, 0)
+	}
 	if err != nil {
 		// Kept without the objects of redacted resources (Secrets...) in the items it can split.
 		rc.keepDead(reasonNotEventList, NewDeadLetter(start, name, remote, err.Error(), -1, mem.dec.RedactRefused(body)))
@@ -476,6 +568,9 @@ func (rc *Receiver) accept(ctx context.Context, body []byte, name, remote string
 	rc.m.lastBatch.WithLabelValues(name).Set(float64(start.UnixNano()) / 1e9)
 	rc.lastMu.Lock()
 	rc.last[name] = start
+	if _, ok := rc.first[name]; !ok {
+		rc.first[name] = start
+	}
 	rc.lastMu.Unlock()
 	return answer{code: http.StatusOK, apiserver: name,
 		msg: fmt.Sprintf("accepted %d, duplicate %d, invalid %d", accepted, ndup, len(invalid))}
@@ -497,6 +592,18 @@ func (rc *Receiver) LastBatches() map[string]time.Time {
 	defer rc.lastMu.Unlock()
 	out := make(map[string]time.Time, len(rc.last))
 	for k, v := range rc.last {
+		out[k] = v
+	}
+	return out
+}
+
+// FirstBatches returns when a batch was first accepted from each apiserver, since the receiver
+// started: with LastBatches, how long each one's stream has been heard.
+func (rc *Receiver) FirstBatches() map[string]time.Time {
+	rc.lastMu.Lock()
+	defer rc.lastMu.Unlock()
+	out := make(map[string]time.Time, len(rc.first))
+	for k, v := range rc.first {
 		out[k] = v
 	}
 	return out

@@ -18,6 +18,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -582,7 +583,8 @@ func TestSlowSenderCannotStarveAnother(t *testing.T) {
 }
 
 func TestBodiesBeingReadAreBoundedInMemory(t *testing.T) {
-	f := newFixture(t, Options{MaxBodyBytes: 1 << 20, MaxReadingBytes: 1<<20 + 1, ReadTimeout: 30 * time.Second}, 0)
+	// The budget's floor: one body of the largest size, and the memory of one item.
+	f := newFixture(t, Options{MaxBodyBytes: 1 << 20, MaxBatchItems: 1, MaxReadingBytes: 1<<20 + 1, ReadTimeout: 30 * time.Second}, 0)
 	srv := httptest.NewServer(f.handler())
 	defer srv.Close()
 	end := stall(t, srv.URL, "/audit/kas-a", 1<<20)
@@ -598,7 +600,7 @@ func TestBodiesBeingReadAreBoundedInMemory(t *testing.T) {
 	}
 	end()
 	waitUntil(t, func() bool { return f.rc.reading.inUse() == 0 })
-	resp, err = http.Post(srv.URL+"/audit/kas-b", "application/json", bytes.NewReader(events(t, 1, 3)))
+	resp, err = http.Post(srv.URL+"/audit/kas-b", "application/json", bytes.NewReader(events(t, 1, 1)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -663,5 +665,127 @@ func TestFrameRefusedAnswers(t *testing.T) {
 		if a := frameRefused("kas-a", err); a.code != want || a.apiserver != "kas-a" || a.msg != err.Error() {
 			t.Errorf("%v: answered %+v, want %d", err, a, want)
 		}
+	}
+}
+
+// An EventList of more items than MaxBatchItems is refused 413 with what to change, before any
+// item is decoded: nothing is stored, counted or kept as a dead letter, and the sender's next
+// batch within the limit is taken whole. The issue's 2,000,000 `{}` items (6 MB) allocate a
+// small part of the body, where they took 3.3 GB of memory and 305 MB of dead letters.
+func TestTooManyItemsAreRefusedBeforeDecoding(t *testing.T) {
+	f := newFixture(t, Options{MaxBatchItems: 5}, 0)
+	w := f.post(t, "/audit/kas-a", events(t, 1, 6), nil)
+	if w.Code != http.StatusRequestEntityTooLarge || !strings.Contains(w.Body.String(), "limit of 5") ||
+		!strings.Contains(w.Body.String(), "--audit-webhook-batch-max-size") || !strings.Contains(w.Body.String(), "--max-batch-items") {
+		t.Fatalf("6 items, limit 5: %d %s", w.Code, w.Body)
+	}
+	if len(f.stored(t)) != 0 || len(f.deadLetters(t)) != 0 || eventCount(f.rc, "kas-a", metrics.ResultInvalid) != 0 {
+		t.Fatal("a refused batch left records, dead letters or counts")
+	}
+	if w := f.post(t, "/audit/kas-a", gz(events(t, 1, 5)), map[string]string{"Content-Encoding": "gzip"}); w.Code != 200 || len(f.stored(t)) != 5 {
+		t.Fatalf("5 items, limit 5: %d %s, %d stored", w.Code, w.Body, len(f.stored(t)))
+	}
+	if f.rc.reading.inUse() != 0 {
+		t.Fatalf("%d bytes of the reading budget still held", f.rc.reading.inUse())
+	}
+
+	f = newFixture(t, Options{}, 0)
+	body := []byte(`{"kind":"EventList","apiVersion":"audit.k8s.io/v1","items":[{}` + strings.Repeat(`,{}`, 2_000_000-1) + `]}`)
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	w = f.post(t, "/audit/kas-a", body, nil)
+	runtime.ReadMemStats(&after)
+	if w.Code != http.StatusRequestEntityTooLarge || !strings.Contains(w.Body.String(), fmt.Sprint(record.DefaultMaxItems)) {
+		t.Fatalf("2,000,000 items: %d %s", w.Code, w.Body)
+	}
+	// The body's buffer and the recorder's copy of the request; nothing by the item.
+	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 3*uint64(len(body)) {
+		t.Errorf("refusing 2,000,000 items of a %d-byte body allocated %d bytes", len(body), alloc)
+	}
+	if len(f.deadLetters(t)) != 0 {
+		t.Error("a refused batch was kept as dead letters")
+	}
+}
+
+// Each item of a batch takes decodedItemBytes of the reading budget before it is decoded, so
+// that batches of tiny items cannot together take more memory than bodies may: beyond the
+// budget the batch is answered 503 (retried), and taken once the budget is free again.
+func TestItemsTakeTheReadingBudget(t *testing.T) {
+	const items = 1000
+	f := newFixture(t, Options{MaxBodyBytes: 1 << 20, MaxBatchItems: items, MaxReadingBytes: 1, ReadTimeout: 30 * time.Second}, 0)
+	srv := httptest.NewServer(f.handler())
+	defer srv.Close()
+	// The budget is its floor, one largest body and its items; a stalled largest body holds
+	// all of it but the items' share, and the batch's own bytes take a little of that.
+	end := stall(t, srv.URL, "/audit/kas-a", 1<<20)
+	waitUntil(t, func() bool { return f.rc.reading.inUse() > 0 })
+	body := []byte(`{"kind":"EventList","apiVersion":"audit.k8s.io/v1","items":[{}` + strings.Repeat(`,{}`, items-1) + `]}`)
+	resp, err := http.Post(srv.URL+"/audit/kas-b", "application/json", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 503 || resp.Header.Get("Retry-After") == "" || !strings.Contains(string(b), "memory budget") {
+		t.Fatalf("%d items beside a stalled body: %d %s", items, resp.StatusCode, b)
+	}
+	if eventCount(f.rc, "kas-b", metrics.ResultInvalid) != 0 || len(f.deadLetters(t)) != 0 {
+		t.Fatal("a batch refused for memory was decoded")
+	}
+	end()
+	waitUntil(t, func() bool { return f.rc.reading.inUse() == 0 })
+	resp, err = http.Post(srv.URL+"/audit/kas-b", "application/json", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 || eventCount(f.rc, "kas-b", metrics.ResultInvalid) != items {
+		t.Fatalf("once the budget is free: %d, %d invalid", resp.StatusCode, eventCount(f.rc, "kas-b", metrics.ResultInvalid))
+	}
+	if f.rc.reading.inUse() != 0 {
+		t.Fatalf("%d bytes of the reading budget still held after the answer", f.rc.reading.inUse())
+	}
+}
+
+// In trial mode (AcceptUnknown) the names not configured are taken up to MaxUnknownAPIServers:
+// a name past it is refused 403 with the flag to change and counted, without a series or any
+// state of its own; the names taken, and the configured ones, go on being taken.
+func TestUnknownApiserverNamesAreCapped(t *testing.T) {
+	f := newFixture(t, Options{AcceptUnknown: true, MaxUnknownAPIServers: 3}, 0)
+	for i := range 3 {
+		if w := f.post(t, fmt.Sprintf("/audit/made-up-%d", i), events(t, uint64(i+1), 1), nil); w.Code != 200 {
+			t.Fatalf("name %d of 3: %d %s", i, w.Code, w.Body)
+		}
+	}
+	for i := 3; i < 50; i++ {
+		w := f.post(t, fmt.Sprintf("/audit/made-up-%d", i), events(t, uint64(i+1), 1), nil)
+		if w.Code != http.StatusForbidden || !strings.Contains(w.Body.String(), "--max-unknown-apiservers") {
+			t.Fatalf("name %d past the limit of 3: %d %s", i, w.Code, w.Body)
+		}
+	}
+	for _, name := range []string{"made-up-0", "kas-a"} {
+		if w := f.post(t, "/audit/"+name, events(t, 99, 1), nil); w.Code != 200 {
+			t.Fatalf("%s after the limit was reached: %d %s", name, w.Code, w.Body)
+		}
+	}
+	if got := testutil.ToFloat64(f.rc.m.unknownNames); got != 3 {
+		t.Errorf("%s = %v, want 3", metrics.IngestUnknownAPIServers, got)
+	}
+	if got := testutil.ToFloat64(f.rc.m.unknownRefused); got != 47 {
+		t.Errorf("%s = %v, want 47", metrics.IngestUnknownAPIServersRefusedTotal, got)
+	}
+	// Series: the configured name, the three taken, and "unknown" for the refusals.
+	if n := testutil.CollectAndCount(f.rc.m.requests); n != 5 {
+		t.Errorf("%d series of %s, want 5", n, metrics.IngestRequestsTotal)
+	}
+	if recs := f.stored(t); len(recs) != 5 {
+		t.Errorf("stored %d records, want the 5 taken", len(recs))
+	}
+	if got := len(f.rc.LastBatches()); got != 4 {
+		t.Errorf("batches remembered from %d apiservers, want 4", got)
+	}
+	first, last := f.rc.FirstBatches(), f.rc.LastBatches()
+	if !first["made-up-0"].Before(last["made-up-0"]) || !first["kas-a"].Equal(last["kas-a"]) {
+		t.Errorf("first %v, last %v", first, last)
 	}
 }

@@ -25,6 +25,12 @@ const (
 	IngestDeadLettersTotal = "peertrail_ingest_dead_letters_total"
 	// IngestDeadLettersDroppedTotal counts dead letters that could not be kept (file limit or I/O error).
 	IngestDeadLettersDroppedTotal = "peertrail_ingest_dead_letters_dropped_total"
+	// IngestUnknownAPIServers is the number of apiserver names not in the configuration whose
+	// batches are taken (--accept-unknown-apiservers, at most --max-unknown-apiservers).
+	IngestUnknownAPIServers = "peertrail_ingest_unknown_apiservers"
+	// IngestUnknownAPIServersRefusedTotal counts requests under a new name not in the
+	// configuration refused because the limit of such names was reached.
+	IngestUnknownAPIServersRefusedTotal = "peertrail_ingest_unknown_apiservers_refused_total"
 	// DedupKeys is the number of event keys remembered for duplicate detection.
 	DedupKeys = "peertrail_dedup_keys"
 	// DedupMemoryBytes is an estimate of the memory the duplicate index holds.

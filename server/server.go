@@ -242,11 +242,12 @@ func (s *Server) newGate(cfg config.File, started time.Time) {
 		MaxIngestGap: time.Duration(g.MaxIngestGap), MaxMinorSkew: g.MaxMinorSkew, ForgetAfter: time.Duration(g.ForgetAfter),
 		MaxEntryStarting: time.Duration(g.MaxEntryStarting), MaxPeerDown: time.Duration(g.MaxPeerDown),
 	}, gate.Sources{
-		Recent:      s.correlator.Recent,
-		APIServers:  s.correlator.Capabilities().Servers,
-		LastBatches: s.receiver.LastBatches,
-		Expected:    expected,
-		Started:     started,
+		Recent:       s.correlator.Recent,
+		APIServers:   s.correlator.Capabilities().Servers,
+		LastBatches:  s.receiver.LastBatches,
+		FirstBatches: s.receiver.FirstBatches,
+		Expected:     expected,
+		Started:      started,
 	}, s.log)
 	s.registry.MustRegister(s.gate.Collector())
 }
@@ -272,6 +273,8 @@ func receiverOptions(cfg config.File, log *slog.Logger) (ingest.Options, error) 
 	o := ingest.Options{
 		AcceptUnknown:        cfg.AcceptUnknownAPIServers,
 		MaxBodyBytes:         int64(cfg.Limits.MaxBodyBytes),
+		MaxBatchItems:        cfg.Limits.MaxBatchItems,
+		MaxUnknownAPIServers: cfg.Limits.MaxUnknownAPIServers,
 		MaxInflight:          cfg.Limits.MaxInflight,
 		MaxInflightPerSender: cfg.Limits.MaxInflightPerAPIServer,
 		MaxReadingBytes:      int64(cfg.Limits.MaxReadingBytes),
@@ -388,7 +391,7 @@ func (s *Server) apiRoutes(outer *http.ServeMux) {
 	outer.Handle("/debug/pprof/", readers)
 	var stored correlate.Stores
 	if s.store != nil {
-		stored = correlate.Stores{Chain: store.ReadChain(s.store), List: store.ListChains(s.store), Records: store.ReadRecords(s.store),
+		stored = correlate.Stores{Chains: store.ReadChains(s.store), Chain: store.ReadChain(s.store), List: store.ListChains(s.store), Records: store.ReadRecords(s.store),
 			History: store.CapabilityHistory(s.store)}
 	}
 	correlate.NewStoredAPI(s.correlator, stored).Register(mux)

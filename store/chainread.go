@@ -421,6 +421,15 @@ func ReadChain(st Store) correlate.Lookup {
 	}
 }
 
+// ReadChains returns every stored chain with auditID (the named query audit_id_chain), oldest
+// first: more than one when clients gave the Audit-ID to several requests. It has the
+// correlate.ChainsLookup signature.
+func ReadChains(st Store) correlate.ChainsLookup {
+	return func(ctx context.Context, auditID string) ([]*correlate.Chain, error) {
+		return runChains(ctx, st, "audit_id_chain", map[string]string{"audit_id": auditID})
+	}
+}
+
 // ListChains returns the stored chains that match f, newest first (the named query
 // chains_since). It has the correlate.ListLookup signature.
 func ListChains(st Store) correlate.ListLookup {

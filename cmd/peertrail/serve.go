@@ -146,6 +146,9 @@ func bindServeFlags(f *pflag.FlagSet, cfg *config.File) {
 	f.StringVar(&cfg.Readers.ClientCAFile, "reader-client-ca-file", "", "CA bundle that verifies readers' client certificates (a CA of its own, not --client-ca-file's); such a\n"+
 		"certificate may read and never post")
 	f.Var(&cfg.Limits.MaxBodyBytes, "max-body-bytes", "largest accepted body, before and after gzip decoding (413 beyond; at most 64Mi)")
+	f.IntVar(&cfg.Limits.MaxBatchItems, "max-batch-items", cfg.Limits.MaxBatchItems, "most items (events) one webhook batch may hold, refused 413 beyond before any is decoded; at least the\n"+
+		"apiservers' --audit-webhook-batch-max-size (theirs is 400 unless set)")
+	f.IntVar(&cfg.Limits.MaxUnknownAPIServers, "max-unknown-apiservers", cfg.Limits.MaxUnknownAPIServers, "with --accept-unknown-apiservers, how many apiserver names not in the config are taken; a new one past it is refused 403")
 	f.IntVar(&cfg.Limits.MaxInflight, "max-inflight", cfg.Limits.MaxInflight, "webhook batches processed at once, once their bodies are read; more are answered 503 with Retry-After")
 	f.IntVar(&cfg.Limits.MaxInflightPerAPIServer, "max-inflight-per-apiserver", cfg.Limits.MaxInflightPerAPIServer, "one apiserver's webhook requests being read or processed at once, so one sender cannot starve\n"+
 		"the others (0: --max-inflight / number of apiservers + 1); more are answered 503 with Retry-After")
@@ -172,8 +175,9 @@ func bindServeFlags(f *pflag.FlagSet, cfg *config.File) {
 	f.Var(&cfg.Gate.MaxIngestGap, "gate-max-ingest-gap", "gate: longest silence allowed from any apiserver's audit webhook")
 	f.IntVar(&cfg.Gate.MaxMinorSkew, "gate-max-minor-skew", cfg.Gate.MaxMinorSkew, "gate: the version-skew policy, minors apiservers may be apart")
 	f.IntVar(&cfg.Gate.MinForwarded, "gate-min-forwarded", cfg.Gate.MinForwarded, "gate: forwarded requests needed before the 5xx ratio counts as a ratio (fewer still pause on failures)")
-	f.Var(&cfg.Gate.ForgetAfter, "gate-forget-after", "gate: an apiserver not in the config and silent this long leaves the ingest-gap and\n"+
-		"version-skew checks (an upgrade that replaces machines under new names retires the old ones); configured apiservers are never forgotten")
+	f.Var(&cfg.Gate.ForgetAfter, "gate-forget-after", "gate: an apiserver not in the config and silent this long, or longer than it had been heard (at least\n"+
+		"--gate-max-ingest-gap), leaves the ingest-gap and version-skew checks (an upgrade that replaces machines under new\n"+
+		"names retires the old ones; a name made up in a trial and heard once never pauses); configured apiservers are never forgotten")
 	f.StringVar(&cfg.Store.Engine, "store", cfg.Store.Engine, "where records and chains are kept for SQL: embedded (ClickHouse as a library, under --data-dir), clickhouse (a server: --clickhouse-dsn) or none")
 	f.StringVar(&cfg.Store.LibPath, "chdb-lib", "", "the embedded engine's libchdb.so (default: $CHDB_LIB_PATH, then the cache scripts/fetch-chdb.sh fills)")
 	f.StringVar(&cfg.Store.SQLListen, "sql-listen", cfg.Store.SQLListen, "where the embedded store answers the ClickHouse HTTP interface, read-only, for peertrail sql, Grafana and curl (\"\" turns it off; off loopback it needs --sql-password-file)")

@@ -19,6 +19,17 @@ import (
 // audit.k8s.io/v1 EventList at all. Nothing of such a body can be trusted to be an event.
 var ErrNotEventList = errors.New("body is not an audit.k8s.io/v1 EventList")
 
+// ErrTooManyItems is returned (wrapped, with the limit) when an EventList holds more items than
+// the Decoder takes (LimitItems); then none of them is decoded. It does not wrap
+// ErrNotEventList: the body is an EventList, only a larger one than this receiver takes.
+var ErrTooManyItems = errors.New("EventList holds more items than the limit")
+
+// DefaultMaxItems is how many items a Decoder takes from one EventList unless LimitItems says
+// otherwise: 25 times the apiserver's default batch (--audit-webhook-batch-max-size 400) and
+// 10 times the 1000 deploy/ recommends, while memory by the item (the records of tiny items
+// outweigh their bytes) stays far below a body's own limit.
+const DefaultMaxItems = 10_000
+
 // Invalid is one item of an EventList that could not be turned into a Record.
 type Invalid struct {
 	// Index is the item's position in the list.
@@ -37,9 +48,60 @@ var eventListAPIVersion = auditv1.SchemeGroupVersion.String()
 // envelope is the EventList with its items left undecoded, so each item's original bytes are
 // kept and one bad item does not spoil the others.
 type envelope struct {
-	Kind       string            `json:"kind"`
-	APIVersion string            `json:"apiVersion"`
-	Items      []json.RawMessage `json:"items"`
+	Kind       string       `json:"kind"`
+	APIVersion string       `json:"apiVersion"`
+	Items      boundedItems `json:"items"`
+}
+
+// boundedItems is the items of an envelope the JSON library decodes, split as
+// []json.RawMessage would be, but counted before any is kept: a list longer than the limit is
+// kept as tooMany alone, so the library's path costs no more memory by the item than the
+// scanner's. The last value of the key wins, as the library has it. The items are a copy in
+// d's slab, as the scanner's are.
+type boundedItems struct {
+	d       *Decoder
+	items   []json.RawMessage
+	tooMany bool
+}
+
+func (b *boundedItems) UnmarshalJSON(data []byte) error {
+	b.tooMany = false
+	if string(data) == "null" {
+		b.items = nil // as into a slice
+		return nil
+	}
+	// The library found where the value ends; checked here too, whichever library it is.
+	if len(data) == 0 || data[0] != '[' || !json.Valid(data) {
+		return fmt.Errorf("items: want an array, got %.20q", data)
+	}
+	s := scanner{b: data, i: 1}
+	bounds, limit, n := b.d.bounds[:0], b.d.maxItems(), 0
+	ok := s.elements(']', func() bool {
+		s.ws()
+		from := s.i
+		if _, ok := s.skipLoosely(); !ok {
+			return false
+		}
+		if n++; n <= limit {
+			bounds = append(bounds, from, s.i)
+		}
+		return true
+	})
+	b.d.bounds = bounds[:0]
+	switch {
+	case !ok:
+		return fmt.Errorf("items: %.20q does not split into values", data)
+	case n > limit:
+		b.items, b.tooMany = nil, true
+		return nil
+	}
+	b.d.slab = append(b.d.slab[:0], data...)
+	items := b.d.items[:0]
+	for i := 0; i < len(bounds); i += 2 {
+		items = append(items, b.d.slab[bounds[i]:bounds[i+1]:bounds[i+1]])
+	}
+	b.d.items, b.items = items, items
+	return nil
 }
 
 // Decode parses an EventList body sent by apiserver and received at receivedAt. It returns the
@@ -68,6 +130,7 @@ type Decoder struct {
 	unmarshal unmarshaler
 	scan      bool
 	redaction *Redaction // nil: DefaultRedacted
+	limit     int        // items one EventList may hold; 0: DefaultMaxItems
 
 	bounds  []int // where each item starts and ends in the body
 	items   []json.RawMessage
@@ -85,9 +148,31 @@ func NewDecoder() *Decoder { return &Decoder{unmarshal: gojson.Unmarshal, scan: 
 // without it d drops those of DefaultRedacted. Call it before the first Decode.
 func (d *Decoder) Redact(x *Redaction) { d.redaction = x }
 
+// LimitItems sets how many items an EventList may hold (n <= 0: DefaultMaxItems); Decode
+// refuses a longer one with ErrTooManyItems before decoding any of them. Call it before the
+// first Decode.
+func (d *Decoder) LimitItems(n int) { d.limit = n }
+
+func (d *Decoder) maxItems() int {
+	if d.limit <= 0 {
+		return DefaultMaxItems
+	}
+	return d.limit
+}
+
 // Decode is the package's Decode, except that what it returns is valid only until the next call.
 func (d *Decoder) Decode(body []byte, apiserver string, receivedAt time.Time) ([]Record, []Invalid, error) {
-	return d.decode(d.scan, body, apiserver, receivedAt)
+	return d.decode(d.scan, body, apiserver, receivedAt, nil)
+}
+
+// DecodeReserving is Decode, except that once the EventList is split into its items, and
+// before any of them is decoded, it calls reserve with their number; an error from reserve is
+// returned as it is, with nothing decoded. reserve may be called again with the same number
+// (a body decoded a second time by the JSON library), so it must take only what it does not
+// hold yet. It lets a caller bound the memory of items, whose records outweigh tiny items'
+// bytes, as it bounds bodies.
+func (d *Decoder) DecodeReserving(body []byte, apiserver string, receivedAt time.Time, reserve func(items int) error) ([]Record, []Invalid, error) {
+	return d.decode(d.scan, body, apiserver, receivedAt, reserve)
 }
 
 // Footprint is roughly how many bytes d keeps between batches, for a caller that bounds what it
@@ -117,11 +202,11 @@ const maxItemDepth = 1000
 // not checked for being valid JSON either.
 var errTooDeep = errors.New("too deep")
 
-func (d *Decoder) decode(scan bool, body []byte, apiserver string, receivedAt time.Time) ([]Record, []Invalid, error) {
+func (d *Decoder) decode(scan bool, body []byte, apiserver string, receivedAt time.Time, reserve func(int) error) ([]Record, []Invalid, error) {
 	var items []json.RawMessage
-	scanned, deepest := false, 0
+	scanned, deepest, tooMany := false, 0, false
 	if scan {
-		items, deepest, scanned = d.scanEnvelope(body)
+		items, deepest, tooMany, scanned = d.scanEnvelope(body)
 	}
 	// Split deep bodies here, not with the JSON library, which refuses a body as a whole for one
 	// item nested past its limit. The scanner reads the usual envelope only; a deep body in any
@@ -129,24 +214,39 @@ func (d *Decoder) decode(scan bool, body []byte, apiserver string, receivedAt ti
 	deepBody := scanned && deepest > maxItemDepth
 	if !scanned && looseDepth(body) > maxItemDepth+2 {
 		var ok bool
-		if items, _, ok = d.scanEnvelope(body); !ok {
+		if items, _, tooMany, ok = d.scanEnvelope(body); !ok {
 			return nil, nil, fmt.Errorf("%w: nested deeper than %d and not an EventList the items can be split from",
 				ErrNotEventList, maxItemDepth+2)
 		}
 		scanned, deepBody = true, true
 	}
+	if tooMany && !json.Valid(body) {
+		// The scanner splits loosely: an invalid body is refused in the JSON library's words.
+		scanned, tooMany = false, false
+	}
+	if tooMany {
+		return nil, nil, fmt.Errorf("%w of %d", ErrTooManyItems, d.maxItems())
+	}
 	if !scanned {
-		var env envelope
+		env := envelope{Items: boundedItems{d: d}}
 		if err := d.unmarshal(body, &env); err != nil {
 			return nil, nil, fmt.Errorf("%w: %v", ErrNotEventList, err)
+		}
+		if env.Items.tooMany {
+			return nil, nil, fmt.Errorf("%w of %d", ErrTooManyItems, d.maxItems())
 		}
 		if env.Kind != "EventList" || env.APIVersion != eventListAPIVersion {
 			return nil, nil, fmt.Errorf("%w: kind %q apiVersion %q, want kind \"EventList\" apiVersion %q",
 				ErrNotEventList, env.Kind, env.APIVersion, eventListAPIVersion)
 		}
-		items = env.Items
+		items = env.Items.items
 	}
 	n := len(items)
+	if reserve != nil {
+		if err := reserve(n); err != nil {
+			return nil, nil, err
+		}
+	}
 	if d.decoded == nil {
 		d.decoded = make([]Record, 0, n) // non-nil even when empty, as encoding/json's would be
 	}
@@ -206,7 +306,7 @@ func (d *Decoder) decode(scan bool, body []byte, apiserver string, receivedAt ti
 				if deepBody {
 					return nil, nil, fmt.Errorf("%w: item %d is not valid JSON", ErrNotEventList, i)
 				}
-				return d.decode(false, body, apiserver, receivedAt)
+				return d.decode(false, body, apiserver, receivedAt, reserve)
 			}
 		}
 	}
@@ -234,7 +334,7 @@ func decodeEvent(unmarshal unmarshaler, scan bool, raw json.RawMessage, apiserve
 	if len(raw) == 0 || raw[0] != '{' {
 		return Record{}, errors.New("item is not a JSON object")
 	}
-	// Each item is the decoder's own copy (scanEnvelope's slab, or json.RawMessage's), so the
+	// Each item is the decoder's own copy (the slab of scanEnvelope or boundedItems), so the
 	// record may keep raw, and its strings may alias it.
 	if scan {
 		var r Record

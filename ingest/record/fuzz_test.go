@@ -25,6 +25,11 @@ func seedBodies(f *testing.F) {
 	f.Add([]byte(`{"kind":"EventList","apiVersion":"audit.k8s.io/v1","items":[{"auditID":"a","stage":"ResponseComplete","stageTimestamp":"2026-11-29T10:00:00.000001Z"}]}`))
 	f.Add([]byte(`{"kind":"EventList","apiVersion":"audit.k8s.io/v1","items":[null,1,"x",{}]}`))
 	f.Add([]byte(`{}`))
+	// Past a small limit (FuzzDecode limits a Decoder to two items), in the scanner's envelope
+	// and in one only the JSON library reads.
+	f.Add([]byte(`{"kind":"EventList","apiVersion":"audit.k8s.io/v1","items":[{},{},{}]}`))
+	f.Add([]byte(`{"kind":"EventList","apiVersion":"audit.k8s.io/v1","Items":[{},{},{}],"items":[{}]}`))
+	f.Add([]byte(`{"kind":"EventList","apiVersion":"audit.k8s.io/v1","items":null}`))
 	// Every shape the scanner reads (scan.go), for the fuzzer to bend.
 	f.Add(richBody)
 	// Redacted: a Secret's objects, under keys spelled every way encoding/json reads them.
@@ -69,6 +74,20 @@ func FuzzDecode(f *testing.F) {
 			again, againInv, againErr := d.Decode(body, "kas-a", received)
 			sameAsEncodingJSON(t, body, again, againInv, againErr)
 		}
+		// With a limit of two items, both decoders refuse exactly the lists encoding/json
+		// splits into more, and for the same reason.
+		limited := NewDecoder()
+		limited.LimitItems(2)
+		lRecs, lInv, lErr := limited.Decode(body, "kas-a", received)
+		std := &Decoder{unmarshal: json.Unmarshal}
+		std.LimitItems(2)
+		_, _, stdErr := std.Decode(body, "kas-a", received)
+		if errors.Is(lErr, ErrTooManyItems) != errors.Is(stdErr, ErrTooManyItems) || (lErr == nil) != (stdErr == nil) {
+			t.Fatalf("limited to 2 items: fast decoder %v, encoding/json %v", lErr, stdErr)
+		}
+		if err == nil && lErr == nil && (len(lRecs) != len(recs) || len(lInv) != len(inv)) {
+			t.Fatalf("limited to 2 items: %d records, %d invalid; unlimited %d, %d", len(lRecs), len(lInv), len(recs), len(inv))
+		}
 		if err != nil {
 			if !errors.Is(err, ErrNotEventList) || recs != nil || inv != nil {
 				t.Fatalf("error %v with %d records, %d invalid", err, len(recs), len(inv))
@@ -86,6 +105,9 @@ func FuzzDecode(f *testing.F) {
 		}
 		if len(recs)+len(inv) != len(env.Items) {
 			t.Fatalf("%d items became %d records and %d invalid", len(env.Items), len(recs), len(inv))
+		}
+		if tooMany := errors.Is(lErr, ErrTooManyItems); tooMany != (len(env.Items) > 2) {
+			t.Fatalf("%d items, limited to 2: %v", len(env.Items), lErr)
 		}
 		// Each item keeps exactly the bytes encoding/json's RawMessage gives it.
 		for i, ri, ii := 0, 0, 0; i < len(env.Items); i++ {

@@ -556,3 +556,71 @@ func TestInternerDecodesAsDecodeFrame(t *testing.T) {
 		t.Errorf("with the interner a frame allocates %.0f times, without %.0f: want at most half", interned, fresh)
 	}
 }
+
+// TestDecodeRefusesTooManyItems: an EventList of more items than the limit is refused with
+// ErrTooManyItems (not as a body that is no EventList) by the scanner and by the JSON library's
+// path alike, and one of exactly the limit is decoded whole.
+func TestDecodeRefusesTooManyItems(t *testing.T) {
+	item := func(i int) string {
+		return fmt.Sprintf(`{"auditID":"a%d","stage":"ResponseComplete","stageTimestamp":"2026-11-29T10:00:00.000001Z"}`, i)
+	}
+	list := func(key string, n int) []byte {
+		items := make([]string, n)
+		for i := range items {
+			items[i] = item(i)
+		}
+		return []byte(`{"kind":"EventList","apiVersion":"audit.k8s.io/v1","` + key + `":[` + strings.Join(items, " , ") + `]}`)
+	}
+	const limit = 5
+	for _, key := range []string{"items", "Items"} { // the scanner's envelope; the library's
+		for _, fast := range []bool{true, false} {
+			d := NewDecoder()
+			if !fast {
+				d = &Decoder{unmarshal: json.Unmarshal}
+			}
+			d.LimitItems(limit)
+			recs, inv, err := d.Decode(list(key, limit), "kas-a", received)
+			if err != nil || len(recs) != limit || len(inv) != 0 || recs[limit-1].AuditID != fmt.Sprintf("a%d", limit-1) {
+				t.Fatalf("%s, fast %v: %d items: %v, %d records, %d invalid", key, fast, limit, err, len(recs), len(inv))
+			}
+			recs, inv, err = d.Decode(list(key, limit+1), "kas-a", received)
+			if !errors.Is(err, ErrTooManyItems) || errors.Is(err, ErrNotEventList) || recs != nil || inv != nil {
+				t.Fatalf("%s, fast %v: %d items: %v, %d records, %d invalid", key, fast, limit+1, err, len(recs), len(inv))
+			}
+			if !strings.Contains(err.Error(), "5") {
+				t.Errorf("the error does not name the limit: %v", err)
+			}
+		}
+	}
+	// Past the limit and not valid JSON further on: no EventList, as the library says.
+	bad := append(list("items", limit+1)[:len(list("items", limit+1))-2], []byte(`,{"a":tru}]}`)...)
+	d := NewDecoder()
+	d.LimitItems(limit)
+	if _, _, err := d.Decode(bad, "kas-a", received); !errors.Is(err, ErrNotEventList) {
+		t.Errorf("an invalid body past the limit: %v", err)
+	}
+}
+
+// TestManyTinyItemsCostNoMemoryByTheItem: the issue's 2,000,000 `{}` items (a 6 MB body) are
+// refused having allocated a small fraction of the body, by either path; before the limit they
+// took about 1.5 KB each.
+func TestManyTinyItemsCostNoMemoryByTheItem(t *testing.T) {
+	const n = 2_000_000
+	for _, key := range []string{"items", "ITEMS"} {
+		body := []byte(`{"kind":"EventList","apiVersion":"audit.k8s.io/v1","` + key + `":[{}` + strings.Repeat(`,{}`, n-1) + `]}`)
+		d := NewDecoder()
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		_, _, err := d.Decode(body, "kas-a", received)
+		runtime.ReadMemStats(&after)
+		if !errors.Is(err, ErrTooManyItems) {
+			t.Fatalf("%s: %v", key, err)
+		}
+		// The library's path copies the body (goccy/go-json does, to scan it); nothing more.
+		if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 3*uint64(len(body)) {
+			t.Errorf("%s: refusing %d items of a %d-byte body allocated %d bytes", key, n, len(body), alloc)
+		} else {
+			t.Logf("%s: refusing %d items of a %d-byte body allocated %d bytes", key, n, len(body), alloc)
+		}
+	}
+}

@@ -260,10 +260,11 @@ func valueStart(raw []byte, colon int) int {
 // RedactRefused returns body, which Decode refused as a whole (it is kept as a dead letter),
 // with the objects of redacted resources dropped from every item it can still split, as
 // redactInvalid drops them from an invalid item. A body whose envelope is not in the usual form
-// (scanEnvelope) is returned as it is. The result is d's until its next Decode.
+// (scanEnvelope) is returned as it is, and so is one of more items than d takes, which Decode
+// refuses with ErrTooManyItems and nothing keeps. The result is d's until its next Decode.
 func (d *Decoder) RedactRefused(body []byte) []byte {
-	items, _, ok := d.scanEnvelope(body)
-	if !ok || len(items) == 0 {
+	items, _, tooMany, ok := d.scanEnvelope(body)
+	if !ok || tooMany || len(items) == 0 {
 		return body
 	}
 	redaction := d.redaction

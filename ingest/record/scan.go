@@ -768,11 +768,14 @@ func parseMicroUTC(b []byte) (time.Time, bool) {
 // It also returns how deeply the deepest item nests (an item's own braces count 1), so that the
 // caller can refuse items deeper than maxItemDepth one by one instead of the body as a whole.
 //
+// Past the Decoder's item limit (maxItems) it keeps reading without keeping bounds, and reports
+// tooMany (with ok) instead of items: an EventList of many tiny items costs no memory by the item.
+//
 // The items and their copy are d's, reused from its previous batch.
-func (d *Decoder) scanEnvelope(body []byte) (items []json.RawMessage, deepest int, ok bool) {
+func (d *Decoder) scanEnvelope(body []byte) (items []json.RawMessage, deepest int, tooMany, ok bool) {
 	s := scanner{b: body}
 	var kind, apiVersion string
-	bounds, listed := d.bounds[:0], false
+	bounds, listed, limit, n := d.bounds[:0], false, d.maxItems(), 0
 	ok = s.object(func(key []byte) bool {
 		var ok bool
 		switch string(key) {
@@ -789,6 +792,9 @@ func (d *Decoder) scanEnvelope(body []byte) (items []json.RawMessage, deepest in
 				if !ok {
 					return false
 				}
+				if n++; n > limit {
+					return true
+				}
 				deepest = max(deepest, depth)
 				bounds = append(bounds, from, s.i)
 				return true
@@ -800,11 +806,15 @@ func (d *Decoder) scanEnvelope(body []byte) (items []json.RawMessage, deepest in
 	})
 	d.bounds = bounds
 	if !ok || !s.end() || kind != "EventList" || apiVersion != eventListAPIVersion || !listed {
-		return nil, 0, false
+		return nil, 0, false, false
+	}
+	if n > limit {
+		d.bounds = bounds[:0]
+		return nil, 0, true, true
 	}
 	items = d.items[:0]
 	if len(bounds) == 0 {
-		return items, 0, true
+		return items, 0, false, true
 	}
 	base := bounds[0]
 	d.slab = append(d.slab[:0], body[base:bounds[len(bounds)-1]]...)
@@ -813,7 +823,7 @@ func (d *Decoder) scanEnvelope(body []byte) (items []json.RawMessage, deepest in
 		items = append(items, d.slab[from:to:to])
 	}
 	d.items = items
-	return items, deepest, true
+	return items, deepest, false, true
 }
 
 // skipLoosely reads past one value by its brackets and quotes alone, trusting the caller to

@@ -63,11 +63,11 @@ func TestScanReadsWhatApiserversSend(t *testing.T) {
 	bodies := apiserverBodies(t)
 	scanned, total := 0, 0
 	for _, body := range bodies {
-		var env envelope
+		env := envelope{Items: boundedItems{d: NewDecoder()}}
 		if err := json.Unmarshal(body, &env); err != nil {
 			t.Fatal(err)
 		}
-		for _, raw := range env.Items {
+		for _, raw := range env.Items.items {
 			total++
 			var got Record
 			kind, ok := scanEvent(raw, &got, nil, nil)
