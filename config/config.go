@@ -91,6 +91,10 @@ type Store struct {
 	// MaxMemory caps the embedded engine as a whole (0: half of the memory the process may
 	// use, read from its cgroup or the host).
 	MaxMemory ByteSize `json:"maxMemory,omitempty"`
+	// Unconfined leaves the embedded engine's threads free to reach the whole file system and
+	// the network; by default, where the kernel has Landlock, they reach only the engine's
+	// directory and the system files it reads (SECURITY.md).
+	Unconfined bool `json:"unconfinedEngine,omitempty"`
 	// Retention is how long events and chains are kept.
 	Retention Duration `json:"retention,omitempty"`
 	// ClickHouse server connection, for Engine "clickhouse".

@@ -27,6 +27,9 @@ type EmbeddedOptions struct {
 	// DirtyPageDecay is how soon the engine's allocator returns freed pages to the system
 	// (chdb.Options.DirtyPageDecay); 0 keeps the library's own.
 	DirtyPageDecay time.Duration
+	// Confine confines the engine's threads to DataDir and the system files they read, where
+	// the kernel has Landlock (chdb.Options.Confine; Confined says whether it did).
+	Confine bool
 }
 
 // Embedded is the Store backed by the ClickHouse engine inside this process (chDB). A process
@@ -46,12 +49,15 @@ func OpenEmbedded(ctx context.Context, opts EmbeddedOptions) (*Embedded, error) 
 		opts.MaxMemory = DefaultMaxMemory()
 	}
 	e, err := chdb.Open(ctx, chdb.Options{DataDir: opts.DataDir, LibPath: opts.LibPath,
-		MaxServerMemory: opts.MaxMemory, DirtyPageDecay: opts.DirtyPageDecay})
+		MaxServerMemory: opts.MaxMemory, DirtyPageDecay: opts.DirtyPageDecay, Confine: opts.Confine})
 	if err != nil {
 		return nil, fmt.Errorf("store: open the embedded ClickHouse engine: %w", err)
 	}
 	return &Embedded{engine: e, encoders: map[string]*rowEncoder{}}, nil
 }
+
+// Confined reports whether the kernel confines the engine's threads (EmbeddedOptions.Confine).
+func (s *Embedded) Confined() bool { return s.engine.Confined() }
 
 // Engine is the underlying engine, for the HTTP interface and benchmarks.
 func (s *Embedded) Engine() *chdb.Engine { return s.engine }

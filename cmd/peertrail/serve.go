@@ -189,6 +189,8 @@ func bindServeFlags(f *pflag.FlagSet, cfg *config.File) {
 	f.Var(&cfg.MemoryLimit, "memory-limit", "memory the whole process may use (default: its cgroup's limit, or the host's RAM): the embedded engine gets half (--store-max-memory),\n"+
 		"and Go's garbage collector keeps its heap under 90% of it less the engine's share (a soft limit; GOMEMLIMIT in the environment wins),\n"+
 		"collecting whenever the heap grew by an eighth (GOGC=12 unless GOGC is set)")
+	f.BoolVar(&cfg.Store.Unconfined, "unconfined-engine", false, "leave the embedded engine's threads free to reach the whole file system and the network (by default, where the\n"+
+		"kernel has Landlock, they reach only <data-dir>/clickhouse and the system files the engine reads: not the credentials)")
 	f.Var(&cfg.Store.MaxMemory, "store-max-memory", "memory the embedded engine may use in all, writer and queries together, a hard cap (default: half of --memory-limit)")
 	f.Var(&cfg.Store.Retention, "retention", "how long events and chains are kept in the store (TTL)")
 	f.StringVar(&cfg.Store.DSN, "clickhouse-dsn", "", "ClickHouse server to use with --store clickhouse: clickhouse://host:9000 (native protocol), http(s)://host:8123 (HTTP); ?secure=true for TLS")
