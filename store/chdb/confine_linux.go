@@ -47,6 +47,7 @@ func confinement(libPath, dataDir, logDir string) (*ruleset, error) {
 	if err != nil {
 		return nil, fmt.Errorf("chdb: the engine's Landlock ruleset: %w", err)
 	}
+	// Kept open for the process's life: every engine call thread started later takes it.
 	return &ruleset{fd: fd, flags: flags}, nil
 }
 
@@ -66,10 +67,4 @@ func (r *ruleset) restrictThread() error {
 		return fmt.Errorf("chdb: Landlock on the engine's thread: %w", err)
 	}
 	return nil
-}
-
-func (r *ruleset) close() {
-	if r.enforced() {
-		unix.Close(r.fd)
-	}
 }

@@ -51,11 +51,11 @@ func confinedHelper(ctx context.Context, fail func(string, ...any) int) int {
 	defer ln.Close()
 	go http.Serve(ln, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { hits.Add(1); fmt.Fprintln(w, "CONFINED-SECRET") }))
 
-	e, err := chdb.Open(ctx, chdb.Options{DataDir: filepath.Join(base, "data"), Confine: true})
+	dataDir := filepath.Join(base, "data")
+	e, err := chdb.Open(ctx, chdb.Options{DataDir: dataDir, Confine: true})
 	if err != nil {
 		return fail("open: %v", err)
 	}
-	defer e.Close()
 	if !e.Confined() {
 		return fail("the engine is not confined on a kernel with Landlock")
 	}
@@ -105,6 +105,29 @@ func confinedHelper(ctx context.Context, fail func(string, ...any) int) int {
 	// The rest of the process is not confined.
 	if b, err := os.ReadFile(secret); err != nil || string(b) != "CONFINED-SECRET\n" {
 		return fail("Go could not read the file: %v", err)
+	}
+	// The engine's threads outlive it, confined: a later Open elsewhere is refused, one in
+	// the same directory is confined as the first was, confined or not.
+	sess.Close()
+	if err := e.Close(); err != nil {
+		return fail("close: %v", err)
+	}
+	if e2, err := chdb.Open(ctx, chdb.Options{DataDir: outside}); err == nil || !strings.Contains(err.Error(), "confined") {
+		if e2 != nil {
+			e2.Close()
+		}
+		return fail("an Open outside the confinement: %v", err)
+	}
+	e, err = chdb.Open(ctx, chdb.Options{DataDir: dataDir})
+	if err != nil {
+		return fail("reopen: %v", err)
+	}
+	defer e.Close()
+	if !e.Confined() {
+		return fail("the reopened engine says it is not confined")
+	}
+	if r, err := e.Query(ctx, "SELECT file('"+secret+"')", "TSV"); err == nil {
+		return fail("the reopened engine read the file: %q", r)
 	}
 	fmt.Println("helper done")
 	return 0

@@ -82,6 +82,11 @@ var process struct {
 	mu      sync.Mutex
 	open    bool   // an Engine is open
 	libPath string // the library loaded into this process, "" before the first Open
+	// rules confine the engine's threads once an Open asked for it, and confinedTo are the
+	// directories they may write: the engine's threads outlive an Engine and Landlock cannot
+	// be lifted, so every later Open of the process is confined the same way, to them.
+	rules      *ruleset
+	confinedTo []string
 }
 
 // Options configure Open.
@@ -195,7 +200,7 @@ type Engine struct {
 	sem      chan struct{} // one token: held while a statement runs or while closing
 	thread   *thread       // runs every C call
 	idle     *idler        // moves the engine's own threads to SCHED_IDLE; nil when not at nice
-	confined *ruleset      // every call thread's Landlock ruleset; nil when not confined
+	confined *ruleset      // every call thread's Landlock ruleset (the process's); nil when not confined
 	api      *api
 	conn     unsafe.Pointer // chdb_connection * returned by chdb_connect; nil once closed
 	handle   unsafe.Pointer // *conn, the chdb_connection the query calls take
@@ -234,23 +239,28 @@ func Open(ctx context.Context, opts Options) (*Engine, error) {
 	if nice == 0 {
 		nice = DefaultNice
 	}
-	var rs *ruleset
-	if opts.Confine {
-		if rs, err = confine(libPath, &opts); err != nil {
+	if err := keepsConfinement(opts); err != nil {
+		return nil, err
+	}
+	if opts.Confine && process.rules == nil {
+		rs, err := confine(libPath, &opts)
+		if err != nil {
 			return nil, err
 		}
+		if rs.enforced() {
+			process.rules, process.confinedTo = rs, []string{opts.DataDir, filepath.Dir(opts.LogFile)}
+		}
 	}
+	rs := process.rules
 	// The engine starts its threads while it loads and connects, so both happen on its thread.
 	idle := newIdler(nice)
 	t, err := startThread(nice, idle, rs)
 	if err != nil {
-		rs.close()
 		return nil, err
 	}
 	e, err := open(ctx, t, libPath, opts)
 	if err != nil {
 		t.stop()
-		rs.close()
 		return nil, err
 	}
 	e.confined = rs
@@ -286,6 +296,23 @@ func confine(libPath string, opts *Options) (*ruleset, error) {
 		}
 	}
 	return confinement(libPath, opts.DataDir, filepath.Dir(opts.LogFile))
+}
+
+// keepsConfinement refuses an Open outside the directories an earlier Open of the process
+// confined the engine's threads to.
+func keepsConfinement(opts Options) error {
+	if process.confinedTo == nil {
+		return nil
+	}
+	dir, err := filepath.Abs(opts.DataDir)
+	if opts.DataDir != "" && err == nil {
+		for _, d := range process.confinedTo {
+			if rel, err := filepath.Rel(d, dir); err == nil && rel != ".." && !strings.HasPrefix(rel, "../") {
+				return nil
+			}
+		}
+	}
+	return fmt.Errorf("chdb: this process's engine threads are confined to %v since its first Open (Landlock cannot be lifted, and the engine's threads outlive an Engine): open the engine there, or leave the process's first Open unconfined", process.confinedTo)
 }
 
 // Confined reports whether the kernel confines the engine's threads (Options.Confine on a
@@ -466,7 +493,6 @@ func (e *Engine) Close() error {
 	if e.idle != nil {
 		e.idle.stop()
 	}
-	e.confined.close()
 
 	process.mu.Lock()
 	process.open = false
