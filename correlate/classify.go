@@ -76,7 +76,7 @@ func (c *Chain) when() time.Time {
 // Classify implements Classifier.
 func (k *DefaultClassifier) Classify(c *Chain) {
 	c.Entry, c.Peer, c.Others, c.Findings = nil, nil, nil, []Finding{}
-	c.undecided, c.noiseOf, c.noiseSince, c.apart = "", "", time.Time{}, nil
+	c.undecided, c.noiseOf, c.noiseSince, c.apart, c.collapsed = "", "", time.Time{}, nil, false
 	switch len(c.sides) {
 	case 0:
 		c.Class, c.Explanation = ClassBroken, "no records"
@@ -94,6 +94,7 @@ func (k *DefaultClassifier) Classify(c *Chain) {
 			case 2:
 				entry, peer, why, _ := k.forward(c, c.sides[first[0]], c.sides[first[1]])
 				c.Entry, c.Peer = entry, peer
+				c.collapsed = slices.Equal(entry.SourceIPs, peer.SourceIPs)
 				k.pair(c, why)
 			default:
 				k.loop(c)
@@ -104,6 +105,7 @@ func (k *DefaultClassifier) Classify(c *Chain) {
 		if len(c.sides) == 2 {
 			entry, peer, why, _ := k.forward(c, c.sides[0], c.sides[1])
 			c.Entry, c.Peer = entry, peer
+			c.collapsed = slices.Equal(entry.SourceIPs, peer.SourceIPs)
 			k.pair(c, why)
 		} else {
 			k.loop(c)
@@ -400,7 +402,14 @@ func (k *DefaultClassifier) pair(c *Chain, roles string) {
 		effName, effGroups, effExtra = e.ImpersonatedUser, e.ImpersonatedGroups, e.ImpersonatedExtra
 	}
 	if p.User != effName || !sameSet(p.Groups, effGroups) || !sameExtra(p.Extra, effExtra) {
-		c.Findings = append(c.Findings, FindingIdentityMismatch)
+		if c.collapsed {
+			// Two requests of one client on the entry's host, one to each apiserver with one
+			// Audit-ID, look the same; a broken requestheader configuration shows on every
+			// forward, the other clients' too.
+			c.Explanation += fmt.Sprintf("; the peer saw another identity, but the client's address is the entry's own, which a client on that host gives two requests of its own too: no %s", FindingIdentityMismatch)
+		} else {
+			c.Findings = append(c.Findings, FindingIdentityMismatch)
+		}
 	}
 	if e.ImpersonatedUser != "" && p.ImpersonatedUser == "" {
 		c.Findings = append(c.Findings, FindingImpersonationFlattened)
@@ -1020,7 +1029,8 @@ func fillDerived(c *Chain) {
 // apart); that an apiserver serves a resource only from an answer of its own at the
 // resource's level (servedOutcome: a 404 "could not find" or a bare one says the opposite,
 // and a client gets one for any path); that it does not, only from a request for the resource
-// itself (no subresource: a made-up subresource of a served resource is not found either).
+// itself (no subresource: a made-up subresource of a served resource is not found either),
+// and not from a forward whose client's address was its entry's own (Chain.collapsed).
 func (k *DefaultClassifier) Learn(c *Chain) {
 	if c.Resource == "" || c.split || len(c.apart) > 0 {
 		return
@@ -1035,6 +1045,11 @@ func (k *DefaultClassifier) Learn(c *Chain) {
 	case ClassProxied:
 		if servedOutcome(c.Peer) {
 			k.Caps.Learn(c.Peer.APIServer, g, c.Peer.RequestReceived, true)
+		}
+		if c.collapsed {
+			// A client on the entry's host makes this shape with two requests of its own:
+			// what it says of the entry is not learned.
+			return
 		}
 		k.Caps.Learn(c.Entry.APIServer, g, c.Entry.RequestReceived, false)
 		k.Caps.NoteProxied(c.Entry.APIServer, g, t)
