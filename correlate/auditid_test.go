@@ -412,3 +412,28 @@ func TestClientOnTheEntrysHost(t *testing.T) {
 		t.Errorf("window: %v %v", tot.Chains, tot.Findings)
 	}
 }
+
+// TestRoutelessPathOfAServedResource: GET /api/v1/configmaps/NAME (a namespaced resource by a
+// path it has no route for) gets the same 404 "could not find the requested resource" as a
+// resource the apiserver does not serve, with objectRef configmaps. kas-a was seen to serve
+// configmaps: the 404s are its own and honest, not misleading, and they do not teach that it
+// stopped serving them.
+func TestRoutelessPathOfAServedResource(t *testing.T) {
+	h := newHarness(t, DefaultJoinOptions())
+	background(h, t0, t0.Add(40*time.Second))
+	for i := range 3 {
+		r := configmaps(fmt.Sprintf("routeless-%d", i), t0.Add(time.Duration(10+i)*time.Second))
+		r.uri, r.name = "/api/v1/configmaps/cm", "cm"
+		h.feed(r.records(sideOpts{apiserver: "kas-a", sourceIPs: []string{client}, code: 404, message: msgResourceNotFound, end: time.Millisecond}))
+	}
+	h.settle()
+	for i := range 3 {
+		expect(t, h.chain(fmt.Sprintf("routeless-%d", i)), ClassLocal)
+	}
+	if served, known := h.co.caps.Serves("kas-a", GVR{Version: "v1", Resource: "configmaps"}, t0.Add(12*time.Second)); !known || !served {
+		t.Errorf("kas-a serves configmaps: %v %v", served, known)
+	}
+	if n := h.co.Recent(24 * time.Hour).Chains[ClassMisleading404]; n != 0 {
+		t.Errorf("%d misleading 404s", n)
+	}
+}

@@ -1029,15 +1029,19 @@ func fillDerived(c *Chain) {
 // apart); that an apiserver serves a resource only from an answer of its own at the
 // resource's level (servedOutcome: a 404 "could not find" or a bare one says the opposite,
 // and a client gets one for any path); that it does not, only from a request for the resource
-// itself (no subresource: a made-up subresource of a served resource is not found either),
-// and not from a forward whose client's address was its entry's own (Chain.collapsed).
+// itself (no subresource: a made-up subresource of a served resource is not found either)
+// whose apiserver's process was not seen to serve it, and not from a forward whose client's
+// address was its entry's own (Chain.collapsed).
 func (k *DefaultClassifier) Learn(c *Chain) {
 	if c.Resource == "" || c.split || len(c.apart) > 0 {
 		return
 	}
 	g, t := c.gvr(), c.when()
 	notServed := func(apiserver string, at time.Time) {
-		if c.Subresource == "" {
+		// A 404 "could not find" is also what a path the resource has no route for gets
+		// (/api/v1/configmaps/NAME, a made-up subresource): it does not unlearn what the
+		// same process was seen to serve.
+		if c.Subresource == "" && !k.Caps.SeenServing(apiserver, g, at) {
 			k.Caps.Learn(apiserver, g, at, false)
 		}
 	}
