@@ -376,3 +376,64 @@ func TestSplitPartsFindTheirOwnRecords(t *testing.T) {
 		t.Errorf("%d chains of the auditID in memory, want 2", n)
 	}
 }
+
+// TestClientOnTheEntrysHost: a client on kas-a's host sends one GET to kas-a and, with the
+// same Audit-ID and another identity, one to kas-b within the first's time: both records show
+// kas-a's address, the shape of a forward whose client ran on its entry's host. It may be
+// shown as one, but it pauses nothing (no identity_mismatch: a broken requestheader setup
+// shows on every forward) and teaches nothing of kas-a, whose own configmaps answers stay local.
+func TestClientOnTheEntrysHost(t *testing.T) {
+	h := newHarness(t, DefaultJoinOptions())
+	background(h, t0, t0.Add(40*time.Second))
+	r := configmaps("host-pair", t0.Add(10*time.Second))
+	a := r.records(sideOpts{apiserver: "kas-a", sourceIPs: []string{addrA}, code: 200, end: 20 * time.Millisecond})
+	b := r.records(sideOpts{apiserver: "kas-b", sourceIPs: []string{addrA}, code: 200, start: 2 * time.Millisecond, end: 10 * time.Millisecond})
+	for i := range b {
+		b[i].UserName = "eve"
+	}
+	h.feed(a, b)
+	later := configmaps("later-own", t0.Add(20*time.Second))
+	h.feed(later.records(sideOpts{apiserver: "kas-a", sourceIPs: []string{client}, code: 200, end: 3 * time.Millisecond}))
+	h.settle()
+	for _, c := range h.chains("host-pair") {
+		if c.HasFinding(FindingIdentityMismatch) || c.Class == ClassBroken {
+			t.Errorf("%s: %s %v (%s)", c.ID, c.Class, c.Findings, c.Explanation)
+		}
+	}
+	g := GVR{Version: "v1", Resource: "configmaps"}
+	if h.co.caps.ProxiedRecently("kas-a", g, r.at) {
+		t.Error("kas-a is believed to forward configmaps")
+	}
+	if served, known := h.co.caps.Serves("kas-a", g, r.at); known && !served {
+		t.Error("kas-a is believed not to serve configmaps")
+	}
+	expect(t, h.chain("later-own"), ClassLocal)
+	if tot := h.co.Recent(24 * time.Hour); tot.Chains[ClassBroken] != 0 || tot.Findings[FindingIdentityMismatch] != 0 {
+		t.Errorf("window: %v %v", tot.Chains, tot.Findings)
+	}
+}
+
+// TestRoutelessPathOfAServedResource: GET /api/v1/configmaps/NAME (a namespaced resource by a
+// path it has no route for) gets the same 404 "could not find the requested resource" as a
+// resource the apiserver does not serve, with objectRef configmaps. kas-a was seen to serve
+// configmaps: the 404s are its own and honest, not misleading, and they do not teach that it
+// stopped serving them.
+func TestRoutelessPathOfAServedResource(t *testing.T) {
+	h := newHarness(t, DefaultJoinOptions())
+	background(h, t0, t0.Add(40*time.Second))
+	for i := range 3 {
+		r := configmaps(fmt.Sprintf("routeless-%d", i), t0.Add(time.Duration(10+i)*time.Second))
+		r.uri, r.name = "/api/v1/configmaps/cm", "cm"
+		h.feed(r.records(sideOpts{apiserver: "kas-a", sourceIPs: []string{client}, code: 404, message: msgResourceNotFound, end: time.Millisecond}))
+	}
+	h.settle()
+	for i := range 3 {
+		expect(t, h.chain(fmt.Sprintf("routeless-%d", i)), ClassLocal)
+	}
+	if served, known := h.co.caps.Serves("kas-a", GVR{Version: "v1", Resource: "configmaps"}, t0.Add(12*time.Second)); !known || !served {
+		t.Errorf("kas-a serves configmaps: %v %v", served, known)
+	}
+	if n := h.co.Recent(24 * time.Hour).Chains[ClassMisleading404]; n != 0 {
+		t.Errorf("%d misleading 404s", n)
+	}
+}

@@ -388,6 +388,25 @@ func (c *Capabilities) nearestLocked(runs []run, apiserver string, t time.Time) 
 	return served, known
 }
 
+// SeenServing reports whether the process of apiserver that ran at t was seen to serve g at
+// any time (Learn served, or Assume), within the horizon of t: a process serves a built-in
+// resource for its whole life or not at all.
+func (c *Capabilities) SeenServing(apiserver string, g GVR, t time.Time) bool {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	from, to := c.epochLocked(apiserver, t)
+	for _, runs := range [][]run{c.evidence[apiserver][g], c.assumed[apiserver][g]} {
+		for _, r := range runs {
+			if !r.served || r.last.Before(from) || !to.IsZero() && !r.first.Before(to) ||
+				t.Sub(r.last) > c.horizon || r.first.Sub(t) > c.horizon {
+				continue
+			}
+			return true
+		}
+	}
+	return false
+}
+
 // OtherServer returns an apiserver other than except that served g nearest to t, if any.
 func (c *Capabilities) OtherServer(except string, g GVR, t time.Time) (string, bool) {
 	c.mu.RLock()

@@ -174,6 +174,10 @@ type Chain struct {
 	// requests than the first side's: no evidence of a forward joins them to it. The
 	// correlator splits them off (Joiner.split).
 	apart [][]int
+	// collapsed says that its entry's and its peer's sourceIPs are the same: the client's
+	// address is the entry's own (a client on the entry's host), a shape such a client can
+	// give two requests of its own with one Audit-ID.
+	collapsed bool
 	// remark says that the chain is its verdict as given, with a finding added
 	// (Correlator.markSharedLocked): the window counts its restart noise as before.
 	remark bool

@@ -76,7 +76,7 @@ func (c *Chain) when() time.Time {
 // Classify implements Classifier.
 func (k *DefaultClassifier) Classify(c *Chain) {
 	c.Entry, c.Peer, c.Others, c.Findings = nil, nil, nil, []Finding{}
-	c.undecided, c.noiseOf, c.noiseSince, c.apart = "", "", time.Time{}, nil
+	c.undecided, c.noiseOf, c.noiseSince, c.apart, c.collapsed = "", "", time.Time{}, nil, false
 	switch len(c.sides) {
 	case 0:
 		c.Class, c.Explanation = ClassBroken, "no records"
@@ -94,6 +94,7 @@ func (k *DefaultClassifier) Classify(c *Chain) {
 			case 2:
 				entry, peer, why, _ := k.forward(c, c.sides[first[0]], c.sides[first[1]])
 				c.Entry, c.Peer = entry, peer
+				c.collapsed = slices.Equal(entry.SourceIPs, peer.SourceIPs)
 				k.pair(c, why)
 			default:
 				k.loop(c)
@@ -104,6 +105,7 @@ func (k *DefaultClassifier) Classify(c *Chain) {
 		if len(c.sides) == 2 {
 			entry, peer, why, _ := k.forward(c, c.sides[0], c.sides[1])
 			c.Entry, c.Peer = entry, peer
+			c.collapsed = slices.Equal(entry.SourceIPs, peer.SourceIPs)
 			k.pair(c, why)
 		} else {
 			k.loop(c)
@@ -400,7 +402,14 @@ func (k *DefaultClassifier) pair(c *Chain, roles string) {
 		effName, effGroups, effExtra = e.ImpersonatedUser, e.ImpersonatedGroups, e.ImpersonatedExtra
 	}
 	if p.User != effName || !sameSet(p.Groups, effGroups) || !sameExtra(p.Extra, effExtra) {
-		c.Findings = append(c.Findings, FindingIdentityMismatch)
+		if c.collapsed {
+			// Two requests of one client on the entry's host, one to each apiserver with one
+			// Audit-ID, look the same; a broken requestheader configuration shows on every
+			// forward, the other clients' too.
+			c.Explanation += fmt.Sprintf("; the peer saw another identity, but the client's address is the entry's own, which a client on that host gives two requests of its own too: no %s", FindingIdentityMismatch)
+		} else {
+			c.Findings = append(c.Findings, FindingIdentityMismatch)
+		}
 	}
 	if e.ImpersonatedUser != "" && p.ImpersonatedUser == "" {
 		c.Findings = append(c.Findings, FindingImpersonationFlattened)
@@ -454,7 +463,11 @@ func sameExtra(a, b map[string][]string) bool {
 //     apiserver's own address counts too. A plain client request has one sourceIP unless a
 //     proxy added X-Forwarded-For; and only the entry records impersonation. When the last
 //     address is no known apiserver's while some apiserver's address (the recording one's
-//     included) is not known yet, the chain waits; then local.
+//     included) is not known yet, the chain waits; then local. But the address is one a
+//     client can reach from too (a proxy or a host-network pod on that host that sets
+//     X-Forwarded-For): when every other apiserver at that address delivered its audit
+//     across the request (Capabilities.Delivered) without a record of its auditID, none
+//     forwarded it, and the record is judged as an entry's by the rules below.
 //  4. local: a non-resource request.
 //  5. no outcome (only RequestReceived): broken, peer_audit_missing if the apiserver does not
 //     serve the resource and forwarded it in this process; else local.
@@ -465,9 +478,12 @@ func sameExtra(a, b map[string][]string) bool {
 //  7. a 404 "could not find the requested resource" (or bare) from an apiserver not known to
 //     serve the resource while another does: broken, peer_audit_missing when it is bare and
 //     the apiserver forwarded the resource in this process (a forwarded 404 whose peer record
-//     is missing) and was not starting (then the 404 is its own, before its peer discovery
-//     listed a server of the resource); else misleading_404. Nobody known to serve it: wait,
-//     then local (measured: a resource no server serves gets a local 404).
+//     is missing), was not starting, and not every apiserver that could have served it
+//     delivered its audit across the request without a record of its auditID; else
+//     misleading_404: the 404 is its own, before its peer discovery listed a server of the
+//     resource (measured on a first start, which peertrail does not see as a start, while the
+//     peers delivered their audit without the request). Nobody known to serve it: wait, then
+//     local (measured: a resource no server serves gets a local 404).
 //  8. a success, or a bare error the apiserver itself would have written with a message:
 //     local when the record holds objects (the entry of a forward never records them,
 //     measured); broken, peer_audit_missing when the apiserver does not serve the resource
@@ -533,9 +549,11 @@ func (k *DefaultClassifier) peerRecordAddress(s *Side) (peer, known bool) {
 }
 
 // coverMargin is how far around a request's own times another apiserver's delivered audit
-// must reach to show that it holds no record of the request: the two hosts' clocks, and the
-// moment between a forward's peer answering and its entry recording the end.
-const coverMargin = time.Second
+// must reach to show that it holds no record of the request, where a forward's other side's
+// records would lie: measured, a peer's within its entry's time but for 0.4 ms (a watch the
+// client cancelled), an entry's end at most 5 ms after its peer's (test/testdata/real), with
+// room for the hosts' clocks.
+const coverMargin = 50 * time.Millisecond
 
 // end is the last time s recorded (its request time when it recorded no other).
 func end(s *Side) time.Time {
@@ -547,7 +565,7 @@ func end(s *Side) time.Time {
 
 // entriesDeliveredWithout reports whether every apiserver other than s's that s's last
 // sourceIP belongs to delivered its audit across s's request without recording its auditID
-// (Capabilities.Delivered, coverMargin past the end), and names them: then none of them
+// (Capabilities.Delivered, coverMargin around it), and names them: then none of them
 // forwarded it. False when there is none, or one did not (yet).
 func (k *DefaultClassifier) entriesDeliveredWithout(c *Chain, s *Side) ([]string, bool) {
 	if s.RequestReceived.IsZero() {
@@ -558,7 +576,7 @@ func (k *DefaultClassifier) entriesDeliveredWithout(c *Chain, s *Side) ([]string
 		return nil, false
 	}
 	for _, n := range names {
-		if slices.Contains(c.elsewhere, n) || !k.Caps.Delivered(n, s.RequestReceived, end(s).Add(coverMargin)) {
+		if slices.Contains(c.elsewhere, n) || !k.Caps.Delivered(n, s.RequestReceived.Add(-coverMargin), end(s).Add(coverMargin)) {
 			return nil, false
 		}
 	}
@@ -589,12 +607,6 @@ func (k *DefaultClassifier) peersDeliveredWithout(c *Chain, s *Side) ([]string, 
 		names = append(names, srv.Name)
 	}
 	return names, len(names) > 0
-}
-
-// unforwarded is peersDeliveredWithout's verdict alone.
-func (k *DefaultClassifier) unforwarded(c *Chain, s *Side) bool {
-	_, ok := k.peersDeliveredWithout(c, s)
-	return ok
 }
 
 func isInternal(c *Chain, s *Side) bool {
@@ -667,7 +679,8 @@ func (k *DefaultClassifier) single(c *Chain, s *Side) {
 	}
 	// A forward is always audited by its peer: when every apiserver that could have served
 	// the request delivered its audit across the request's time without a record of its
-	// auditID, the entry did not forward it, whatever it was seen to forward otherwise.
+	// auditID, the entry did not forward it, whatever it was seen to forward otherwise (a
+	// bare 404, which its own not-found handler writes too).
 	unforwarded := func() (string, bool) {
 		names, ok := k.peersDeliveredWithout(c, s)
 		if !ok {
@@ -677,17 +690,13 @@ func (k *DefaultClassifier) single(c *Chain, s *Side) {
 	}
 	switch {
 	case code == 0:
-		why, unfwd := "", false
 		if notServed && forwards {
-			why, unfwd = unforwarded()
-		}
-		if notServed && forwards && !unfwd {
 			c.Class = ClassBroken
 			c.Findings = append(c.Findings, FindingPeerAuditMissing)
 			c.Explanation = fmt.Sprintf("%s does not serve %s, forwards it, and recorded only %s: the rest of the forwarding is missing", s.APIServer, g, strings.Join(s.Stages, ","))
 		} else {
 			c.Class = ClassLocal
-			c.Explanation = fmt.Sprintf("%s recorded only %s; no outcome", s.APIServer, strings.Join(s.Stages, ",")) + why
+			c.Explanation = fmt.Sprintf("%s recorded only %s; no outcome", s.APIServer, strings.Join(s.Stages, ","))
 		}
 	case (code == 503 || code == 502) && isProxyError(s.Message):
 		c.Class = ClassProxyFailed
@@ -736,14 +745,13 @@ func (k *DefaultClassifier) single(c *Chain, s *Side) {
 		case s.HasObjects:
 			c.Class = ClassLocal
 			c.Explanation = fmt.Sprintf("%s answered %d itself: its record holds the objects, which the entry of a forward never records", s.APIServer, code)
-		case notServed && forwards && !k.unforwarded(c, s):
+		case notServed && forwards:
+			// Not judged by the peers' streams: it cannot have answered a success itself for
+			// what it does not serve, so its forward's peer record is lost even where the rest
+			// of the peer's stream came (its audit buffer full drops single events).
 			c.Class = ClassBroken
 			c.Findings = append(c.Findings, FindingPeerAuditMissing)
 			c.Explanation = fmt.Sprintf("%s does not serve %s and forwards it, yet answered %d with no peer: it forwarded the request, and the peer's record is missing", s.APIServer, g, code)
-		case notServed && forwards:
-			why, _ := unforwarded()
-			c.Class = ClassLocal
-			c.Explanation = fmt.Sprintf("%s answered %d itself, though it was seen to forward %s in this process", s.APIServer, code, g) + why
 		case !known && otherServes:
 			wait("whether " + s.APIServer + " serves " + g.String())
 			fallthrough
@@ -1021,14 +1029,19 @@ func fillDerived(c *Chain) {
 // apart); that an apiserver serves a resource only from an answer of its own at the
 // resource's level (servedOutcome: a 404 "could not find" or a bare one says the opposite,
 // and a client gets one for any path); that it does not, only from a request for the resource
-// itself (no subresource: a made-up subresource of a served resource is not found either).
+// itself (no subresource: a made-up subresource of a served resource is not found either)
+// whose apiserver's process was not seen to serve it, and not from a forward whose client's
+// address was its entry's own (Chain.collapsed).
 func (k *DefaultClassifier) Learn(c *Chain) {
 	if c.Resource == "" || c.split || len(c.apart) > 0 {
 		return
 	}
 	g, t := c.gvr(), c.when()
 	notServed := func(apiserver string, at time.Time) {
-		if c.Subresource == "" {
+		// A 404 "could not find" is also what a path the resource has no route for gets
+		// (/api/v1/configmaps/NAME, a made-up subresource): it does not unlearn what the
+		// same process was seen to serve.
+		if c.Subresource == "" && !k.Caps.SeenServing(apiserver, g, at) {
 			k.Caps.Learn(apiserver, g, at, false)
 		}
 	}
@@ -1036,6 +1049,11 @@ func (k *DefaultClassifier) Learn(c *Chain) {
 	case ClassProxied:
 		if servedOutcome(c.Peer) {
 			k.Caps.Learn(c.Peer.APIServer, g, c.Peer.RequestReceived, true)
+		}
+		if c.collapsed {
+			// A client on the entry's host makes this shape with two requests of its own:
+			// what it says of the entry is not learned.
+			return
 		}
 		k.Caps.Learn(c.Entry.APIServer, g, c.Entry.RequestReceived, false)
 		k.Caps.NoteProxied(c.Entry.APIServer, g, t)

@@ -118,14 +118,15 @@ type Correlator struct {
 	win           window
 	noise         noiseEpisodes
 	// undecided are final chains decided without the evidence they waited for; reevaluatedAt
-	// is the capability view's change count when they were last judged again.
+	// is the capability view's change and delivery count when they were last judged again.
 	undecided     []chainRef
 	reevaluatedAt uint64
 	// lateActivity says that a frame brought an apiserver's records of a time the chain
 	// window has passed: its stream is late.
 	lateActivity bool
 	// recheckUntil is the stream time until which recent one-sided final chains are judged
-	// again whenever the view changed (recheckedAt: its change count when last done).
+	// again whenever the view changed or a stream delivered more (recheckedAt: its change and
+	// delivery count when last done).
 	recheckUntil int64
 	recheckedAt  uint64
 	lastEnd      spool.Position
@@ -446,8 +447,8 @@ func (co *Correlator) finishDueLocked(ctx context.Context, n int) bool {
 		return true
 	}
 	co.due = nil
-	if len(co.undecided) > 0 && co.caps.Changes() != co.reevaluatedAt {
-		co.reevaluatedAt = co.caps.Changes()
+	if changes := co.caps.Changes() + co.caps.DeliveredChanges(); len(co.undecided) > 0 && changes != co.reevaluatedAt {
+		co.reevaluatedAt = changes
 		co.undecided = co.reevaluateLocked(ctx, co.undecided)
 	}
 	if co.lateActivity {
