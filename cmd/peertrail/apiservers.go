@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/peertrail/peertrail/internal/termsafe"
 	"net/url"
 	"text/tabwriter"
 	"time"
@@ -114,8 +115,9 @@ only: give a reader's token (--token-file, or $PEERTRAIL_TOKEN) or certificate.`
 				if version == "" {
 					version = "-"
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\n", r.APIServer, version, r.Role,
-					correlate.GVR{Group: r.Group, Version: r.APIVersion, Resource: r.Resource},
+				// Versions come from user agents, which a client chooses where names are not configured.
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\n", termsafe.String(r.APIServer), termsafe.String(version), r.Role,
+					termsafe.String(correlate.GVR{Group: r.Group, Version: r.APIVersion, Resource: r.Resource}.String()),
 					r.From.Format(time.RFC3339), r.Until.Format(time.RFC3339), r.Requests)
 			}
 			return tw.Flush()

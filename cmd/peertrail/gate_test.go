@@ -61,3 +61,16 @@ func TestGateAndChainReachATLSServe(t *testing.T) {
 		t.Fatalf("chain --ca-file of an unknown auditID: %v", err)
 	}
 }
+
+// What a client chose reaches the operator's terminal escaped: a gate detail naming an
+// apiserver version taken from a user agent, and an error quoting a stored value.
+func TestVerdictAndErrorsEscapeForTheTerminal(t *testing.T) {
+	var b strings.Builder
+	printVerdict(&b, gate.Verdict{Verdict: "pause", Checks: []gate.Check{{Name: "version_skew", Detail: "kas-x runs v1.36.0\x1b]0;owned\x07\u202e"}}})
+	if strings.ContainsAny(b.String(), "\x1b\x07\u202e") {
+		t.Errorf("the verdict printed a control character: %q", b.String())
+	}
+	if s := oneLine("Code: 6. DB::Exception: Cannot parse 'a\x1b[2J\u009b'"); strings.ContainsAny(s, "\x1b\u009b") {
+		t.Errorf("an error printed a control character: %q", s)
+	}
+}
