@@ -759,7 +759,7 @@ func (j *Joiner) split(c *chainState, parts [][]int) []*chainState {
 		n.target = j.targets.retain(c.target)
 		n.firstPos, n.first, n.last, n.checked = c.firstPos, c.first, c.last, c.checked
 		n.evicted, n.held = c.evicted, c.held
-		n.reuse = c.reuse | reuseShared | reuseSplit
+		n.reuse = c.reuse&^reuseDropped | reuseShared | reuseSplit // the drops stay counted in c
 		n.sameID = j.chains.set(&j.slab, n.key, n.self)
 		var own []side
 		for _, i := range part {
