@@ -1,9 +1,6 @@
 package correlate
 
-import (
-	"slices"
-	"time"
-)
+import "time"
 
 // Class is what happened to one request, exactly one per chain.
 type Class string
@@ -164,58 +161,21 @@ type Chain struct {
 	// Records is how many audit records arrived for the chain: those it holds, at most
 	// MaxChainRecords, and those it dropped beyond that (then it has FindingAuditIDReused).
 	Records int `json:"records"`
-	// reused: records of the chain's auditID were dropped against it; shared: other
-	// requests' chains had its auditID; split: it was split from another apiserver's records
-	// of its auditID that were no forward of it, and teaches nothing (all FindingAuditIDReused).
-	reused, shared, split bool
-	// elsewhere are the apiservers that recorded its auditID in its other chains in memory.
-	elsewhere []string
-	// apart, when Classify sets it, lists the sides (indexes into sides) that are other
-	// requests than the first side's: no evidence of a forward joins them to it. The
-	// correlator splits them off (Joiner.split).
-	apart [][]int
-	// collapsed says that its entry's and its peer's sourceIPs are the same: the client's
-	// address is the entry's own (a client on the entry's host), a shape such a client can
-	// give two requests of its own with one Audit-ID.
-	collapsed bool
-	// remark says that the chain is its verdict as given, with a finding added
-	// (Correlator.markSharedLocked): the window counts its restart noise as before.
-	remark bool
 	// Revision counts how often the chain was finalised: above 1 when a late record reopened
 	// it. The store keeps the highest revision.
 	Revision int `json:"revision"`
 	// Evicted says the chain was finalised early because too many chains were open.
 	Evicted bool `json:"evicted,omitempty"`
-
-	// sides are every apiserver's view in arrival order, before roles are assigned.
-	sides []*Side
-	// streamNow is the correlator's stream time when the chain was classified (for DownAt).
-	streamNow time.Time
-	// undecided names, when Classify set it, the fact the verdict waits for: the class is
-	// the one that claims no fault, taken if the fact is still unknown when the wait ends.
-	undecided string
-	// noiseOf and noiseSince name the apiserver and the start of the restart (its process
-	// start, or its silence) that a noise finding blames.
-	noiseOf    string
-	noiseSince time.Time
 }
 
-// Clone returns a copy of c with sides of its own (Entry, Peer and Others point to them), for
+// Clone returns a copy of c with sides of its own (Entry, Peer and Others point to copies), for
 // a Sink that keeps chains (the correlator reuses the sides of those it handed over). The
 // lists and maps are shared: nobody changes them.
 func (c *Chain) Clone() Chain {
 	out := *c
-	out.sides = make([]*Side, len(c.sides))
-	for i, s := range c.sides {
-		cp := *s
-		out.sides[i] = &cp
-	}
 	own := func(s *Side) *Side {
 		if s == nil {
 			return nil
-		}
-		if i := slices.Index(c.sides, s); i >= 0 {
-			return out.sides[i]
 		}
 		cp := *s
 		return &cp
@@ -228,6 +188,17 @@ func (c *Chain) Clone() Chain {
 		}
 	}
 	return out
+}
+
+// requestTime is when the request reached the first apiserver that recorded it: the entry's
+// requestReceivedTimestamp, else the peer's, else when peertrail first received a record.
+func (c *Chain) requestTime() time.Time {
+	for _, s := range []*Side{c.Entry, c.Peer} {
+		if s != nil && !s.RequestReceived.IsZero() {
+			return s.RequestReceived
+		}
+	}
+	return c.FirstReceived
 }
 
 // HasFinding reports whether the chain has finding f.

@@ -9,16 +9,16 @@ import (
 
 // Classifier decides what happened to a request from the records of every apiserver that saw it.
 //
-// Classify receives a chain whose sides (one per apiserver, in arrival order) are filled in and
-// whose roles are not: it sets Entry, Peer and Others, Class, Findings and Explanation. It may
-// read what it has learned but must not change it, because it also classifies open chains for
-// display. Learn is called once for each chain that becomes final, after Classify, and teaches
-// the classifier from it (which apiserver serves what). Both are called from one goroutine at a
-// time; the chain belongs to the caller, and is valid only for the call (its memory serves the
-// next chain).
+// Classify receives a draft (a chain with the correlator's working state) whose sides (one per
+// apiserver, in arrival order) are filled in and whose roles are not: it sets Entry, Peer and
+// Others, Class, Findings and Explanation. It may read what it has learned but must not change
+// it, because it also classifies open chains for display. Learn is called once for each chain
+// that becomes final, after Classify, and teaches the classifier from it (which apiserver
+// serves what). Both are called from one goroutine at a time; the draft belongs to the caller,
+// and is valid only for the call (its memory serves the next chain).
 type Classifier interface {
-	Classify(c *Chain)
-	Learn(c *Chain)
+	Classify(c *draft)
+	Learn(c *draft)
 }
 
 // Messages that identify an outcome in an audit record's responseStatus.
@@ -57,24 +57,8 @@ func NewClassifier(caps *Capabilities) *DefaultClassifier { return &DefaultClass
 
 func (c *Chain) gvr() GVR { return GVR{Group: c.Group, Version: c.Version, Resource: c.Resource} }
 
-// when is the time a chain's request was made, for capability lookups.
-func (c *Chain) when() time.Time {
-	for _, s := range c.sides {
-		if !s.RequestReceived.IsZero() {
-			return s.RequestReceived
-		}
-	}
-	// A chain read from the store has its roles only.
-	for _, s := range []*Side{c.Entry, c.Peer} {
-		if s != nil && !s.RequestReceived.IsZero() {
-			return s.RequestReceived
-		}
-	}
-	return c.FirstReceived
-}
-
 // Classify implements Classifier.
-func (k *DefaultClassifier) Classify(c *Chain) {
+func (k *DefaultClassifier) Classify(c *draft) {
 	c.Entry, c.Peer, c.Others, c.Findings = nil, nil, nil, []Finding{}
 	c.undecided, c.noiseOf, c.noiseSince, c.apart, c.collapsed = "", "", time.Time{}, nil, false
 	switch len(c.sides) {
@@ -128,7 +112,7 @@ func (k *DefaultClassifier) Classify(c *Chain) {
 	case c.shared:
 		c.Explanation += fmt.Sprintf("; other requests carried its auditID too (a client may set its own Audit-ID): every chain of the auditID is listed with it (%s)", FindingAuditIDReused)
 	}
-	fillDerived(c)
+	fillDerived(&c.Chain)
 }
 
 // forwardEvidence says what shows a forward, for explanations.
@@ -185,7 +169,7 @@ func nested(e, p *Side) bool {
 // (nested). Without them the records are requests of their own that share an Audit-ID (ok
 // false; Classify keeps them apart). When the hop goes both ways (the client's address is the
 // entry's, and the apiservers share a host), roles decides the direction.
-func (k *DefaultClassifier) forward(c *Chain, a, b *Side) (entry, peer *Side, why string, ok bool) {
+func (k *DefaultClassifier) forward(c *draft, a, b *Side) (entry, peer *Side, why string, ok bool) {
 	ab, ba := k.hopFrom(a, b), k.hopFrom(b, a)
 	switch {
 	case ab && !ba:
@@ -211,7 +195,7 @@ func (k *DefaultClassifier) forward(c *Chain, a, b *Side) (entry, peer *Side, wh
 // requests groups c's sides (indexes, in arrival order, the first side's group first) into
 // the requests they record: two sides are one request when one is the forward of the other
 // (forward), and a group of three or more is a forward forwarded again (loop).
-func (k *DefaultClassifier) requests(c *Chain) [][]int {
+func (k *DefaultClassifier) requests(c *draft) [][]int {
 	n := len(c.sides)
 	group := make([]int, n)
 	for i := range group {
@@ -248,7 +232,7 @@ func (k *DefaultClassifier) requests(c *Chain) [][]int {
 }
 
 // apartWhy says why c's records are more than one request.
-func (k *DefaultClassifier) apartWhy(c *Chain, groups [][]int) string {
+func (k *DefaultClassifier) apartWhy(c *draft, groups [][]int) string {
 	names := make([]string, len(groups))
 	for i, g := range groups {
 		var ns []string
@@ -275,7 +259,7 @@ func hops(a, b []string) int {
 // impersonation, the objects and the status message are in the records; who serves what is
 // learned from other chains and may be out of date for a server that has just restarted, so
 // it only breaks a tie.
-func (k *DefaultClassifier) roles(c *Chain, a, b *Side) (entry, peer *Side, why string) {
+func (k *DefaultClassifier) roles(c *draft, a, b *Side) (entry, peer *Side, why string) {
 	score := 0 // > 0: a is the entry
 	var reasons []string
 	add := func(n int, reason string) {
@@ -373,7 +357,7 @@ func (k *DefaultClassifier) apiserverHops(s *Side) int {
 	return n
 }
 
-func (k *DefaultClassifier) pair(c *Chain, roles string) {
+func (k *DefaultClassifier) pair(c *draft, roles string) {
 	e, p := c.Entry, c.Peer
 	// A second hop: a record shows two apiserver hops after the client, counted against the
 	// other side's record or by the addresses themselves (the first hop's record may be missing).
@@ -450,7 +434,7 @@ func sameExtra(a, b map[string][]string) bool {
 // 1.36 serves what its 1.35 process forwarded), and never turns a chain broken alone: a
 // missing side needs the apiserver's own forwarding of the resource in that process as well.
 // Where the rule needs a fact the view does not know yet, the chain waits for it (it sets
-// Chain.undecided; the correlator keeps it open one more chain window, once: Joiner.hold),
+// draft.undecided; the correlator keeps it open one more chain window, once: Joiner.hold),
 // then takes the verdict that claims no fault.
 //
 //  1. internal: /api or /apis fetched as system:apiserver with no user agent (a peer's
@@ -567,7 +551,7 @@ func end(s *Side) time.Time {
 // sourceIP belongs to delivered its audit across s's request without recording its auditID
 // (Capabilities.Delivered, coverMargin around it), and names them: then none of them
 // forwarded it. False when there is none, or one did not (yet).
-func (k *DefaultClassifier) entriesDeliveredWithout(c *Chain, s *Side) ([]string, bool) {
+func (k *DefaultClassifier) entriesDeliveredWithout(c *draft, s *Side) ([]string, bool) {
 	if s.RequestReceived.IsZero() {
 		return nil, false
 	}
@@ -588,7 +572,7 @@ func (k *DefaultClassifier) entriesDeliveredWithout(c *Chain, s *Side) ([]string
 // audit across the request, coverMargin around it, without recording its auditID: a forward
 // is always audited by its peer, so s's apiserver did not forward it. It names them; false
 // when there is none, or one did not (yet).
-func (k *DefaultClassifier) peersDeliveredWithout(c *Chain, s *Side) ([]string, bool) {
+func (k *DefaultClassifier) peersDeliveredWithout(c *draft, s *Side) ([]string, bool) {
 	if s.RequestReceived.IsZero() {
 		return nil, false
 	}
@@ -609,7 +593,7 @@ func (k *DefaultClassifier) peersDeliveredWithout(c *Chain, s *Side) ([]string, 
 	return names, len(names) > 0
 }
 
-func isInternal(c *Chain, s *Side) bool {
+func isInternal(c *draft, s *Side) bool {
 	if c.Resource != "" || s.User != userAPIServer || s.UserAgent != "" {
 		return false
 	}
@@ -617,7 +601,7 @@ func isInternal(c *Chain, s *Side) bool {
 	return path == "/api" || path == "/apis"
 }
 
-func (k *DefaultClassifier) single(c *Chain, s *Side) {
+func (k *DefaultClassifier) single(c *draft, s *Side) {
 	if isInternal(c, s) {
 		c.Entry = s
 		c.Class = ClassInternal
@@ -783,7 +767,7 @@ func (k *DefaultClassifier) entryStarting(apiserver string, t time.Time) (since 
 }
 
 // noise adds the restart-noise findings (see the rules above single) to a classified chain.
-func (k *DefaultClassifier) noise(c *Chain) {
+func (k *DefaultClassifier) noise(c *draft) {
 	if c.Resource == "" || c.Class == ClassInternal || c.Class == ClassLoop {
 		return
 	}
@@ -920,7 +904,7 @@ func (k *DefaultClassifier) noise(c *Chain) {
 // entry) that served c's resource before its restart, or in its new process, was starting
 // (Capabilities.Starting): the entries reach a restarted peer before it can answer, and it
 // fails its first forwards as it would fail its own first requests.
-func (k *DefaultClassifier) peerStarting(c *Chain, entry string, servers []ServerInfo, times []time.Time) bool {
+func (k *DefaultClassifier) peerStarting(c *draft, entry string, servers []ServerInfo, times []time.Time) bool {
 	g := c.gvr()
 	for _, at := range times {
 		for _, srv := range servers {
@@ -970,7 +954,7 @@ const stoppingWindow = 2 * time.Second
 
 // silent gives c a restart-noise finding f that blames server's silence from from to to
 // (zero: it lasts).
-func (k *DefaultClassifier) silent(c *Chain, f Finding, server string, from, to time.Time, what string) {
+func (k *DefaultClassifier) silent(c *draft, f Finding, server string, from, to time.Time, what string) {
 	c.Findings = append(c.Findings, f)
 	until := "it is still silent"
 	if !to.IsZero() {
@@ -983,11 +967,11 @@ func (k *DefaultClassifier) silent(c *Chain, f Finding, server string, from, to 
 
 // peerDown gives c the finding peer_down, blaming peer's silence from from to to (zero: it
 // lasts).
-func (k *DefaultClassifier) peerDown(c *Chain, peer string, from, to time.Time) {
+func (k *DefaultClassifier) peerDown(c *draft, peer string, from, to time.Time) {
 	k.silent(c, FindingPeerDown, peer, from, to, "which serves "+c.gvr().String()+", was down")
 }
 
-func (k *DefaultClassifier) loop(c *Chain) {
+func (k *DefaultClassifier) loop(c *draft) {
 	// The entry is the side with the fewest hops; the others follow in hop order.
 	sides := slices.Clone(c.sides)
 	slices.SortStableFunc(sides, func(a, b *Side) int { return len(a.SourceIPs) - len(b.SourceIPs) })
@@ -1025,14 +1009,14 @@ func fillDerived(c *Chain) {
 // Learn implements Classifier.
 //
 // What it learns must hold whatever clients send (they choose their paths, headers and
-// Audit-IDs): nothing from records split apart as requests sharing an Audit-ID (Chain.split,
+// Audit-IDs): nothing from records split apart as requests sharing an Audit-ID (draft.split,
 // apart); that an apiserver serves a resource only from an answer of its own at the
 // resource's level (servedOutcome: a 404 "could not find" or a bare one says the opposite,
 // and a client gets one for any path); that it does not, only from a request for the resource
 // itself (no subresource: a made-up subresource of a served resource is not found either)
 // whose apiserver's process was not seen to serve it, and not from a forward whose client's
-// address was its entry's own (Chain.collapsed).
-func (k *DefaultClassifier) Learn(c *Chain) {
+// address was its entry's own (draft.collapsed).
+func (k *DefaultClassifier) Learn(c *draft) {
 	if c.Resource == "" || c.split || len(c.apart) > 0 {
 		return
 	}

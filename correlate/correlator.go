@@ -81,7 +81,7 @@ type Correlator struct {
 	flushBatch int
 	recs       []record.Record  // the last frame's records; their memory decodes the next
 	intern     *record.Interner // the recurring values of records, shared rather than decoded afresh
-	finishing  Chain            // the memory finishLocked builds each chain in
+	finishing  draft            // the memory finishLocked builds each chain in
 	// freeSides are the sides of chains the sink has taken (WriteChains returned: they are the
 	// correlator's again), for finishLocked to build the next chains' in.
 	freeSides []*Side
@@ -660,7 +660,7 @@ func (co *Correlator) prevResult(cs *chainState) *result {
 const maxUndecided = 100_000
 
 // reevaluateLocked judges again the final chains that were decided without the evidence
-// they waited for (Chain.undecided), now that the capability view has learned more: a
+// they waited for (draft.undecided), now that the capability view has learned more: a
 // whole apiserver's stream can arrive later than the wait (its webhook backing off), and
 // what it teaches (who serves a resource, whose address an IP is) may change their verdict.
 // A chain whose verdict changes is emitted again with a higher revision, and the window and
@@ -724,7 +724,7 @@ func (co *Correlator) recheckRecentLocked(ctx context.Context) {
 // apply makes ch, the classification of cs, its result: counted in the metrics and the
 // window (taking back prev, its earlier result, if any) and handed to the sink. It is traced
 // when it leaves memory (traceLeaving).
-func (co *Correlator) apply(ctx context.Context, cs *chainState, ch *Chain, prev *result) {
+func (co *Correlator) apply(ctx context.Context, cs *chainState, ch *draft, prev *result) {
 	// What the window counted of prev is read before its verdict is let go.
 	var old tally
 	if prev != nil {
@@ -758,7 +758,7 @@ func (co *Correlator) apply(ctx context.Context, cs *chainState, ch *Chain, prev
 	co.j.verdicts.release(cs.res.verdict)
 	cs.res = res
 	if prev == nil {
-		co.m.count(ch)
+		co.m.count(&ch.Chain)
 	} else {
 		// Counters cannot take a count back; the reclassification is counted on its own, while
 		// the window the gate reads is corrected.
@@ -781,7 +781,7 @@ func (co *Correlator) apply(ctx context.Context, cs *chainState, ch *Chain, prev
 		if co.pending == nil {
 			co.pending, co.spare = co.spare, nil
 		}
-		co.pending = append(co.pending, *ch)
+		co.pending = append(co.pending, ch.Chain)
 	}
 }
 
@@ -794,7 +794,7 @@ func (co *Correlator) traceLeaving(cs *chainState) {
 	if co.tracer == nil || !cs.final || !cs.res.set {
 		return
 	}
-	co.tracer.Emit(context.Background(), co.view(cs))
+	co.tracer.Emit(context.Background(), &co.view(cs).Chain)
 }
 
 // flush hands the pending chains to the sink, flushBatch at a time. co.mu is not held while
@@ -881,17 +881,32 @@ func (co *Correlator) flushBatchOf(ctx context.Context) (done bool, err error) {
 const maxFreeSides = 16_384
 
 // takeSides returns the sides of the chains (which the sink has taken), cleared, in a list
-// whose memory is reused. It runs without co.mu: only the flush that holds the chains sees them.
+// whose memory is reused: every side a chain was built with has a role (Entry, Peer or one of
+// Others) once it is final. It runs without co.mu: only the flush that holds the chains sees
+// them.
 func (co *Correlator) takeSides(chains []Chain) []*Side {
 	out := co.sidesOut[:0]
+	take := func(s *Side) bool {
+		if s == nil {
+			return true
+		}
+		if len(out) == maxFreeSides {
+			return false
+		}
+		*s = Side{}
+		out = append(out, s)
+		return true
+	}
 all:
 	for i := range chains {
-		for _, s := range chains[i].sides {
-			if len(out) == maxFreeSides {
+		c := &chains[i]
+		if !take(c.Entry) || c.Peer != c.Entry && !take(c.Peer) {
+			break
+		}
+		for _, s := range c.Others {
+			if !take(s) {
 				break all
 			}
-			*s = Side{}
-			out = append(out, s)
 		}
 	}
 	co.sidesOut = out
@@ -905,26 +920,28 @@ func (co *Correlator) counted(cs *chainState, r *result) tally {
 		first: time.Unix(0, cs.first).Unix()}
 }
 
-// build turns a chain's state into a Chain with its sides in arrival order and no roles.
-// The Chain is the classifier's and the API's own: its slices and maps are shared with the
+// build turns a chain's state into a draft with its sides in arrival order and no roles.
+// The draft is the classifier's and the API's own: its slices and maps are shared with the
 // joiner's tables, and nobody changes them.
-func (co *Correlator) build(cs *chainState) *Chain {
-	ch := new(Chain)
+func (co *Correlator) build(cs *chainState) *draft {
+	ch := new(draft)
 	co.buildInto(ch, cs, false)
 	return ch
 }
 
 // buildInto is build into ch's memory, all of which it sets; with recycled, its sides are
 // built in freeSides while there are any (only for a chain that goes nowhere but the sink).
-func (co *Correlator) buildInto(ch *Chain, cs *chainState, recycled bool) {
+func (co *Correlator) buildInto(ch *draft, cs *chainState, recycled bool) {
 	j := co.j
 	t := j.targetOf(cs)
-	*ch = Chain{
-		ID: j.chainID(cs), AuditID: j.auditID(cs), State: StateOpen,
-		Verb: t.verb, RequestURI: j.text(cs.uri), Group: t.group, Version: t.version, Resource: t.resource,
-		Subresource: t.subres, Namespace: t.ns, Name: j.chainName(cs),
-		FirstReceived: time.Unix(0, cs.first).UTC(), LastReceived: time.Unix(0, cs.last).UTC(),
-		Records: int(cs.records), Revision: int(cs.emitted), Evicted: cs.evicted,
+	*ch = draft{
+		Chain: Chain{
+			ID: j.chainID(cs), AuditID: j.auditID(cs), State: StateOpen,
+			Verb: t.verb, RequestURI: j.text(cs.uri), Group: t.group, Version: t.version, Resource: t.resource,
+			Subresource: t.subres, Namespace: t.ns, Name: j.chainName(cs),
+			FirstReceived: time.Unix(0, cs.first).UTC(), LastReceived: time.Unix(0, cs.last).UTC(),
+			Records: int(cs.records), Revision: int(cs.emitted), Evicted: cs.evicted,
+		},
 		reused: cs.reuse&reuseDropped != 0, shared: cs.reuse&reuseShared != 0, split: cs.reuse&reuseSplit != 0,
 		streamNow: time.Unix(0, j.now).UTC(),
 	}
@@ -1019,7 +1036,7 @@ func stageNames(bits uint8) []string {
 
 // view returns the chain as the API shows it: final chains as they were classified, open ones
 // classified provisionally with what is known now.
-func (co *Correlator) view(cs *chainState) *Chain {
+func (co *Correlator) view(cs *chainState) *draft {
 	ch := co.build(cs)
 	res := &cs.res
 	if !res.set || !cs.final {
@@ -1040,16 +1057,16 @@ func (co *Correlator) view(cs *chainState) *Chain {
 			ch.Others = append(ch.Others, s)
 		}
 	}
-	fillDerived(ch)
+	fillDerived(&ch.Chain)
 	return ch
 }
 
 // views returns cs as the API shows it (view): one chain, or, for an open chain whose records
-// are more than one request (Chain.apart), the chains the correlator will split it into.
-func (co *Correlator) views(cs *chainState) []*Chain {
+// are more than one request (draft.apart), the chains the correlator will split it into.
+func (co *Correlator) views(cs *chainState) []*draft {
 	ch := co.view(cs)
 	if len(ch.apart) == 0 {
-		return []*Chain{ch}
+		return []*draft{ch}
 	}
 	moved := map[int]bool{}
 	for _, g := range ch.apart {
@@ -1064,7 +1081,7 @@ func (co *Correlator) views(cs *chainState) []*Chain {
 		}
 	}
 	sides := co.j.sidesOf(cs)
-	out := make([]*Chain, 0, 1+len(ch.apart))
+	out := make([]*draft, 0, 1+len(ch.apart))
 	for _, g := range append([][]int{first}, ch.apart...) {
 		part := co.build(cs)
 		own := make([]*Side, 0, len(g))
@@ -1096,7 +1113,9 @@ func (co *Correlator) Chains(auditID string) []*Chain {
 	defer co.mu.Unlock()
 	var out []*Chain
 	for _, cs := range co.j.lookup(auditID) {
-		out = append(out, co.views(cs)...)
+		for _, d := range co.views(cs) {
+			out = append(out, &d.Chain)
+		}
 	}
 	SortChains(out)
 	return out
@@ -1108,7 +1127,7 @@ func SortChains(chains []*Chain) {
 		if c := a.FirstReceived.Compare(b.FirstReceived); c != 0 {
 			return c
 		}
-		if c := a.when().Compare(b.when()); c != 0 {
+		if c := a.requestTime().Compare(b.requestTime()); c != 0 {
 			return c
 		}
 		return strings.Compare(a.ID, b.ID)
@@ -1144,7 +1163,7 @@ func (co *Correlator) List(f Filter) []*Chain {
 				f.APIServer != "" && !hasSide(ch, f.APIServer) {
 				continue
 			}
-			if out = append(out, ch); len(out) == f.Limit {
+			if out = append(out, &ch.Chain); len(out) == f.Limit {
 				return false
 			}
 		}
@@ -1154,7 +1173,7 @@ func (co *Correlator) List(f Filter) []*Chain {
 }
 
 // hasSide reports whether apiserver recorded ch's request.
-func hasSide(ch *Chain, apiserver string) bool {
+func hasSide(ch *draft, apiserver string) bool {
 	for _, s := range ch.sides {
 		if s.APIServer == apiserver {
 			return true

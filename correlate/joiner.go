@@ -818,7 +818,7 @@ func (j *Joiner) reopen(c *chainState) {
 }
 
 // hold takes back the finalisation of c, which Due has just returned: its verdict waits for
-// evidence the classifier does not have yet (Chain.undecided). It stays open for one more
+// evidence the classifier does not have yet (draft.undecided). It stays open for one more
 // chain window, once: the wait is bounded, and a chain is decided at its second due time
 // whatever is known then.
 func (j *Joiner) hold(c *chainState) bool {

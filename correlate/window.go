@@ -101,7 +101,7 @@ type tally struct {
 	first    int64 // Unix seconds of the first receipt
 }
 
-func tallyOf(c *Chain) tally {
+func tallyOf(c *draft) tally {
 	return tally{class: c.Class, findings: c.Findings, code: c.Code, resource: c.Resource != "", noise: c.noiseOf != "", first: c.FirstReceived.Unix()}
 }
 
@@ -159,7 +159,7 @@ const maxEpisodes = 256
 // noiseEpisodes are the recent noise episodes, oldest first.
 type noiseEpisodes struct{ list []NoiseEpisode }
 
-func (n *noiseEpisodes) add(c *Chain) {
+func (n *noiseEpisodes) add(c *draft) {
 	f := FindingEntryStarting
 	for _, x := range NoiseFindings {
 		if c.HasFinding(x) {
