@@ -74,7 +74,7 @@ func stageBit(s string) uint8 {
 }
 
 // side is one apiserver's records of a request. Its strings and shared values are numbers in
-// the Joiner's tables (see compact.go): chains are many.
+// the Joiner's tables (see layout.go): chains are many.
 type side struct {
 	rr         int64 // requestReceivedTimestamp, Unix µs
 	done       int64 // stageTimestamp of the latest stage, Unix µs
