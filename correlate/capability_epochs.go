@@ -235,7 +235,7 @@ func (c *Capabilities) Note(apiserver string, s Sighting) {
 	if s.At.Before(info.LastSeen) || s.Process != "" && s.Process != info.Process && pastProcess(info.History, s.Process) {
 		return
 	}
-	otherVersion := s.Version != "" && info.Version != "" && !sameRelease(s.Version, info.Version)
+	otherVersion := s.Version != "" && info.Version != "" && !SameRelease(s.Version, info.Version)
 	cause := ""
 	switch {
 	case otherVersion:
@@ -371,7 +371,7 @@ func (c *Capabilities) notePastLocked(apiserver string, info *ServerInfo, s Sigh
 // causeAfter is why a process running version began after one running prev: a version change
 // when both are known and name other releases, else a restart.
 func causeAfter(prev, version string) string {
-	if prev != "" && version != "" && !sameRelease(prev, version) {
+	if prev != "" && version != "" && !SameRelease(prev, version) {
 		return CauseVersionChange
 	}
 	return CauseRestart
@@ -453,7 +453,7 @@ func (c *Capabilities) setVersionLocked(info *ServerInfo, version string) {
 	if version == "" || version == info.Version {
 		return
 	}
-	if info.Version != "" && sameRelease(version, info.Version) && len(version) <= len(info.Version) {
+	if info.Version != "" && SameRelease(version, info.Version) && len(version) <= len(info.Version) {
 		return
 	}
 	info.Version = version

@@ -190,9 +190,9 @@ func (c *Chain) Clone() Chain {
 	return out
 }
 
-// requestTime is when the request reached the first apiserver that recorded it: the entry's
+// RequestTime is when the request reached the first apiserver that recorded it: the entry's
 // requestReceivedTimestamp, else the peer's, else when peertrail first received a record.
-func (c *Chain) requestTime() time.Time {
+func (c *Chain) RequestTime() time.Time {
 	for _, s := range []*Side{c.Entry, c.Peer} {
 		if s != nil && !s.RequestReceived.IsZero() {
 			return s.RequestReceived

@@ -55,8 +55,6 @@ type DefaultClassifier struct {
 // NewClassifier returns a DefaultClassifier over caps.
 func NewClassifier(caps *Capabilities) *DefaultClassifier { return &DefaultClassifier{Caps: caps} }
 
-func (c *Chain) gvr() GVR { return GVR{Group: c.Group, Version: c.Version, Resource: c.Resource} }
-
 // Classify implements Classifier.
 func (k *DefaultClassifier) Classify(c *draft) {
 	c.Entry, c.Peer, c.Others, c.Findings = nil, nil, nil, []Finding{}

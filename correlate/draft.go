@@ -41,6 +41,9 @@ type draft struct {
 	noiseSince time.Time
 }
 
+// gvr is the draft's group/version/resource.
+func (d *draft) gvr() GVR { return GVR{Group: d.Group, Version: d.Version, Resource: d.Resource} }
+
 // when is the time the draft's request was made, for capability lookups: the first side in
 // arrival order that has one.
 func (d *draft) when() time.Time {
@@ -49,7 +52,7 @@ func (d *draft) when() time.Time {
 			return s.RequestReceived
 		}
 	}
-	return d.requestTime()
+	return d.RequestTime()
 }
 
 // build turns a chain's state into a draft with its sides in arrival order and no roles.

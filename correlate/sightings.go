@@ -123,3 +123,31 @@ func (co *Correlator) reportAgent(r *record.Record, err error) {
 	}
 	co.log.Warn(msg, "apiserver", r.APIServer, "user_agent", r.UserAgent, "uid", r.UserUID, "err", err)
 }
+
+// groupMasters is the group of the apiserver's loopback identity; peer discovery, which is
+// also audited as system:apiserver, carries only system:authenticated.
+const groupMasters = "system:masters"
+
+// isLoopback reports whether r is one of the apiserver's own loopback requests: user
+// system:apiserver in group system:masters, sent from one address (a request forwarded by a
+// peer adds the peer's address to sourceIPs).
+//
+// What the apiserver itself is, not what its binary is called: every kube-apiserver (and
+// every build that embeds one, such as k3s) authenticates its loopback client with a token
+// it makes up at start, as user system:apiserver, groups [system:authenticated,
+// system:masters] and a UID that is a fresh random UUID per process
+// (k8s.io/apiserver/pkg/server/config.go, AuthorizeClientBearerToken). The real captures in
+// test/testdata/real show exactly that, while the peer-discovery fetches of a server's
+// /api and /apis come as system:apiserver with groups [system:authenticated] only, no UID
+// and no user agent.
+func isLoopback(r *record.Record) bool {
+	if r.UserName != userAPIServer || len(r.SourceIPs) > 1 {
+		return false
+	}
+	for _, g := range r.UserGroups {
+		if g == groupMasters {
+			return true
+		}
+	}
+	return false
+}

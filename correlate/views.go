@@ -102,7 +102,7 @@ func SortChains(chains []*Chain) {
 		if c := a.FirstReceived.Compare(b.FirstReceived); c != 0 {
 			return c
 		}
-		if c := a.requestTime().Compare(b.requestTime()); c != 0 {
+		if c := a.RequestTime().Compare(b.RequestTime()); c != 0 {
 			return c
 		}
 		return strings.Compare(a.ID, b.ID)

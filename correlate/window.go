@@ -27,7 +27,8 @@ func newTotals() Totals {
 	return Totals{Chains: map[Class]int{}, Findings: map[Finding]int{}, Noise: map[Class]int{}}
 }
 
-func (t *Totals) add(o *Totals) {
+// addTotals adds o's counts to t.
+func addTotals(t, o *Totals) {
 	for k, v := range o.Chains {
 		t.Chains[k] += v
 	}
@@ -111,7 +112,7 @@ func (w *window) since(from, now time.Time) Totals {
 	lo, hi := from.Unix()/slotSeconds, now.Unix()/slotSeconds
 	for i := range w.slots {
 		if m := w.stamp[i]; m >= lo && m <= hi && m != 0 {
-			out.add(&w.slots[i])
+			addTotals(&out, &w.slots[i])
 		}
 	}
 	return out
@@ -145,8 +146,6 @@ type NoiseEpisode struct {
 	Chains int       `json:"chains"`
 	// Classes counts the explained chains by class.
 	Classes map[Class]int `json:"classes"`
-	// seen is when peertrail last counted a chain into it (the window is receipt time).
-	seen time.Time
 }
 
 // Duration is how long the noise lasted: from its first chain's request to its last's.
@@ -157,7 +156,14 @@ func (e NoiseEpisode) Duration() time.Duration { return e.Last.Sub(e.First) }
 const maxEpisodes = 256
 
 // noiseEpisodes are the recent noise episodes, oldest first.
-type noiseEpisodes struct{ list []NoiseEpisode }
+type noiseEpisodes struct{ list []episode }
+
+// episode is a noise episode and when peertrail last counted a chain into it (the window is
+// receipt time).
+type episode struct {
+	NoiseEpisode
+	seen time.Time
+}
 
 func (n *noiseEpisodes) add(c *draft) {
 	f := FindingEntryStarting
@@ -182,8 +188,8 @@ func (n *noiseEpisodes) add(c *draft) {
 			return
 		}
 	}
-	n.list = append(n.list, NoiseEpisode{Finding: f, APIServer: c.noiseOf, Since: c.noiseSince.UTC(), First: t, Last: t,
-		Chains: 1, Classes: map[Class]int{c.Class: 1}, seen: c.LastReceived})
+	n.list = append(n.list, episode{NoiseEpisode{Finding: f, APIServer: c.noiseOf, Since: c.noiseSince.UTC(), First: t, Last: t,
+		Chains: 1, Classes: map[Class]int{c.Class: 1}}, c.LastReceived})
 	if len(n.list) > maxEpisodes {
 		n.list = n.list[len(n.list)-maxEpisodes:]
 	}
@@ -195,7 +201,7 @@ func (n *noiseEpisodes) since(from time.Time) []NoiseEpisode {
 	for _, e := range n.list {
 		if !e.seen.Before(from) {
 			e.Classes = maps.Clone(e.Classes)
-			out = append(out, e)
+			out = append(out, e.NoiseEpisode)
 		}
 	}
 	return out
