@@ -10,32 +10,6 @@ import (
 	"time"
 )
 
-// Lookup finds a final chain that is no longer in memory (the store's chains table). It
-// returns (nil, nil) when there is none.
-type Lookup func(ctx context.Context, auditID string) (*Chain, error)
-
-// ChainsLookup returns every stored chain with auditID (the store's chains table), oldest
-// first; none when there is none.
-type ChainsLookup func(ctx context.Context, auditID string) ([]*Chain, error)
-
-// ListLookup lists the stored chains that match f (whose Since is set), newest first, at most
-// f.Limit of them.
-type ListLookup func(ctx context.Context, f Filter) ([]*Chain, error)
-
-// RecordsLookup returns the stored audit events of chain c (the store's events table), oldest
-// first.
-type RecordsLookup func(ctx context.Context, c *Chain) ([]StoredRecord, error)
-
-// StoredRecord is one audit event of a chain as the store keeps it: the event's JSON exactly as
-// the apiserver sent it (objects of redacted resources dropped at ingest).
-type StoredRecord struct {
-	APIServer      string          `json:"apiserver"`
-	Stage          string          `json:"stage"`
-	StageTimestamp time.Time       `json:"stage_timestamp"`
-	ReceivedAt     time.Time       `json:"received_at"`
-	Event          json.RawMessage `json:"event"`
-}
-
 // Stores are the API's ways into the store for what memory no longer holds (or never held:
 // the raw events); any may be nil.
 type Stores struct {
@@ -132,18 +106,6 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 
 type apiError struct {
 	Error string `json:"error"`
-}
-
-// ChainAnswer is what GET /api/v1/chains/{auditID} answers: the chain asked for, its fields
-// at the top level as they always were, and the other chains of its auditID.
-type ChainAnswer struct {
-	*Chain
-	// ChainsWithAuditID counts the chains (requests) with the auditID, this one included.
-	ChainsWithAuditID int `json:"chains_with_audit_id"`
-	// OtherChains are the others, oldest first.
-	OtherChains []*Chain `json:"other_chains,omitempty"`
-	// Warning says that the store could not be asked: only the chains in memory are counted.
-	Warning string `json:"warning,omitempty"`
 }
 
 // chains returns every chain with auditID, from memory and the store (memory's version of a

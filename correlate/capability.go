@@ -7,20 +7,6 @@ import (
 	"time"
 )
 
-// GVR names a group/version/resource ("" group is the core group).
-type GVR struct {
-	Group    string `json:"group"`
-	Version  string `json:"version"`
-	Resource string `json:"resource"`
-}
-
-func (g GVR) String() string {
-	if g.Group == "" {
-		return g.Version + "/" + g.Resource
-	}
-	return g.Group + "/" + g.Version + "/" + g.Resource
-}
-
 // run is a stretch of time over which every piece of evidence agreed.
 type run struct {
 	served      bool
@@ -318,26 +304,6 @@ func (c *Capabilities) ProxiedRecently(apiserver string, g GVR, t time.Time) boo
 	defer c.mu.RUnlock()
 	_, known := c.nearestLocked(c.proxied[apiserver][g], apiserver, t)
 	return known
-}
-
-// ServedGVR is one entry of an apiserver's capability view.
-type ServedGVR struct {
-	Group    string `json:"group"`
-	Version  string `json:"version"`
-	Resource string `json:"resource"`
-	Served   bool   `json:"served"`
-	// Assumed says that only answers that could have been forwards' entry records say so
-	// (Capabilities.Assume).
-	Assumed  bool      `json:"assumed,omitempty"`
-	Since    time.Time `json:"since"`
-	LastSeen time.Time `json:"last_seen"`
-}
-
-// APIServerView is what GET /api/v1/apiservers reports for one apiserver.
-type APIServerView struct {
-	ServerInfo
-	// Resources lists, per GVR, what the latest evidence says.
-	Resources []ServedGVR `json:"resources"`
 }
 
 // Snapshot returns every apiserver with its latest evidence per GVR, sorted by name.

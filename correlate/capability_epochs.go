@@ -10,49 +10,6 @@ import (
 // The apiservers' processes and versions: each new process or version begins a capability
 // epoch and an entry of the version history, and evidence of one epoch says nothing of the next.
 
-// ServerInfo is what is known of one apiserver.
-type ServerInfo struct {
-	Name string `json:"name"`
-	// Version is taken from the configuration or from the user agent of the apiserver's own
-	// loopback requests ("<binary>/v1.36.3 ...", whatever the binary is called), as written
-	// there: it parses with ParseVersion.
-	Version string `json:"version,omitempty"`
-	// Addresses are the IPs the apiserver was seen to connect from (its own loopback requests)
-	// or was configured with.
-	Addresses []string  `json:"addresses,omitempty"`
-	LastSeen  time.Time `json:"last_seen"`
-	// Proxied says whether the apiserver was seen to forward any request to a peer.
-	Proxied bool `json:"proxied"`
-	// Process identifies the apiserver's current process: the UID of its loopback identity,
-	// which every start of an apiserver makes up afresh. Empty until a loopback request with
-	// a UID was seen.
-	Process string `json:"process,omitempty"`
-	// History is the apiserver's version history, oldest first (at most maxHistory): when
-	// it was first seen, and each restart and version change since, each of which began a
-	// capability epoch.
-	History []VersionEpoch `json:"history,omitempty"`
-}
-
-// VersionEpoch is one entry of an apiserver's version history: from Since on, it ran Version
-// ("" when its user agent gave no version that parses) in the process Process.
-type VersionEpoch struct {
-	Since   time.Time `json:"since"`
-	Version string    `json:"version,omitempty"`
-	Process string    `json:"process,omitempty"`
-	// Cause is why the entry began: CauseFirstSeen, CauseRestart or CauseVersionChange.
-	Cause string `json:"cause"`
-}
-
-// Values of VersionEpoch.Cause.
-const (
-	// CauseFirstSeen: the first loopback request peertrail saw of the apiserver.
-	CauseFirstSeen = "first_seen"
-	// CauseRestart: a new process of the apiserver, running the same version.
-	CauseRestart = "restart"
-	// CauseVersionChange: the apiserver runs another version than before (or than configured).
-	CauseVersionChange = "version_change"
-)
-
 // maxHistory bounds the version history and the epochs kept per apiserver: an upgrade
 // restarts each server a few times, not dozens.
 const maxHistory = 32

@@ -1,40 +1,8 @@
 package correlate
 
 import (
-	"context"
 	"time"
 )
-
-// CapabilityRecord is one line of the capability history: an apiserver, in the version it ran
-// (Side.APIServerVersion of the chains: its own loopback requests tell it; "" before the
-// first), served or forwarded a group/version/resource from From to Until (the first and the
-// end of the last minute it was seen doing so), Requests times. In the minute of a restart into
-// another version, each version has a line of what it did. The store keeps the history for as
-// long as its rollups.
-type CapabilityRecord struct {
-	APIServer string `json:"apiserver"`
-	// Version is the apiserver's version (v1.36.3), not the resource's.
-	Version string `json:"version"`
-	// Role is RoleServed or RoleForwarded.
-	Role       string    `json:"role"`
-	Group      string    `json:"group"`
-	APIVersion string    `json:"api_version"`
-	Resource   string    `json:"resource"`
-	From       time.Time `json:"from"`
-	Until      time.Time `json:"until"`
-	Requests   int64     `json:"requests"`
-}
-
-// Values of CapabilityRecord.Role.
-const (
-	// RoleServed: the apiserver answered 2xx itself, or as the peer of a forward.
-	RoleServed = "served"
-	// RoleForwarded: the apiserver was the entry of a forward (proxied or failed).
-	RoleForwarded = "forwarded"
-)
-
-// HistoryLookup returns the capability history between since and until (the store's).
-type HistoryLookup func(ctx context.Context, since, until time.Time) ([]CapabilityRecord, error)
 
 // AtWindow is how far around an ?at= time the API reads the history: the version epoch that
 // holds the time is told by the evidence on both sides of it.

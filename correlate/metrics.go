@@ -28,11 +28,6 @@ type correlateMetrics struct {
 	badFrames    prometheus.Counter
 }
 
-// ForwardedClasses are the classes of chains whose entry apiserver forwarded the request
-// (served by the peer, failed, one side's record missing, or forwarded more than once): what
-// the entry's own apiserver_rerouted_request_total counts.
-var ForwardedClasses = []Class{ClassProxied, ClassProxyFailed, ClassBroken, ClassLoop}
-
 // latencyBuckets span a loopback forward (sub-millisecond) to a slow cross-zone one.
 var latencyBuckets = []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}
 

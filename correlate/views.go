@@ -2,8 +2,6 @@ package correlate
 
 import (
 	"slices"
-	"strings"
-	"time"
 )
 
 // The chains in memory as the chain API reads them: open ones classified provisionally with
@@ -94,28 +92,6 @@ func (co *Correlator) Chains(auditID string) []*Chain {
 	}
 	SortChains(out)
 	return out
-}
-
-// SortChains orders chains oldest first: by first receipt, then request time, then ID.
-func SortChains(chains []*Chain) {
-	slices.SortStableFunc(chains, func(a, b *Chain) int {
-		if c := a.FirstReceived.Compare(b.FirstReceived); c != 0 {
-			return c
-		}
-		if c := a.RequestTime().Compare(b.RequestTime()); c != 0 {
-			return c
-		}
-		return strings.Compare(a.ID, b.ID)
-	})
-}
-
-// Filter selects chains for List.
-type Filter struct {
-	Class     Class
-	Finding   Finding
-	APIServer string // entry or peer
-	Since     time.Time
-	Limit     int
 }
 
 // List returns the chains in memory (open, then recently final, newest first) that match f.

@@ -1,6 +1,18 @@
-package correlate
+// Package chain is peertrail's vocabulary of a request as the apiservers recorded it: the chain
+// and its sides, its class, findings and state, what is known of each apiserver (its versions,
+// what it served or forwarded), the counts the gate reads and the ways into the store that the
+// chain API asks (the lookups). The correlator makes chains, the store keeps them, the chain
+// API serves them, and the gate, the dashboards, the alerts and the CLI speak of them. It
+// imports nothing of peertrail's, so that each of them can speak of a chain without depending
+// on the engine that makes one, as Kubernetes keeps its audit Event type apart from the
+// backends that write it.
+package chain
 
-import "time"
+import (
+	"slices"
+	"strings"
+	"time"
+)
 
 // Class is what happened to one request, exactly one per chain.
 type Class string
@@ -210,3 +222,21 @@ func (c *Chain) HasFinding(f Finding) bool {
 	}
 	return false
 }
+
+// SortChains orders chains oldest first: by first receipt, then request time, then ID.
+func SortChains(chains []*Chain) {
+	slices.SortStableFunc(chains, func(a, b *Chain) int {
+		if c := a.FirstReceived.Compare(b.FirstReceived); c != 0 {
+			return c
+		}
+		if c := a.RequestTime().Compare(b.RequestTime()); c != 0 {
+			return c
+		}
+		return strings.Compare(a.ID, b.ID)
+	})
+}
+
+// ForwardedClasses are the classes of chains whose entry apiserver forwarded the request
+// (served by the peer, failed, one side's record missing, or forwarded more than once): what
+// the entry's own apiserver_rerouted_request_total counts.
+var ForwardedClasses = []Class{ClassProxied, ClassProxyFailed, ClassBroken, ClassLoop}

@@ -1,4 +1,4 @@
-package correlate
+package chain
 
 import (
 	"errors"
