@@ -33,8 +33,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/peertrail/peertrail/chain"
 	"github.com/peertrail/peertrail/config"
-	"github.com/peertrail/peertrail/correlate"
 	"github.com/peertrail/peertrail/loadgen"
 	"github.com/peertrail/peertrail/metrics"
 	"github.com/peertrail/peertrail/server"
@@ -248,7 +248,7 @@ type child struct {
 // serveRun starts the server, loads it, waits for everything to be stored and final, takes its
 // measurements and stops it. It returns some of the chains the run stored (maxSampleChains),
 // for the engine's ceiling.
-func (o Options) serveRun(ctx context.Context, t *Traffic, batches int, work string, res *Result) ([]*correlate.Chain, error) {
+func (o Options) serveRun(ctx context.Context, t *Traffic, batches int, work string, res *Result) ([]*chain.Chain, error) {
 	c, err := o.start(ctx, t, work)
 	if err != nil {
 		return nil, err
@@ -373,12 +373,12 @@ func (o Options) serveRun(ctx context.Context, t *Traffic, batches int, work str
 const maxSampleChains = 50_000
 
 // sampleChains reads final chains back from the store, as the chain read path does.
-func sampleChains(ctx context.Context, db store.Store) ([]*correlate.Chain, error) {
+func sampleChains(ctx context.Context, db store.Store) ([]*chain.Chain, error) {
 	r, err := db.Query(ctx, "SELECT * FROM "+store.ChainsTable+" WHERE state = 'final' LIMIT "+strconv.Itoa(maxSampleChains), nil)
 	if err != nil {
 		return nil, fmt.Errorf("bench: read back chains for the engine's ceiling: %w", err)
 	}
-	chains := make([]*correlate.Chain, len(r.Rows))
+	chains := make([]*chain.Chain, len(r.Rows))
 	for i := range r.Rows {
 		if chains[i], err = store.ChainFromRow(r, i); err != nil {
 			return nil, fmt.Errorf("bench: read back chains for the engine's ceiling: %w", err)

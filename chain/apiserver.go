@@ -33,7 +33,7 @@ type ServerInfo struct {
 	// which every start of an apiserver makes up afresh. Empty until a loopback request with
 	// a UID was seen.
 	Process string `json:"process,omitempty"`
-	// History is the apiserver's version history, oldest first (at most maxHistory): when
+	// History is the apiserver's version history, oldest first (bounded by the correlator): when
 	// it was first seen, and each restart and version change since, each of which began a
 	// capability epoch.
 	History []VersionEpoch `json:"history,omitempty"`
@@ -66,7 +66,7 @@ type ServedGVR struct {
 	Resource string `json:"resource"`
 	Served   bool   `json:"served"`
 	// Assumed says that only answers that could have been forwards' entry records say so
-	// (Capabilities.Assume).
+	// (correlate.Capabilities.Assume).
 	Assumed  bool      `json:"assumed,omitempty"`
 	Since    time.Time `json:"since"`
 	LastSeen time.Time `json:"last_seen"`

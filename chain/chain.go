@@ -63,7 +63,8 @@ const (
 	// silent (it was stopping).
 	FindingEntryStopping Finding = "entry_stopping"
 	// FindingAuditIDReused: more records arrived for the chain, or for its auditID, than one
-	// request makes (MaxChainRecords); the excess was not joined. A client sets its own Audit-ID.
+	// request makes (correlate.MaxChainRecords); the excess was not joined. A client sets its
+	// own Audit-ID.
 	FindingAuditIDReused Finding = "audit_id_reused"
 )
 
@@ -89,7 +90,7 @@ type Side struct {
 	APIServer string `json:"apiserver"`
 	// APIServerVersion is the version the apiserver ran when it received the request, as the
 	// correlator's version history had it when it last classified the chain (the epoch that
-	// holds RequestReceived, see Capabilities.VersionAt): "" when unknown. It is the
+	// holds RequestReceived, see correlate.Capabilities.VersionAt): "" when unknown. It is the
 	// apiserver's version (v1.36.3), not the resource's (Chain.Version). The capability
 	// history counts what each version served or forwarded by it.
 	APIServerVersion string `json:"apiserver_version,omitempty"`
@@ -171,7 +172,8 @@ type Chain struct {
 	FirstReceived time.Time `json:"first_received"`
 	LastReceived  time.Time `json:"last_received"`
 	// Records is how many audit records arrived for the chain: those it holds, at most
-	// MaxChainRecords, and those it dropped beyond that (then it has FindingAuditIDReused).
+	// correlate.MaxChainRecords, and those it dropped beyond that (then it has
+	// FindingAuditIDReused).
 	Records int `json:"records"`
 	// Revision counts how often the chain was finalised: above 1 when a late record reopened
 	// it. The store keeps the highest revision.
@@ -181,7 +183,7 @@ type Chain struct {
 }
 
 // Clone returns a copy of c with sides of its own (Entry, Peer and Others point to copies), for
-// a Sink that keeps chains (the correlator reuses the sides of those it handed over). The
+// a sink that keeps chains (the correlator reuses the sides of those it handed over). The
 // lists and maps are shared: nobody changes them.
 func (c *Chain) Clone() Chain {
 	out := *c

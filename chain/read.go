@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// Filter selects chains for List.
+// Filter selects chains: the chain API's list, from memory and from the store (ListLookup).
 type Filter struct {
 	Class     Class
 	Finding   Finding

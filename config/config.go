@@ -13,7 +13,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
-	"github.com/peertrail/peertrail/correlate"
+	"github.com/peertrail/peertrail/chain"
 )
 
 // APIServer describes one kube-apiserver of the control plane.
@@ -228,7 +228,7 @@ func (f File) Validate() error {
 			errs = append(errs, fmt.Errorf("apiservers[%d]: duplicate name %q", i, a.Name))
 		}
 		seen[a.Name] = true
-		if _, err := correlate.ParseVersion(a.Version); a.Version != "" && err != nil {
+		if _, err := chain.ParseVersion(a.Version); a.Version != "" && err != nil {
 			errs = append(errs, fmt.Errorf("apiservers[%d] (%s): %w", i, a.Name, err))
 		}
 		if a.CertSubject != "" {

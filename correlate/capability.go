@@ -5,6 +5,8 @@ import (
 	"sort"
 	"sync"
 	"time"
+
+	"github.com/peertrail/peertrail/chain"
 )
 
 // run is a stretch of time over which every piece of evidence agreed.
@@ -35,19 +37,19 @@ type Capabilities struct {
 	// seen: evidence from before a restart says nothing about after it (the new process may
 	// run other flags, feature gates or runtime-config even with the same version).
 	epochs   map[string][]time.Time
-	evidence map[string]map[GVR][]run // apiserver -> GVR -> runs by time
+	evidence map[string]map[chain.GVR][]run // apiserver -> GVR -> runs by time
 	// assumed holds, like evidence, when an apiserver answered a request for a GVR with a
 	// success that could also have been a forward's entry record (no objects, a bare status:
 	// measured, the entry of a forward records only {"code":N}, and at Metadata level a local
 	// answer looks the same). It says "serves" only where evidence says nothing in the
 	// epoch: a process either serves a built-in resource or not for its whole life, so one
 	// observed forward outranks any number of such answers, in whatever order they arrive.
-	assumed map[string]map[GVR][]run
+	assumed map[string]map[chain.GVR][]run
 	// proxied holds, like evidence, when each apiserver was seen to forward requests for a
 	// GVR (every run served=true), kept per epoch: that a process forwarded a resource is
 	// evidence about that process only.
-	proxied map[string]map[GVR][]run
-	seen    map[string]*ServerInfo
+	proxied map[string]map[chain.GVR][]run
+	seen    map[string]*chain.ServerInfo
 	// active are, per apiserver, the stretches of time its audit stream covered (records'
 	// own times, merged across gaps up to activityGap), oldest first: where they have a gap,
 	// the apiserver was down or restarting (see DownAt).
@@ -76,10 +78,10 @@ type Capabilities struct {
 func NewCapabilities(horizon time.Duration) *Capabilities {
 	return &Capabilities{
 		horizon:    horizon,
-		evidence:   map[string]map[GVR][]run{},
-		assumed:    map[string]map[GVR][]run{},
-		proxied:    map[string]map[GVR][]run{},
-		seen:       map[string]*ServerInfo{},
+		evidence:   map[string]map[chain.GVR][]run{},
+		assumed:    map[string]map[chain.GVR][]run{},
+		proxied:    map[string]map[chain.GVR][]run{},
+		seen:       map[string]*chain.ServerInfo{},
 		epochs:     map[string][]time.Time{},
 		active:     map[string][]span{},
 		delivered:  map[string][]span{},
@@ -91,7 +93,7 @@ func NewCapabilities(horizon time.Duration) *Capabilities {
 }
 
 // Learn records that apiserver did (served) or did not serve g at t.
-func (c *Capabilities) Learn(apiserver string, g GVR, t time.Time, served bool) {
+func (c *Capabilities) Learn(apiserver string, g chain.GVR, t time.Time, served bool) {
 	if g.Resource == "" || t.IsZero() {
 		return
 	}
@@ -105,7 +107,7 @@ func (c *Capabilities) Learn(apiserver string, g GVR, t time.Time, served bool) 
 
 // Assume records that apiserver answered a request for g at t with a success that does not
 // show whether it served it or forwarded it (see Capabilities.assumed).
-func (c *Capabilities) Assume(apiserver string, g GVR, t time.Time) {
+func (c *Capabilities) Assume(apiserver string, g chain.GVR, t time.Time) {
 	if g.Resource == "" || t.IsZero() {
 		return
 	}
@@ -115,10 +117,10 @@ func (c *Capabilities) Assume(apiserver string, g GVR, t time.Time) {
 	c.noteServedLocked(g)
 }
 
-func (c *Capabilities) learnLocked(into map[string]map[GVR][]run, apiserver string, g GVR, t time.Time, served bool) {
+func (c *Capabilities) learnLocked(into map[string]map[chain.GVR][]run, apiserver string, g chain.GVR, t time.Time, served bool) {
 	byGVR := into[apiserver]
 	if byGVR == nil {
-		byGVR = map[GVR][]run{}
+		byGVR = map[chain.GVR][]run{}
 		into[apiserver] = byGVR
 	}
 	from, to := c.epochLocked(apiserver, t)
@@ -127,7 +129,7 @@ func (c *Capabilities) learnLocked(into map[string]map[GVR][]run, apiserver stri
 }
 
 // noteServedLocked adds g's group/resource to what some apiserver serves (KnownResource).
-func (c *Capabilities) noteServedLocked(g GVR) {
+func (c *Capabilities) noteServedLocked(g chain.GVR) {
 	if _, ok := c.servedGR[GR{g.Group, g.Resource}]; !ok && len(c.servedGR) < maxServedGR {
 		c.servedGR[GR{g.Group, g.Resource}] = struct{}{}
 	}
@@ -198,13 +200,13 @@ func trim(runs []run) []run {
 // Serves reports what the evidence nearest to t says about apiserver serving g: served, not
 // served, or unknown (known=false) when there is no evidence within the horizon. Evidence in
 // the epoch that holds t outranks what is only assumed (Assume), however near in time.
-func (c *Capabilities) Serves(apiserver string, g GVR, t time.Time) (served, known bool) {
+func (c *Capabilities) Serves(apiserver string, g chain.GVR, t time.Time) (served, known bool) {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	return c.servesLocked(apiserver, g, t)
 }
 
-func (c *Capabilities) servesLocked(apiserver string, g GVR, t time.Time) (served, known bool) {
+func (c *Capabilities) servesLocked(apiserver string, g chain.GVR, t time.Time) (served, known bool) {
 	if served, known = c.nearestLocked(c.evidence[apiserver][g], apiserver, t); known {
 		return served, known
 	}
@@ -245,7 +247,7 @@ func (c *Capabilities) nearestLocked(runs []run, apiserver string, t time.Time) 
 // SeenServing reports whether the process of apiserver that ran at t was seen to serve g at
 // any time (Learn served, or Assume), within the horizon of t: a process serves a built-in
 // resource for its whole life or not at all.
-func (c *Capabilities) SeenServing(apiserver string, g GVR, t time.Time) bool {
+func (c *Capabilities) SeenServing(apiserver string, g chain.GVR, t time.Time) bool {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	from, to := c.epochLocked(apiserver, t)
@@ -262,7 +264,7 @@ func (c *Capabilities) SeenServing(apiserver string, g GVR, t time.Time) bool {
 }
 
 // OtherServer returns an apiserver other than except that served g nearest to t, if any.
-func (c *Capabilities) OtherServer(except string, g GVR, t time.Time) (string, bool) {
+func (c *Capabilities) OtherServer(except string, g chain.GVR, t time.Time) (string, bool) {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	names := make([]string, 0, len(c.evidence))
@@ -286,7 +288,7 @@ func (c *Capabilities) OtherServer(except string, g GVR, t time.Time) (string, b
 }
 
 // NoteProxied records that apiserver forwarded a request for g at t.
-func (c *Capabilities) NoteProxied(apiserver string, g GVR, t time.Time) {
+func (c *Capabilities) NoteProxied(apiserver string, g chain.GVR, t time.Time) {
 	if t.IsZero() {
 		return
 	}
@@ -299,7 +301,7 @@ func (c *Capabilities) NoteProxied(apiserver string, g GVR, t time.Time) {
 // ProxiedRecently reports whether apiserver, in the process that ran at t, forwarded
 // requests for g within the horizon of t: then its Mixed Version Proxy was active for g.
 // What an earlier process of it did is not evidence of this one.
-func (c *Capabilities) ProxiedRecently(apiserver string, g GVR, t time.Time) bool {
+func (c *Capabilities) ProxiedRecently(apiserver string, g chain.GVR, t time.Time) bool {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	_, known := c.nearestLocked(c.proxied[apiserver][g], apiserver, t)
@@ -307,7 +309,7 @@ func (c *Capabilities) ProxiedRecently(apiserver string, g GVR, t time.Time) boo
 }
 
 // Snapshot returns every apiserver with its latest evidence per GVR, sorted by name.
-func (c *Capabilities) Snapshot() []APIServerView {
+func (c *Capabilities) Snapshot() []chain.APIServerView {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	names := map[string]bool{}
@@ -320,9 +322,9 @@ func (c *Capabilities) Snapshot() []APIServerView {
 	for n := range c.assumed {
 		names[n] = true
 	}
-	var out []APIServerView
+	var out []chain.APIServerView
 	for n := range names {
-		v := APIServerView{ServerInfo: ServerInfo{Name: n}}
+		v := chain.APIServerView{ServerInfo: chain.ServerInfo{Name: n}}
 		if info := c.seen[n]; info != nil {
 			v.ServerInfo = *info
 			v.Addresses = slices.Clone(info.Addresses)
@@ -330,7 +332,7 @@ func (c *Capabilities) Snapshot() []APIServerView {
 		}
 		for g, runs := range c.evidence[n] {
 			last := runs[len(runs)-1]
-			v.Resources = append(v.Resources, ServedGVR{Group: g.Group, Version: g.Version, Resource: g.Resource,
+			v.Resources = append(v.Resources, chain.ServedGVR{Group: g.Group, Version: g.Version, Resource: g.Resource,
 				Served: last.served, Since: last.first, LastSeen: last.last})
 		}
 		for g, runs := range c.assumed[n] {
@@ -340,11 +342,11 @@ func (c *Capabilities) Snapshot() []APIServerView {
 				if from, _ := c.epochLocked(n, last.last); !ev[len(ev)-1].last.Before(from) {
 					continue
 				}
-				v.Resources = slices.DeleteFunc(v.Resources, func(r ServedGVR) bool {
+				v.Resources = slices.DeleteFunc(v.Resources, func(r chain.ServedGVR) bool {
 					return r.Group == g.Group && r.Version == g.Version && r.Resource == g.Resource
 				})
 			}
-			v.Resources = append(v.Resources, ServedGVR{Group: g.Group, Version: g.Version, Resource: g.Resource,
+			v.Resources = append(v.Resources, chain.ServedGVR{Group: g.Group, Version: g.Version, Resource: g.Resource,
 				Served: last.served, Assumed: true, Since: last.first, LastSeen: last.last})
 		}
 		sort.Slice(v.Resources, func(i, j int) bool {

@@ -5,6 +5,8 @@ import (
 	"slices"
 	"sort"
 	"time"
+
+	"github.com/peertrail/peertrail/chain"
 )
 
 // The apiservers' processes and versions: each new process or version begins a capability
@@ -63,7 +65,7 @@ func (c *Capabilities) versionAtLocked(apiserver string, t time.Time) string {
 	if i > 0 {
 		return h[i-1].Version
 	}
-	if h[0].Cause == CauseFirstSeen {
+	if h[0].Cause == chain.CauseFirstSeen {
 		return h[0].Version
 	}
 	return ""
@@ -192,17 +194,17 @@ func (c *Capabilities) Note(apiserver string, s Sighting) {
 	if s.At.Before(info.LastSeen) || s.Process != "" && s.Process != info.Process && pastProcess(info.History, s.Process) {
 		return
 	}
-	otherVersion := s.Version != "" && info.Version != "" && !SameRelease(s.Version, info.Version)
+	otherVersion := s.Version != "" && info.Version != "" && !chain.SameRelease(s.Version, info.Version)
 	cause := ""
 	switch {
 	case otherVersion:
-		cause = CauseVersionChange
+		cause = chain.CauseVersionChange
 	case s.Process != "" && info.Process != "" && s.Process != info.Process:
-		cause = CauseRestart
+		cause = chain.CauseRestart
 	case len(info.History) == 0 && (s.Process != "" || s.Version != ""):
-		cause = CauseFirstSeen
+		cause = chain.CauseFirstSeen
 	}
-	if cause == CauseRestart || cause == CauseVersionChange {
+	if cause == chain.CauseRestart || cause == chain.CauseVersionChange {
 		c.prevLast[apiserver] = info.LastSeen
 		c.epochs[apiserver] = append(c.epochs[apiserver], s.At)
 		if n := len(c.epochs[apiserver]); n > maxHistory {
@@ -216,10 +218,10 @@ func (c *Capabilities) Note(apiserver string, s Sighting) {
 	}
 	if cause != "" {
 		v := s.Version
-		if v == "" && cause == CauseFirstSeen {
+		if v == "" && cause == chain.CauseFirstSeen {
 			v = info.Version // the configured one
 		}
-		info.History = append(info.History, VersionEpoch{Since: s.At.UTC(), Version: v, Process: s.Process, Cause: cause})
+		info.History = append(info.History, chain.VersionEpoch{Since: s.At.UTC(), Version: v, Process: s.Process, Cause: cause})
 		if n := len(info.History); n > maxHistory {
 			info.History = slices.Delete(info.History, 0, n-maxHistory)
 		}
@@ -235,13 +237,13 @@ func (c *Capabilities) Note(apiserver string, s Sighting) {
 // requests in between are judged by what the previous process served (measured: 13 local
 // requests of a server just restarted into 1.36 were reported broken that way). It never
 // moves the start before the previous process's last sighting. It reports whether it moved.
-func (c *Capabilities) moveStartLocked(apiserver string, info *ServerInfo, at time.Time) bool {
+func (c *Capabilities) moveStartLocked(apiserver string, info *chain.ServerInfo, at time.Time) bool {
 	n := len(info.History)
 	if n == 0 || info.History[n-1].Process != info.Process || !at.Before(info.History[n-1].Since) {
 		return false
 	}
 	e := &info.History[n-1]
-	if e.Cause != CauseRestart && e.Cause != CauseVersionChange {
+	if e.Cause != chain.CauseRestart && e.Cause != chain.CauseVersionChange {
 		e.Since = at.UTC() // the first sighting: no epoch to move, only the history
 		c.changes++
 		return true
@@ -276,7 +278,7 @@ func (c *Capabilities) moveStartLocked(apiserver string, info *ServerInfo, at ti
 // where another one ran changes nothing (two processes sending under one name). It reports
 // whether the sighting was taken as such, false when it is not from before the current
 // process.
-func (c *Capabilities) notePastLocked(apiserver string, info *ServerInfo, s Sighting) bool {
+func (c *Capabilities) notePastLocked(apiserver string, info *chain.ServerInfo, s Sighting) bool {
 	h := info.History
 	n := len(h)
 	if n == 0 || h[n-1].Process != info.Process || !s.At.Before(h[n-1].Since) {
@@ -292,7 +294,7 @@ func (c *Capabilities) notePastLocked(apiserver string, info *ServerInfo, s Sigh
 		}
 		return true
 	}
-	if i := slices.IndexFunc(h, func(e VersionEpoch) bool { return e.Process == s.Process }); i >= 0 {
+	if i := slices.IndexFunc(h, func(e chain.VersionEpoch) bool { return e.Process == s.Process }); i >= 0 {
 		if i == k {
 			c.movePastStartLocked(apiserver, info, i, s.At)
 		}
@@ -301,13 +303,13 @@ func (c *Capabilities) notePastLocked(apiserver string, info *ServerInfo, s Sigh
 	if k == 0 && n >= maxHistory {
 		return true // older than the history kept
 	}
-	e := VersionEpoch{Since: s.At.UTC(), Version: s.Version, Process: s.Process, Cause: CauseFirstSeen}
+	e := chain.VersionEpoch{Since: s.At.UTC(), Version: s.Version, Process: s.Process, Cause: chain.CauseFirstSeen}
 	if k > 0 {
 		e.Cause = causeAfter(h[k-1].Version, s.Version)
 		c.insertEpochLocked(apiserver, s.At)
 	}
 	next := &h[k]
-	if next.Cause != CauseRestart && next.Cause != CauseVersionChange {
+	if next.Cause != chain.CauseRestart && next.Cause != chain.CauseVersionChange {
 		c.insertEpochLocked(apiserver, next.Since)
 	}
 	next.Cause = causeAfter(s.Version, next.Version)
@@ -328,20 +330,20 @@ func (c *Capabilities) notePastLocked(apiserver string, info *ServerInfo, s Sigh
 // causeAfter is why a process running version began after one running prev: a version change
 // when both are known and name other releases, else a restart.
 func causeAfter(prev, version string) string {
-	if prev != "" && version != "" && !SameRelease(prev, version) {
-		return CauseVersionChange
+	if prev != "" && version != "" && !chain.SameRelease(prev, version) {
+		return chain.CauseVersionChange
 	}
-	return CauseRestart
+	return chain.CauseRestart
 }
 
 // movePastStartLocked takes at, earlier than its start, as the start of the past epoch of
 // history entry i; never before the start of the entry before it.
-func (c *Capabilities) movePastStartLocked(apiserver string, info *ServerInfo, i int, at time.Time) {
+func (c *Capabilities) movePastStartLocked(apiserver string, info *chain.ServerInfo, i int, at time.Time) {
 	e := &info.History[i]
 	if i > 0 && !at.After(info.History[i-1].Since) {
 		return
 	}
-	if e.Cause == CauseRestart || e.Cause == CauseVersionChange {
+	if e.Cause == chain.CauseRestart || e.Cause == chain.CauseVersionChange {
 		j := slices.IndexFunc(c.epochs[apiserver], func(t time.Time) bool { return t.Equal(e.Since) })
 		if j < 0 {
 			return
@@ -406,11 +408,11 @@ func (c *Capabilities) moveEpochLocked(apiserver string, j int, at time.Time) {
 // setVersionLocked takes version as the apiserver's current one, unless it names the same
 // release as what is known with less detail (an agent's "v1.35.4" for a configured
 // "v1.35.4-eks-4a1b2c3").
-func (c *Capabilities) setVersionLocked(info *ServerInfo, version string) {
+func (c *Capabilities) setVersionLocked(info *chain.ServerInfo, version string) {
 	if version == "" || version == info.Version {
 		return
 	}
-	if info.Version != "" && SameRelease(version, info.Version) && len(version) <= len(info.Version) {
+	if info.Version != "" && chain.SameRelease(version, info.Version) && len(version) <= len(info.Version) {
 		return
 	}
 	info.Version = version
@@ -418,7 +420,7 @@ func (c *Capabilities) setVersionLocked(info *ServerInfo, version string) {
 }
 
 // pastProcess reports whether process is one of history's processes.
-func pastProcess(history []VersionEpoch, process string) bool {
+func pastProcess(history []chain.VersionEpoch, process string) bool {
 	for _, e := range history {
 		if e.Process == process {
 			return true
@@ -427,20 +429,20 @@ func pastProcess(history []VersionEpoch, process string) bool {
 	return false
 }
 
-func (c *Capabilities) infoLocked(apiserver string) *ServerInfo {
+func (c *Capabilities) infoLocked(apiserver string) *chain.ServerInfo {
 	info := c.seen[apiserver]
 	if info == nil {
-		info = &ServerInfo{Name: apiserver}
+		info = &chain.ServerInfo{Name: apiserver}
 		c.seen[apiserver] = info
 	}
 	return info
 }
 
 // Servers returns what is known of each apiserver, sorted by name.
-func (c *Capabilities) Servers() []ServerInfo {
+func (c *Capabilities) Servers() []chain.ServerInfo {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
-	out := make([]ServerInfo, 0, len(c.seen))
+	out := make([]chain.ServerInfo, 0, len(c.seen))
 	for _, info := range c.seen {
 		s := *info
 		s.Addresses = slices.Clone(info.Addresses)

@@ -4,11 +4,13 @@ import (
 	"encoding/json"
 	"slices"
 	"time"
+
+	"github.com/peertrail/peertrail/chain"
 )
 
 // capabilityFile is the on-disk form of the view, so that a restart keeps what was learned.
 type capabilityFile struct {
-	Servers  []ServerInfo           `json:"servers"`
+	Servers  []chain.ServerInfo     `json:"servers"`
 	Epochs   map[string][]time.Time `json:"epochs,omitempty"`
 	Evidence []capabilityRecord     `json:"evidence"`
 	Assumed  []capabilityRecord     `json:"assumed,omitempty"`
@@ -16,8 +18,8 @@ type capabilityFile struct {
 }
 
 type capabilityRecord struct {
-	APIServer string `json:"apiserver"`
-	GVR       GVR    `json:"gvr"`
+	APIServer string    `json:"apiserver"`
+	GVR       chain.GVR `json:"gvr"`
 	Runs      []struct {
 		Served bool      `json:"served"`
 		First  time.Time `json:"first"`
@@ -27,7 +29,7 @@ type capabilityRecord struct {
 
 type proxiedRecord struct {
 	APIServer string    `json:"apiserver"`
-	GVR       GVR       `json:"gvr"`
+	GVR       chain.GVR `json:"gvr"`
 	First     time.Time `json:"first,omitzero"`
 	Last      time.Time `json:"last"`
 }
@@ -52,7 +54,7 @@ func (c *Capabilities) MarshalJSON() ([]byte, error) {
 	return json.Marshal(f)
 }
 
-func capabilityRecords(from map[string]map[GVR][]run) []capabilityRecord {
+func capabilityRecords(from map[string]map[chain.GVR][]run) []capabilityRecord {
 	var out []capabilityRecord
 	for name, byGVR := range from {
 		for g, runs := range byGVR {

@@ -26,6 +26,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/peertrail/peertrail/chain"
 	"github.com/peertrail/peertrail/ingest/record"
 	"github.com/peertrail/peertrail/ingest/spool"
 	"github.com/peertrail/peertrail/internal/fsutil"
@@ -47,7 +48,7 @@ const ConsumerName = "correlate"
 // taken a chain the spool position the correlator commits stays before the chain's first
 // record, so a crash meanwhile replays it.
 type Sink interface {
-	WriteChains(ctx context.Context, chains []Chain) error
+	WriteChains(ctx context.Context, chains []chain.Chain) error
 }
 
 // ErrBacklog is returned (wrapped) by Consume when too many final chains wait for the sink
@@ -83,8 +84,8 @@ type Correlator struct {
 	finishing  draft            // the memory finishLocked builds each chain in
 	// freeSides are the sides of chains the sink has taken (WriteChains returned: they are the
 	// correlator's again), for finishLocked to build the next chains' in.
-	freeSides []*Side
-	sidesOut  []*Side // takeSides' list (under flushMu)
+	freeSides []*chain.Side
+	sidesOut  []*chain.Side // takeSides' list (under flushMu)
 	// versionErrors counts, per apiserver, its loopback requests without a parseable version;
 	// reportedAgents are the (apiserver, user agent) pairs already logged.
 	versionErrors  *prometheus.CounterVec
@@ -103,11 +104,11 @@ type Correlator struct {
 	j  *Joiner
 	// pending are final chains not yet handed to the sink; pendFirst is the lowest spool
 	// position of their first records (meaningful while pending is not empty).
-	pending   []Chain
+	pending   []chain.Chain
 	pendFirst spool.Position
 	// spare is the memory of a batch the sink took, for the next pending chains: grown anew
 	// for every second's batch, pending was a quarter of what the process allocated.
-	spare []Chain
+	spare []chain.Chain
 	// due are chains Due finalised that are still to be classified (finishDueLocked).
 	due []*chainState
 	// inflight chains are with the sink now (flush): until it answers, the committed position
@@ -359,13 +360,13 @@ func (co *Correlator) joinLocked(ctx context.Context, entries []spool.Entry) {
 func (co *Correlator) markSharedLocked(ctx context.Context) {
 	for _, r := range co.j.shared {
 		cs := co.j.slab.live(r.r, r.gen)
-		if cs == nil || !cs.final || !cs.res.set || slices.Contains(co.j.verdicts.get(cs.res.verdict).findings, FindingAuditIDReused) {
+		if cs == nil || !cs.final || !cs.res.set || slices.Contains(co.j.verdicts.get(cs.res.verdict).findings, chain.FindingAuditIDReused) {
 			continue
 		}
 		prev := co.prevResult(cs)
 		ch := co.view(cs)
-		ch.Findings = append(ch.Findings, FindingAuditIDReused)
-		ch.Explanation += fmt.Sprintf("; other requests carried its auditID too (a client may set its own Audit-ID): every chain of the auditID is listed with it (%s)", FindingAuditIDReused)
+		ch.Findings = append(ch.Findings, chain.FindingAuditIDReused)
+		ch.Explanation += fmt.Sprintf("; other requests carried its auditID too (a client may set its own Audit-ID): every chain of the auditID is listed with it (%s)", chain.FindingAuditIDReused)
 		cs.emitted++
 		ch.Revision, ch.remark = int(cs.emitted), true
 		co.apply(ctx, cs, ch, prev)

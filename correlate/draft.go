@@ -3,16 +3,18 @@ package correlate
 import (
 	"slices"
 	"time"
+
+	"github.com/peertrail/peertrail/chain"
 )
 
 // draft is a chain as the correlator builds and judges it: the Chain it hands on (to the sink,
 // the API, the tracer) and the working state the classifier and the correlator share, which
 // never leaves the package. A draft is the caller's, valid for one call (see Classifier).
 type draft struct {
-	Chain
+	chain.Chain
 
 	// sides are every apiserver's view in arrival order, before roles are assigned.
-	sides []*Side
+	sides []*chain.Side
 	// reused: records of the chain's auditID were dropped against it; shared: other
 	// requests' chains had its auditID; split: it was split from another apiserver's records
 	// of its auditID that were no forward of it, and teaches nothing (all FindingAuditIDReused).
@@ -42,7 +44,9 @@ type draft struct {
 }
 
 // gvr is the draft's group/version/resource.
-func (d *draft) gvr() GVR { return GVR{Group: d.Group, Version: d.Version, Resource: d.Resource} }
+func (d *draft) gvr() chain.GVR {
+	return chain.GVR{Group: d.Group, Version: d.Version, Resource: d.Resource}
+}
 
 // when is the time the draft's request was made, for capability lookups: the first side in
 // arrival order that has one.
@@ -70,8 +74,8 @@ func (co *Correlator) buildInto(ch *draft, cs *chainState, recycled bool) {
 	j := co.j
 	t := j.targetOf(cs)
 	*ch = draft{
-		Chain: Chain{
-			ID: j.chainID(cs), AuditID: j.auditID(cs), State: StateOpen,
+		Chain: chain.Chain{
+			ID: j.chainID(cs), AuditID: j.auditID(cs), State: chain.StateOpen,
 			Verb: t.verb, RequestURI: j.text(cs.uri), Group: t.group, Version: t.version, Resource: t.resource,
 			Subresource: t.subres, Namespace: t.ns, Name: j.chainName(cs),
 			FirstReceived: time.Unix(0, cs.first).UTC(), LastReceived: time.Unix(0, cs.last).UTC(),
@@ -81,20 +85,20 @@ func (co *Correlator) buildInto(ch *draft, cs *chainState, recycled bool) {
 		streamNow: time.Unix(0, j.now).UTC(),
 	}
 	if cs.final {
-		ch.State = StateFinal
+		ch.State = chain.StateFinal
 	}
 	sides := j.sidesOf(cs)
-	ch.sides = make([]*Side, 0, len(sides))
+	ch.sides = make([]*chain.Side, 0, len(sides))
 	for i := range sides {
 		s := &sides[i]
-		var side *Side
+		var side *chain.Side
 		if n := len(co.freeSides); recycled && n > 0 {
 			side, co.freeSides[n-1] = co.freeSides[n-1], nil
 			co.freeSides = co.freeSides[:n-1]
 		} else {
-			side = new(Side)
+			side = new(chain.Side)
 		}
-		*side = Side{
+		*side = chain.Side{
 			APIServer: j.text(s.apiserver), Code: s.code, SourceIPs: *j.addrs.get(s.sourceIPs), UserAgent: j.text(s.userAgent),
 			HasObjects: s.hasObjects, Stages: stageSets[s.stages&stageAll],
 			Message: j.text(s.message), Reason: j.text(s.reason),

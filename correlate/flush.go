@@ -3,6 +3,8 @@ package correlate
 import (
 	"context"
 	"time"
+
+	"github.com/peertrail/peertrail/chain"
 )
 
 // Handing final chains to the sink: in batches, at most once a second while records come,
@@ -78,7 +80,7 @@ func (co *Correlator) flushBatchOf(ctx context.Context) (done bool, err error) {
 	// whole is the pending chains' memory when the batch takes all of them: kept for the next
 	// whole, rather than just the batch's length of it, so that a second with a few more
 	// chains than the last does not grow a new slice (a sixth of what serve allocated).
-	var whole []Chain
+	var whole []chain.Chain
 	if all := co.pending; len(all) == n {
 		whole = all[:0]
 	}
@@ -91,7 +93,7 @@ func (co *Correlator) flushBatchOf(ctx context.Context) (done bool, err error) {
 
 	err = co.sink.WriteChains(ctx, batch)
 	keep := err == nil && n <= maxSpareChains
-	var sides []*Side
+	var sides []*chain.Side
 	if keep {
 		// The sink is done with them: the sides serve the next chains, the rest is garbage.
 		sides = co.takeSides(batch)
@@ -133,16 +135,16 @@ const maxFreeSides = 16_384
 // whose memory is reused: every side a chain was built with has a role (Entry, Peer or one of
 // Others) once it is final. It runs without co.mu: only the flush that holds the chains sees
 // them.
-func (co *Correlator) takeSides(chains []Chain) []*Side {
+func (co *Correlator) takeSides(chains []chain.Chain) []*chain.Side {
 	out := co.sidesOut[:0]
-	take := func(s *Side) bool {
+	take := func(s *chain.Side) bool {
 		if s == nil {
 			return true
 		}
 		if len(out) == maxFreeSides {
 			return false
 		}
-		*s = Side{}
+		*s = chain.Side{}
 		out = append(out, s)
 		return true
 	}

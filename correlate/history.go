@@ -2,6 +2,8 @@ package correlate
 
 import (
 	"time"
+
+	"github.com/peertrail/peertrail/chain"
 )
 
 // AtWindow is how far around an ?at= time the API reads the history: the version epoch that
@@ -14,7 +16,7 @@ const AtWindow = 7 * 24 * time.Hour
 // runs reaches further, to when it was last seen (lastSeen, Capabilities.LastSeen; nil when
 // nothing is remembered): a moment just after an upgrade belongs to the new version's epoch
 // before the store has that minute's lines.
-func EpochsAt(records []CapabilityRecord, at time.Time, lastSeen func(apiserver string) (version string, at time.Time)) []CapabilityRecord {
+func EpochsAt(records []chain.CapabilityRecord, at time.Time, lastSeen func(apiserver string) (version string, at time.Time)) []chain.CapabilityRecord {
 	type epoch struct{ apiserver, version string }
 	from, until := map[epoch]time.Time{}, map[epoch]time.Time{}
 	for _, r := range records {
@@ -33,7 +35,7 @@ func EpochsAt(records []CapabilityRecord, at time.Time, lastSeen func(apiserver 
 			}
 		}
 	}
-	out := []CapabilityRecord{}
+	out := []chain.CapabilityRecord{}
 	for _, r := range records {
 		e := epoch{r.APIServer, r.Version}
 		if !at.Before(from[e]) && at.Before(until[e]) {
@@ -48,7 +50,7 @@ func EpochsAt(records []CapabilityRecord, at time.Time, lastSeen func(apiserver 
 // both versions' lines hold at. Where versionAt (Capabilities.VersionAt) knows the version an
 // apiserver ran at at, only that version's lines are kept; where it does not (a time older
 // than this process remembers), the minute's answer stays.
-func exactEpochs(records []CapabilityRecord, at time.Time, versionAt func(apiserver string, t time.Time) string) []CapabilityRecord {
+func exactEpochs(records []chain.CapabilityRecord, at time.Time, versionAt func(apiserver string, t time.Time) string) []chain.CapabilityRecord {
 	ran := map[string]string{}
 	for _, r := range records {
 		if _, ok := ran[r.APIServer]; !ok {

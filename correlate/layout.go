@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"github.com/zeebo/xxh3"
+
+	"github.com/peertrail/peertrail/chain"
 )
 
 // The memory layout of the chains the joiner holds (every open chain, and every recently final
@@ -456,8 +458,8 @@ func hashTarget(h *xxh3.Hasher, t *target) uint64 {
 // verdict is a final chain's class, findings and explanation: few distinct ones among many
 // chains (the explanation names apiservers, codes and resources, rarely the request).
 type verdict struct {
-	class       Class
-	findings    []Finding
+	class       chain.Class
+	findings    []chain.Finding
 	explanation string
 }
 

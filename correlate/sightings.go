@@ -3,6 +3,7 @@ package correlate
 import (
 	"time"
 
+	"github.com/peertrail/peertrail/chain"
 	"github.com/peertrail/peertrail/ingest/record"
 	"github.com/peertrail/peertrail/metrics"
 )
@@ -27,7 +28,7 @@ func (co *Correlator) noteServer(r *record.Record) {
 	if at.IsZero() {
 		at = r.StageTimestamp
 	}
-	v, err := AgentVersion(r.UserAgent)
+	v, err := chain.AgentVersion(r.UserAgent)
 	if err != nil {
 		co.reportAgent(r, err)
 	}

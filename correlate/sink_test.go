@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/peertrail/peertrail/chain"
 	"github.com/peertrail/peertrail/ingest/record"
 	"github.com/peertrail/peertrail/ingest/spool"
 )
@@ -21,14 +22,14 @@ type gateSink struct {
 	entered chan int
 	answer  chan error
 	mu      sync.Mutex
-	chains  []Chain
+	chains  []chain.Chain
 }
 
 func newGateSink() *gateSink {
 	return &gateSink{entered: make(chan int), answer: make(chan error)}
 }
 
-func (s *gateSink) WriteChains(ctx context.Context, cs []Chain) error {
+func (s *gateSink) WriteChains(ctx context.Context, cs []chain.Chain) error {
 	s.entered <- len(cs)
 	select {
 	case err := <-s.answer:
@@ -121,17 +122,17 @@ func TestReadersDoNotWaitForTheSink(t *testing.T) {
 	}
 	// The store is busy with the batch: every reader answers meanwhile.
 	stillAnswers(t, "Chain", func() {
-		if c, ok := co.Chain("slow-0"); !ok || c.State != StateFinal || c.Class != ClassLocal {
+		if c, ok := co.Chain("slow-0"); !ok || c.State != chain.StateFinal || c.Class != chain.ClassLocal {
 			t.Errorf("chain API during a slow write: %+v %v", c, ok)
 		}
 	})
 	stillAnswers(t, "List", func() {
-		if got := co.List(Filter{Limit: 10}); len(got) != 5 {
+		if got := co.List(chain.Filter{Limit: 10}); len(got) != 5 {
 			t.Errorf("List during a slow write: %d chains", len(got))
 		}
 	})
 	stillAnswers(t, "Recent", func() {
-		if tot := co.Recent(time.Hour); tot.Chains[ClassLocal] != 5 {
+		if tot := co.Recent(time.Hour); tot.Chains[chain.ClassLocal] != 5 {
 			t.Errorf("gate window during a slow write: %+v", tot.Chains)
 		}
 	})
@@ -232,7 +233,7 @@ type batchSink struct {
 	sizes []int
 }
 
-func (s *batchSink) WriteChains(ctx context.Context, cs []Chain) error {
+func (s *batchSink) WriteChains(ctx context.Context, cs []chain.Chain) error {
 	s.sizes = append(s.sizes, len(cs))
 	return s.memSink.WriteChains(ctx, cs)
 }
@@ -241,7 +242,7 @@ func (s *batchSink) WriteChains(ctx context.Context, cs []Chain) error {
 // chunk at a time (flushBatch), in the order they would be all at once, so the verdicts are
 // the same: a misleading 404 closing with the forwards that teach who serves its resource.
 func TestChunksKeepVerdicts(t *testing.T) {
-	run := func(batch int) (map[string]Class, []int) {
+	run := func(batch int) (map[string]chain.Class, []int) {
 		h := newHarness(t, DefaultJoinOptions())
 		sink := &batchSink{}
 		h.co.sink = sink
@@ -258,7 +259,7 @@ func TestChunksKeepVerdicts(t *testing.T) {
 		}
 		h.feed(recs...)
 		h.settle()
-		out := map[string]Class{}
+		out := map[string]chain.Class{}
 		for _, c := range sink.chains {
 			out[c.AuditID] = c.Class
 		}
@@ -279,7 +280,7 @@ func TestChunksKeepVerdicts(t *testing.T) {
 			t.Errorf("%s: %s in chunks of 2, %s at once", id, chunked[id], c)
 		}
 	}
-	if whole["404-0"] != ClassMisleading404 {
+	if whole["404-0"] != chain.ClassMisleading404 {
 		t.Errorf("404-0 is %s, want misleading_404", whole["404-0"])
 	}
 }
@@ -292,7 +293,7 @@ type stoppingSink struct {
 	batches int
 }
 
-func (s *stoppingSink) WriteChains(ctx context.Context, cs []Chain) error {
+func (s *stoppingSink) WriteChains(ctx context.Context, cs []chain.Chain) error {
 	s.batches++
 	if s.batches > 1 {
 		return ctx.Err()
@@ -360,10 +361,10 @@ func TestChainsGoToTheSinkOnceASecond(t *testing.T) {
 // TestCloneOwnsItsSides: a sink that keeps a chain keeps its Clone, because the correlator
 // reuses the sides of the chains it handed over; the clone's roles point to sides of its own.
 func TestCloneOwnsItsSides(t *testing.T) {
-	a, b, c := &Side{APIServer: "kas-a", Code: 200}, &Side{APIServer: "kas-b", Code: 200}, &Side{APIServer: "kas-c"}
-	ch := Chain{ID: "x", Entry: a, Peer: b, Others: []*Side{c}}
+	a, b, c := &chain.Side{APIServer: "kas-a", Code: 200}, &chain.Side{APIServer: "kas-b", Code: 200}, &chain.Side{APIServer: "kas-c"}
+	ch := chain.Chain{ID: "x", Entry: a, Peer: b, Others: []*chain.Side{c}}
 	cl := ch.Clone()
-	*a, *b, *c = Side{}, Side{}, Side{} // the correlator reusing them
+	*a, *b, *c = chain.Side{}, chain.Side{}, chain.Side{} // the correlator reusing them
 	if cl.Entry.APIServer != "kas-a" || cl.Peer.APIServer != "kas-b" || cl.Others[0].APIServer != "kas-c" {
 		t.Fatalf("the clone changed with the original's sides: %+v %+v %+v", cl.Entry, cl.Peer, cl.Others[0])
 	}

@@ -2,6 +2,8 @@ package correlate
 
 import (
 	"slices"
+
+	"github.com/peertrail/peertrail/chain"
 )
 
 // The chains in memory as the chain API reads them: open ones classified provisionally with
@@ -57,7 +59,7 @@ func (co *Correlator) views(cs *chainState) []*draft {
 	out := make([]*draft, 0, 1+len(ch.apart))
 	for _, g := range append([][]int{first}, ch.apart...) {
 		part := co.build(cs)
-		own := make([]*Side, 0, len(g))
+		own := make([]*chain.Side, 0, len(g))
 		for _, i := range g {
 			own = append(own, part.sides[i])
 		}
@@ -70,7 +72,7 @@ func (co *Correlator) views(cs *chainState) []*draft {
 }
 
 // Chain returns the most recent chain with auditID, open or recently final (see Chains).
-func (co *Correlator) Chain(auditID string) (*Chain, bool) {
+func (co *Correlator) Chain(auditID string) (*chain.Chain, bool) {
 	all := co.Chains(auditID)
 	if len(all) == 0 {
 		return nil, false
@@ -81,27 +83,27 @@ func (co *Correlator) Chain(auditID string) (*Chain, bool) {
 // Chains returns every chain with auditID in memory, open or recently final, oldest first (by
 // first receipt, then request time, then ID; the store's order): more than one when clients
 // gave one Audit-ID to several requests.
-func (co *Correlator) Chains(auditID string) []*Chain {
+func (co *Correlator) Chains(auditID string) []*chain.Chain {
 	co.mu.Lock()
 	defer co.mu.Unlock()
-	var out []*Chain
+	var out []*chain.Chain
 	for _, cs := range co.j.lookup(auditID) {
 		for _, d := range co.views(cs) {
 			out = append(out, &d.Chain)
 		}
 	}
-	SortChains(out)
+	chain.SortChains(out)
 	return out
 }
 
 // List returns the chains in memory (open, then recently final, newest first) that match f.
-func (co *Correlator) List(f Filter) []*Chain {
+func (co *Correlator) List(f chain.Filter) []*chain.Chain {
 	co.mu.Lock()
 	defer co.mu.Unlock()
 	if f.Limit <= 0 {
 		f.Limit = 100
 	}
-	var out []*Chain
+	var out []*chain.Chain
 	co.j.each(func(cs *chainState) bool {
 		if !f.Since.IsZero() && cs.last < f.Since.UnixNano() {
 			return true

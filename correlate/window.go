@@ -3,14 +3,16 @@ package correlate
 import (
 	"maps"
 	"time"
+
+	"github.com/peertrail/peertrail/chain"
 )
 
-func newTotals() Totals {
-	return Totals{Chains: map[Class]int{}, Findings: map[Finding]int{}, Noise: map[Class]int{}}
+func newTotals() chain.Totals {
+	return chain.Totals{Chains: map[chain.Class]int{}, Findings: map[chain.Finding]int{}, Noise: map[chain.Class]int{}}
 }
 
 // addTotals adds o's counts to t.
-func addTotals(t, o *Totals) {
+func addTotals(t, o *chain.Totals) {
 	for k, v := range o.Chains {
 		t.Chains[k] += v
 	}
@@ -37,7 +39,7 @@ const (
 // Receipt time, not request time: an apiserver's clock may be off, and what the gate asks is
 // what peertrail learned recently.
 type window struct {
-	slots [windowSlots]Totals
+	slots [windowSlots]chain.Totals
 	stamp [windowSlots]int64 // the slot each holds (Unix seconds / slotSeconds)
 }
 
@@ -60,7 +62,7 @@ func (w *window) count(c *tally, by int) {
 	if c.noise {
 		s.Noise[c.class] += by
 	}
-	if c.class == ClassProxied || c.class == ClassProxyFailed {
+	if c.class == chain.ClassProxied || c.class == chain.ClassProxyFailed {
 		s.Forwarded += by
 		if c.code >= 500 {
 			s.Forwarded5xx += by
@@ -69,15 +71,15 @@ func (w *window) count(c *tally, by int) {
 			}
 		}
 	}
-	if c.resource && c.class != ClassInternal {
+	if c.resource && c.class != chain.ClassInternal {
 		s.ResourceRequests += by
 	}
 }
 
 // tally is what the window counts of a chain, kept with it to take back on reclassification.
 type tally struct {
-	class    Class
-	findings []Finding
+	class    chain.Class
+	findings []chain.Finding
 	code     int32
 	resource bool
 	noise    bool  // a restart-noise finding explains it
@@ -89,7 +91,7 @@ func tallyOf(c *draft) tally {
 }
 
 // since sums the slots from from to now.
-func (w *window) since(from, now time.Time) Totals {
+func (w *window) since(from, now time.Time) chain.Totals {
 	out := newTotals()
 	lo, hi := from.Unix()/slotSeconds, now.Unix()/slotSeconds
 	for i := range w.slots {
@@ -102,7 +104,7 @@ func (w *window) since(from, now time.Time) Totals {
 
 // Recent returns the totals of the chains first received in the last d (at most two hours), as
 // classified when they became final.
-func (co *Correlator) Recent(d time.Duration) Totals {
+func (co *Correlator) Recent(d time.Duration) chain.Totals {
 	co.mu.Lock()
 	defer co.mu.Unlock()
 	now := co.now()
@@ -121,13 +123,13 @@ type noiseEpisodes struct{ list []episode }
 // episode is a noise episode and when peertrail last counted a chain into it (the window is
 // receipt time).
 type episode struct {
-	NoiseEpisode
+	chain.NoiseEpisode
 	seen time.Time
 }
 
 func (n *noiseEpisodes) add(c *draft) {
-	f := FindingEntryStarting
-	for _, x := range NoiseFindings {
+	f := chain.FindingEntryStarting
+	for _, x := range chain.NoiseFindings {
 		if c.HasFinding(x) {
 			f = x
 		}
@@ -148,16 +150,16 @@ func (n *noiseEpisodes) add(c *draft) {
 			return
 		}
 	}
-	n.list = append(n.list, episode{NoiseEpisode{Finding: f, APIServer: c.noiseOf, Since: c.noiseSince.UTC(), First: t, Last: t,
-		Chains: 1, Classes: map[Class]int{c.Class: 1}}, c.LastReceived})
+	n.list = append(n.list, episode{chain.NoiseEpisode{Finding: f, APIServer: c.noiseOf, Since: c.noiseSince.UTC(), First: t, Last: t,
+		Chains: 1, Classes: map[chain.Class]int{c.Class: 1}}, c.LastReceived})
 	if len(n.list) > maxEpisodes {
 		n.list = n.list[len(n.list)-maxEpisodes:]
 	}
 }
 
 // since returns copies of the episodes that counted a chain received at or after from.
-func (n *noiseEpisodes) since(from time.Time) []NoiseEpisode {
-	out := []NoiseEpisode{}
+func (n *noiseEpisodes) since(from time.Time) []chain.NoiseEpisode {
+	out := []chain.NoiseEpisode{}
 	for _, e := range n.list {
 		if !e.seen.Before(from) {
 			e.Classes = maps.Clone(e.Classes)

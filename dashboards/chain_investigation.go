@@ -12,7 +12,7 @@ import (
 	"github.com/grafana/grafana-foundation-sdk/go/table"
 	"github.com/grafana/grafana-foundation-sdk/go/timeseries"
 
-	"github.com/peertrail/peertrail/correlate"
+	"github.com/peertrail/peertrail/chain"
 	"github.com/peertrail/peertrail/store/queries"
 )
 
@@ -102,7 +102,7 @@ SELECT minute AS time,
 FROM peertrail.chains_per_minute
 WHERE $__timeFilter(minute) AND class = '%s'
 GROUP BY time, answered_by
-ORDER BY time, answered_by`, correlate.ClassMisleading404))).
+ORDER BY time, answered_by`, chain.ClassMisleading404))).
 		WithPanel(chGraph(graph{title: "Forwarding overhead p50 / p99 per minute", unit: "s",
 			description: "What the extra hop cost proxied requests, per minute and entry -> peer pair (t-digest states merged from the forwarding_overhead_per_minute rollup)."}, `
 SELECT minute AS time, pair, p50_seconds AS p50, p99_seconds AS p99

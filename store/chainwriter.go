@@ -14,7 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/peertrail/peertrail/correlate"
+	"github.com/peertrail/peertrail/chain"
 	"github.com/peertrail/peertrail/metrics"
 )
 
@@ -30,7 +30,7 @@ import (
 // (see writtenChains); the store is asked only about the rest: replays after a restart, final
 // rows a later revision supersedes (whose row the retraction repeats), and what a failed insert
 // may have left. Like the events, this assumes the writer is the only writer of the table.
-func (w *Writer) WriteChains(ctx context.Context, chains []correlate.Chain) error {
+func (w *Writer) WriteChains(ctx context.Context, chains []chain.Chain) error {
 	if len(chains) == 0 {
 		return nil
 	}
@@ -59,7 +59,7 @@ func (w *Writer) WriteChains(ctx context.Context, chains []correlate.Chain) erro
 		rec.setFloor(newest)
 	}
 	// Decide each chain from the record, or set it aside to ask the store.
-	write := make([]*correlate.Chain, 0, len(latest))
+	write := make([]*chain.Chain, 0, len(latest))
 	var lookup []int
 	for i := range chains {
 		c := &chains[i]
@@ -156,17 +156,17 @@ const chainLookupChunk = 5000
 
 // StateRetracted is the state of a chain row the writer writes again when a newer version
 // supersedes it: the rollups take back what they counted of it.
-const StateRetracted correlate.State = "retracted"
+const StateRetracted chain.State = "retracted"
 
 // storedChain is what the table holds of a chain: its highest version, and that row when it is
 // final (what the rollups counted).
 type storedChain struct {
 	version uint64
-	final   *correlate.Chain
+	final   *chain.Chain
 }
 
 // storedChainVersions returns what the table holds of the chains at idx (which it sorts).
-func (w *Writer) storedChainVersions(ctx context.Context, chains []correlate.Chain, idx []int) (map[string]storedChain, error) {
+func (w *Writer) storedChainVersions(ctx context.Context, chains []chain.Chain, idx []int) (map[string]storedChain, error) {
 	// In order of first receipt, so that each chunk spans a short time range.
 	sort.Slice(idx, func(a, b int) bool { return chains[idx[a]].FirstReceived.Before(chains[idx[b]].FirstReceived) })
 	out := make(map[string]storedChain, len(idx))
@@ -180,7 +180,7 @@ func (w *Writer) storedChainVersions(ctx context.Context, chains []correlate.Cha
 	return out, nil
 }
 
-func (w *Writer) lookupChainVersions(ctx context.Context, chains []correlate.Chain, idx []int, out map[string]storedChain) error {
+func (w *Writer) lookupChainVersions(ctx context.Context, chains []chain.Chain, idx []int, out map[string]storedChain) error {
 	var lo, hi time.Time
 	ids := make([]string, 0, len(idx))
 	auditIDs := map[string]bool{}
@@ -216,7 +216,7 @@ LIMIT 1 BY id`,
 			return fmt.Errorf("store: stored chain version %q: %w", res.Value(i, "version"), err)
 		}
 		sc := storedChain{version: v}
-		if correlate.State(res.Value(i, "state")) == correlate.StateFinal {
+		if chain.State(res.Value(i, "state")) == chain.StateFinal {
 			if sc.final, err = ChainFromRow(res, i); err != nil {
 				return fmt.Errorf("store: stored chain: %w", err)
 			}
@@ -302,11 +302,11 @@ func init() {
 // later last_received, then a final chain over an open one:
 //
 //	revision (10 bits) | last_received in µs since 1970 (53 bits, to the year 2255) | final (1 bit)
-func ChainVersion(c *correlate.Chain) uint64 {
+func ChainVersion(c *chain.Chain) uint64 {
 	rev := uint64(min(max(c.Revision, 0), 1<<10-1))
 	last := uint64(min(max(c.LastReceived.UnixMicro(), 0), 1<<53-1))
 	v := rev<<54 | last<<1
-	if c.State == correlate.StateFinal {
+	if c.State == chain.StateFinal {
 		v |= 1
 	}
 	return v
@@ -317,7 +317,7 @@ func versionFinal(v uint64) bool { return v&1 == 1 }
 
 // RequestTime is when the request reached the first apiserver that recorded it: the entry's
 // requestReceivedTimestamp, else the peer's, else when peertrail first received a record.
-func RequestTime(c *correlate.Chain) time.Time {
+func RequestTime(c *chain.Chain) time.Time {
 	switch {
 	case c.Entry != nil && !c.Entry.RequestReceived.IsZero():
 		return c.Entry.RequestReceived.UTC()
@@ -328,7 +328,7 @@ func RequestTime(c *correlate.Chain) time.Time {
 }
 
 // ChainRow returns c's row for the chains table.
-func ChainRow(c *correlate.Chain) []any {
+func ChainRow(c *chain.Chain) []any {
 	findings := make([]string, len(c.Findings))
 	for i, f := range c.Findings {
 		findings[i] = string(f)
@@ -353,7 +353,7 @@ func ChainRow(c *correlate.Chain) []any {
 }
 
 // otherSides is the JSON of c.Others (loops only), "" when there are none.
-func otherSides(c *correlate.Chain) string {
+func otherSides(c *chain.Chain) string {
 	if len(c.Others) == 0 {
 		return ""
 	}
@@ -364,7 +364,7 @@ func otherSides(c *correlate.Chain) string {
 	return string(b)
 }
 
-func appendSide(row []any, s *correlate.Side) []any {
+func appendSide(row []any, s *chain.Side) []any {
 	if s == nil {
 		var zero time.Time
 		return append(row, false, "", int32(0), "", "", []string{}, map[string][]string{}, "", []string{}, map[string][]string{},
@@ -384,13 +384,13 @@ func appendSide(row []any, s *correlate.Side) []any {
 // a batch costs its chains and a few hundred KiB, whatever its size.
 
 // chainStream streams the rows of chains.
-func chainStream(chains []*correlate.Chain) *rowStream {
+func chainStream(chains []*chain.Chain) *rowStream {
 	return &rowStream{n: len(chains), row: func(b []byte, i int) []byte { return appendChainRow(b, chains[i]) }}
 }
 
 // appendChainRow appends c's row of the chains table in RowBinary, the columns of ChainColumns
 // in their order (see ChainRow for what each holds).
-func appendChainRow(b []byte, c *correlate.Chain) []byte {
+func appendChainRow(b []byte, c *chain.Chain) []byte {
 	b = rbString(b, c.ID)
 	b = rbString(b, c.AuditID)
 	b = binary.LittleEndian.AppendUint64(b, ChainVersion(c))
@@ -446,9 +446,9 @@ func appendChainRow(b []byte, c *correlate.Chain) []byte {
 
 // appendSideRow appends the has_<side> flag and the side's columns (sideColumns); a missing
 // side is its zero values.
-func appendSideRow(b []byte, s *correlate.Side) []byte {
+func appendSideRow(b []byte, s *chain.Side) []byte {
 	if s == nil {
-		s = &correlate.Side{} // does not escape: no allocation
+		s = &chain.Side{} // does not escape: no allocation
 		b = rbBool(b, false)
 	} else {
 		b = rbBool(b, true)
@@ -478,7 +478,7 @@ func appendSideRow(b []byte, s *correlate.Side) []byte {
 // Store.Insert, in chunks that bound the memory of the boxed rows (a retraction row and the row
 // that supersedes it stay in one chunk, one insert, as the rollups expect). On an error, any
 // part of it may have landed.
-func (w *Writer) insertChains(ctx context.Context, chains []*correlate.Chain) error {
+func (w *Writer) insertChains(ctx context.Context, chains []*chain.Chain) error {
 	if s, ok := w.store.(rowBinaryStreamer); ok {
 		return w.insertStream(ctx, s, ChainsTable, ChainColumns, chainStream(chains))
 	}

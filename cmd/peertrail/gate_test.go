@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/peertrail/peertrail/correlate"
+	"github.com/peertrail/peertrail/chain"
 	"github.com/peertrail/peertrail/gate"
 )
 
@@ -21,10 +21,10 @@ import (
 func TestGateAndChainReachATLSServe(t *testing.T) {
 	broken := 0
 	g := gate.New(gate.DefaultThresholds(), gate.Sources{
-		Recent: func(time.Duration) correlate.Totals {
-			return correlate.Totals{Chains: map[correlate.Class]int{correlate.ClassBroken: broken}, Findings: map[correlate.Finding]int{}}
+		Recent: func(time.Duration) chain.Totals {
+			return chain.Totals{Chains: map[chain.Class]int{chain.ClassBroken: broken}, Findings: map[chain.Finding]int{}}
 		},
-		APIServers:  func() []correlate.ServerInfo { return nil },
+		APIServers:  func() []chain.ServerInfo { return nil },
 		LastBatches: func() map[string]time.Time { return map[string]time.Time{"kas-a": time.Now()} },
 		Started:     time.Now(),
 	}, slog.New(slog.DiscardHandler))

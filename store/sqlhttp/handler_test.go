@@ -17,7 +17,7 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
-	"github.com/peertrail/peertrail/correlate"
+	"github.com/peertrail/peertrail/chain"
 	"github.com/peertrail/peertrail/store"
 	"github.com/peertrail/peertrail/store/sqlhttp"
 )
@@ -86,7 +86,7 @@ func TestHTTPInterfaceClickHouseGo(t *testing.T) {
 	}
 
 	// One proxied request's ResponseComplete records, read with typed values.
-	id := sc.Expect[string(correlate.ClassProxied)][0]
+	id := sc.Expect[string(chain.ClassProxied)][0]
 	qctx := clickhouse.Context(ctx, clickhouse.WithParameters(clickhouse.Parameters{"id": id}),
 		clickhouse.WithSettings(clickhouse.Settings{"max_threads": 1, "output_format_json_quote_64bit_integers": 0}))
 	rows, err := conn.Query(qctx, `SELECT apiserver, audit_id, stage, code, stage_timestamp, source_ips, user_groups, annotations, has_response_object, response_object_bytes
