@@ -10,8 +10,6 @@ import (
 
 	"github.com/peertrail/peertrail/alerts/promql"
 	"github.com/peertrail/peertrail/chain"
-	"github.com/peertrail/peertrail/correlate"
-	"github.com/peertrail/peertrail/ingest/dedup"
 	"github.com/peertrail/peertrail/metrics"
 )
 
@@ -425,16 +423,16 @@ func (t *tests) spool() testGroup {
 	lag := func(consumer string) string {
 		return sel(metrics.SpoolConsumerLagBytes, withTarget(map[string]string{metrics.LabelConsumer: consumer}))
 	}
-	correlateLag := withTarget(map[string]string{metrics.LabelConsumer: correlate.ConsumerName})
+	correlateLag := withTarget(map[string]string{metrics.LabelConsumer: metrics.ConsumerCorrelate})
 	return testGroup{
 		Name:     "PeertrailSpoolGrowing and PeertrailSpoolNearlyFull",
 		Interval: "1m",
 		InputSeries: []series{
 			{sel(metrics.SpoolCapacityBytes, target), "1000000000x60"},
 			// The correlator falls behind by 5 MB a minute: past 10% of the capacity at 20m.
-			{lag(correlate.ConsumerName), "0+5000000x60"},
+			{lag(metrics.ConsumerCorrelate), "0+5000000x60"},
 			// The dedup consumer is 20% behind, but not growing.
-			{lag(dedup.ConsumerName), "200000000x60"},
+			{lag(metrics.ConsumerDedup), "200000000x60"},
 			// The spool fills to 90% from 30m on.
 			{sel(metrics.SpoolBytes, target), "100000000x29 900000000x30"},
 		},

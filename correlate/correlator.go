@@ -34,7 +34,7 @@ import (
 )
 
 // ConsumerName is the correlator's spool consumer name.
-const ConsumerName = "correlate"
+const ConsumerName = metrics.ConsumerCorrelate
 
 // Sink receives final chains, in batches. WriteChains is called from the goroutine that calls
 // Consume (or Close), one batch at a time, and without the correlator's lock held: the chain

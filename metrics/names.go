@@ -61,6 +61,14 @@ const (
 	LabelConsumer  = "consumer"
 )
 
+// Values of LabelConsumer: the spool's consumers, by the names they commit their positions
+// under (dedup.ConsumerName, correlate.ConsumerName, store.ConsumerName).
+const (
+	ConsumerDedup     = "dedup"
+	ConsumerCorrelate = "correlate"
+	ConsumerStore     = "store"
+)
+
 // Values of LabelResult on IngestEventsTotal.
 const (
 	ResultAccepted  = "accepted"

@@ -11,10 +11,11 @@ import (
 	"github.com/peertrail/peertrail/ingest/record"
 	"github.com/peertrail/peertrail/ingest/spool"
 	"github.com/peertrail/peertrail/internal/bufpool"
+	"github.com/peertrail/peertrail/metrics"
 )
 
 // ConsumerName is the writer's spool consumer name; register it in spool.Options.Consumers.
-const ConsumerName = "store"
+const ConsumerName = metrics.ConsumerStore
 
 // WriterOptions tune a Writer; zero values take defaults.
 type WriterOptions struct {
