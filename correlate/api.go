@@ -54,12 +54,6 @@ type API struct {
 	history   chain.HistoryLookup
 }
 
-// NewAPI returns the API over co, falling back to older and olderList (the store) for chains
-// it no longer holds.
-func NewAPI(co *Correlator, older chain.Lookup, olderList chain.ListLookup) *API {
-	return &API{co: co, older: older, olderList: olderList}
-}
-
 // NewStoredAPI returns the API over co with the store's lookups st.
 func NewStoredAPI(co *Correlator, st Stores) *API {
 	return &API{co: co, olderAll: st.Chains, older: st.Chain, olderList: st.List, records: st.Records, history: st.History}

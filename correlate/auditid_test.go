@@ -197,7 +197,7 @@ func TestReusedAuditIDKeepsEveryChain(t *testing.T) {
 
 	srv := httptest.NewServer(func() http.Handler {
 		mux := http.NewServeMux()
-		NewAPI(h.co, nil, nil).Register(mux)
+		NewStoredAPI(h.co, Stores{}).Register(mux)
 		return mux
 	}())
 	defer srv.Close()
