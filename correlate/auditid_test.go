@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/peertrail/peertrail/chain"
+	"github.com/peertrail/peertrail/chainapi"
 	"github.com/peertrail/peertrail/ingest/record"
 	"github.com/peertrail/peertrail/metrics"
 )
@@ -197,7 +198,7 @@ func TestReusedAuditIDKeepsEveryChain(t *testing.T) {
 
 	srv := httptest.NewServer(func() http.Handler {
 		mux := http.NewServeMux()
-		NewStoredAPI(h.co, Stores{}).Register(mux)
+		chainapi.New(h.co, h.co.Capabilities(), chainapi.Stores{}).Register(mux)
 		return mux
 	}())
 	defer srv.Close()

@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/peertrail/peertrail/chainapi"
 	"github.com/peertrail/peertrail/config"
 	"github.com/peertrail/peertrail/correlate"
 	"github.com/peertrail/peertrail/gate"
@@ -389,12 +390,12 @@ func (s *Server) apiRoutes(outer *http.ServeMux) {
 	outer.Handle("/api/", readers)
 	outer.Handle("/metrics", readers)
 	outer.Handle("/debug/pprof/", readers)
-	var stored correlate.Stores
+	var stored chainapi.Stores
 	if s.store != nil {
-		stored = correlate.Stores{Chains: store.ReadChains(s.store), Chain: store.ReadChain(s.store), List: store.ListChains(s.store), Records: store.ReadRecords(s.store),
+		stored = chainapi.Stores{Chains: store.ReadChains(s.store), Chain: store.ReadChain(s.store), List: store.ListChains(s.store), Records: store.ReadRecords(s.store),
 			History: store.CapabilityHistory(s.store)}
 	}
-	correlate.NewStoredAPI(s.correlator, stored).Register(mux)
+	chainapi.New(s.correlator, s.correlator.Capabilities(), stored).Register(mux)
 	s.gate.Register(mux)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{Registry: s.registry}))
 	if s.cfg.EnablePprof {

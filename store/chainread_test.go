@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/peertrail/peertrail/chain"
+	"github.com/peertrail/peertrail/chainapi"
 	"github.com/peertrail/peertrail/correlate"
 	"github.com/peertrail/peertrail/ingest/record"
 	"github.com/peertrail/peertrail/ingest/spool"
@@ -107,7 +108,7 @@ func TestChainReadsTheSameFromStoreAsFromMemory(t *testing.T) {
 
 	api := httptest.NewServer(func() http.Handler {
 		mux := http.NewServeMux()
-		correlate.NewStoredAPI(co, correlate.Stores{Chain: store.ReadChain(s), List: store.ListChains(s), Records: store.ReadRecords(s)}).Register(mux)
+		chainapi.New(co, co.Capabilities(), chainapi.Stores{Chain: store.ReadChain(s), List: store.ListChains(s), Records: store.ReadRecords(s)}).Register(mux)
 		return mux
 	}())
 	defer api.Close()

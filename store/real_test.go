@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/peertrail/peertrail/chain"
-	"github.com/peertrail/peertrail/correlate"
+	"github.com/peertrail/peertrail/chainapi"
 	"github.com/peertrail/peertrail/store"
 	"github.com/peertrail/peertrail/store/storetest"
 )
@@ -246,7 +246,7 @@ func realCapabilityHistory(ctx context.Context, s store.Store, c *storetest.Capt
 
 	// The API's ?at= picks each apiserver's epoch that holds the time.
 	mux := http.NewServeMux()
-	correlate.NewStoredAPI(nil, correlate.Stores{History: store.CapabilityHistory(s)}).Register(mux)
+	chainapi.New(nil, nil, chainapi.Stores{History: store.CapabilityHistory(s)}).Register(mux)
 	api := httptest.NewServer(mux)
 	defer api.Close()
 	for _, tc := range []struct {

@@ -1,4 +1,8 @@
-package correlate
+// Package chainapi is the chains' read face: it serves them over HTTP, from memory first (the
+// correlator's open chains and the final ones it keeps for the late window) and then from the
+// store (its lookups, which run the store's named queries), as one chain whichever way it was
+// read. It knows the correlator and the store only by the interfaces and lookups it is given.
+package chainapi
 
 import (
 	"context"
@@ -11,6 +15,23 @@ import (
 
 	"github.com/peertrail/peertrail/chain"
 )
+
+// Memory is the correlator's face to readers (*correlate.Correlator): the chains it holds, open
+// and recently final, each built afresh for the caller.
+type Memory interface {
+	// Chains returns every chain with auditID in memory, oldest first.
+	Chains(auditID string) []*chain.Chain
+	// List returns the chains in memory that match f, newest first.
+	List(f chain.Filter) []*chain.Chain
+}
+
+// Servers is the correlator's capability view (*correlate.Capabilities): what each apiserver
+// was seen to serve, and the version it ran when.
+type Servers interface {
+	Snapshot() []chain.APIServerView
+	LastSeen(apiserver string) (version string, at time.Time)
+	VersionAt(apiserver string, t time.Time) string
+}
 
 // Stores are the API's ways into the store for what memory no longer holds (or never held:
 // the raw events); any may be nil.
@@ -45,7 +66,8 @@ type Stores struct {
 //	    forwarded, from when to when
 //	GET /api/v1/apiservers?since=&until=  the capability history over a time range
 type API struct {
-	co *Correlator
+	mem     Memory
+	servers Servers
 	// older, olderAll and olderList are consulted for chains no longer in memory; may be nil.
 	olderAll  chain.ChainsLookup
 	older     chain.Lookup
@@ -54,9 +76,10 @@ type API struct {
 	history   chain.HistoryLookup
 }
 
-// NewStoredAPI returns the API over co with the store's lookups st.
-func NewStoredAPI(co *Correlator, st Stores) *API {
-	return &API{co: co, olderAll: st.Chains, older: st.Chain, olderList: st.List, records: st.Records, history: st.History}
+// New returns the API over the correlator's memory and capability view, with the store's
+// lookups st. Memory and servers may be nil only where the routes that read them are not asked.
+func New(mem Memory, servers Servers, st Stores) *API {
+	return &API{mem: mem, servers: servers, olderAll: st.Chains, older: st.Chain, olderList: st.List, records: st.Records, history: st.History}
 }
 
 // Normalize puts a chain in the form the API serves, whichever way it was read: times at the
@@ -110,8 +133,8 @@ type apiError struct {
 // that nothing was found and the store could not be asked.
 func (a *API) chains(ctx context.Context, id string) ([]*chain.Chain, string, int, error) {
 	var out []*chain.Chain
-	if a.co != nil {
-		out = a.co.Chains(id)
+	if a.mem != nil {
+		out = a.mem.Chains(id)
 	}
 	var stored []*chain.Chain
 	var err error
@@ -265,7 +288,7 @@ func (a *API) list(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	chains := a.co.List(f)
+	chains := a.mem.List(f)
 	for _, c := range chains {
 		Normalize(c)
 	}
@@ -320,7 +343,7 @@ func (a *API) apiservers(w http.ResponseWriter, r *http.Request) {
 		a.capabilityHistory(w, r)
 		return
 	}
-	views := a.co.caps.Snapshot()
+	views := a.servers.Snapshot()
 	if views == nil {
 		views = []chain.APIServerView{}
 	}
@@ -363,8 +386,8 @@ func (a *API) capabilityHistory(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !at.IsZero() {
-		if a.co != nil {
-			records = exactEpochs(EpochsAt(records, at, a.co.caps.LastSeen), at, a.co.caps.VersionAt)
+		if a.servers != nil {
+			records = exactEpochs(EpochsAt(records, at, a.servers.LastSeen), at, a.servers.VersionAt)
 		} else {
 			records = EpochsAt(records, at, nil)
 		}

@@ -1,4 +1,4 @@
-package correlate
+package chainapi
 
 import (
 	"time"
@@ -13,7 +13,7 @@ const AtWindow = 7 * 24 * time.Hour
 // EpochsAt keeps the records of each apiserver's version epoch that holds at: the records of one
 // apiserver and version whose span, from its first From to its last Until, includes at. The
 // history's lines land a chain window after their minute, so the epoch an apiserver still
-// runs reaches further, to when it was last seen (lastSeen, Capabilities.LastSeen; nil when
+// runs reaches further, to when it was last seen (lastSeen, Servers.LastSeen; nil when
 // nothing is remembered): a moment just after an upgrade belongs to the new version's epoch
 // before the store has that minute's lines.
 func EpochsAt(records []chain.CapabilityRecord, at time.Time, lastSeen func(apiserver string) (version string, at time.Time)) []chain.CapabilityRecord {
@@ -47,7 +47,7 @@ func EpochsAt(records []chain.CapabilityRecord, at time.Time, lastSeen func(apis
 
 // exactEpochs narrows EpochsAt's answer with each apiserver's version history to the second:
 // the history's lines are by the minute, so in the minute of a restart into another version
-// both versions' lines hold at. Where versionAt (Capabilities.VersionAt) knows the version an
+// both versions' lines hold at. Where versionAt (Servers.VersionAt) knows the version an
 // apiserver ran at at, only that version's lines are kept; where it does not (a time older
 // than this process remembers), the minute's answer stays.
 func exactEpochs(records []chain.CapabilityRecord, at time.Time, versionAt func(apiserver string, t time.Time) string) []chain.CapabilityRecord {
