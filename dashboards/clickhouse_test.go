@@ -15,7 +15,7 @@ import (
 	"github.com/peertrail/peertrail/chain"
 	"github.com/peertrail/peertrail/dashboards"
 	"github.com/peertrail/peertrail/store"
-	"github.com/peertrail/peertrail/store/storetest"
+	"github.com/peertrail/peertrail/test/storetest"
 )
 
 // expandSQL does what Grafana and the grafana-clickhouse-datasource plugin (v4) do to a panel's

@@ -7,7 +7,7 @@ import (
 
 	"github.com/peertrail/peertrail/chain"
 	"github.com/peertrail/peertrail/store"
-	"github.com/peertrail/peertrail/store/storetest"
+	"github.com/peertrail/peertrail/test/storetest"
 )
 
 // TestMisleading404sServedByNamesWhereToGo: served_by names the apiservers the request should

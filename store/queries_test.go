@@ -13,7 +13,7 @@ import (
 	"github.com/peertrail/peertrail/chain"
 	"github.com/peertrail/peertrail/ingest/record"
 	"github.com/peertrail/peertrail/store"
-	"github.com/peertrail/peertrail/store/storetest"
+	"github.com/peertrail/peertrail/test/storetest"
 )
 
 // scenarioBegin is the scenario's own window, three hours ago: no other test writes there

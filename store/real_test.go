@@ -18,7 +18,7 @@ import (
 	"github.com/peertrail/peertrail/chain"
 	"github.com/peertrail/peertrail/chainapi"
 	"github.com/peertrail/peertrail/store"
-	"github.com/peertrail/peertrail/store/storetest"
+	"github.com/peertrail/peertrail/test/storetest"
 )
 
 var realDir = filepath.Join("..", storetest.RealDir)

@@ -9,7 +9,7 @@ import (
 	"github.com/peertrail/peertrail/chain"
 	"github.com/peertrail/peertrail/ingest/record"
 	"github.com/peertrail/peertrail/store"
-	"github.com/peertrail/peertrail/store/storetest"
+	"github.com/peertrail/peertrail/test/storetest"
 )
 
 // TestVersionRollupOfAnyBinary: the dashboard's "Apiserver versions" panel (the

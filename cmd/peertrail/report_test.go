@@ -15,7 +15,7 @@ import (
 	"github.com/peertrail/peertrail/store"
 	"github.com/peertrail/peertrail/store/chdb"
 	"github.com/peertrail/peertrail/store/queries"
-	"github.com/peertrail/peertrail/store/storetest"
+	"github.com/peertrail/peertrail/test/storetest"
 )
 
 // TestReportSources: the report's queries read the rare chains from report_chains and the
