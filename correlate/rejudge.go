@@ -14,9 +14,8 @@ const maxUndecided = 100_000
 // they waited for (draft.undecided), now that the capability view has learned more: a
 // whole apiserver's stream can arrive later than the wait (its webhook backing off), and
 // what it teaches (who serves a resource, whose address an IP is) may change their verdict.
-// A chain whose verdict changes is emitted again with a higher revision, and the window and
-// metrics follow, as for a chain a late record reopened. A chain leaves the list once its
-// evidence is complete, once it is open again (a late record reopened it), or once it is
+// A chain whose verdict changes is emitted again (rejudgeLocked). A chain leaves the list once
+// its evidence is complete, once it is open again (a late record reopened it), or once it is
 // older than the late window.
 func (co *Correlator) reevaluateLocked(ctx context.Context, list []chainRef) []chainRef {
 	late := co.opts.LateWindow.Nanoseconds()
@@ -30,16 +29,7 @@ func (co *Correlator) reevaluateLocked(ctx context.Context, list []chainRef) []c
 			cs.waiting = false
 			continue
 		}
-		ch := co.build(cs)
-		co.classifier.Classify(ch)
-		if v := co.j.verdicts.get(cs.res.verdict); len(ch.apart) == 0 && (ch.Class != v.class || !slices.Equal(ch.Findings, v.findings)) {
-			cs.emitted++
-			ch.Revision = int(cs.emitted)
-			co.m.reevaluated.Inc()
-			co.classifier.Learn(ch)
-			co.apply(ctx, cs, ch, co.prevResult(cs))
-		}
-		if ch.undecided == "" {
+		if ch := co.rejudgeLocked(ctx, cs); ch.undecided == "" {
 			cs.waiting = false
 			continue
 		}
@@ -60,14 +50,23 @@ func (co *Correlator) recheckRecentLocked(ctx context.Context) {
 		if cs.nsides != 1 || !cs.res.set || cs.last < co.j.now-late {
 			continue
 		}
-		ch := co.build(cs)
-		co.classifier.Classify(ch)
-		if v := co.j.verdicts.get(cs.res.verdict); ch.Class != v.class || !slices.Equal(ch.Findings, v.findings) {
-			cs.emitted++
-			ch.Revision = int(cs.emitted)
-			co.m.reevaluated.Inc()
-			co.classifier.Learn(ch)
-			co.apply(ctx, cs, ch, co.prevResult(cs))
-		}
+		co.rejudgeLocked(ctx, cs)
 	}
+}
+
+// rejudgeLocked classifies the final chain cs again with what is known now and, when the
+// verdict changes while its records are still one request's (a chain of one side always is),
+// emits it again with a higher revision: the window and the metrics follow, as for a chain a
+// late record reopened. It returns the new classification.
+func (co *Correlator) rejudgeLocked(ctx context.Context, cs *chainState) *draft {
+	ch := co.build(cs)
+	co.classifier.Classify(ch)
+	if v := co.j.verdicts.get(cs.res.verdict); len(ch.apart) == 0 && (ch.Class != v.class || !slices.Equal(ch.Findings, v.findings)) {
+		cs.emitted++
+		ch.Revision = int(cs.emitted)
+		co.m.reevaluated.Inc()
+		co.classifier.Learn(ch)
+		co.apply(ctx, cs, ch, co.prevResult(cs))
+	}
+	return ch
 }
