@@ -2,8 +2,6 @@ package main
 
 import (
 	"fmt"
-	"os"
-	"runtime"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -112,7 +110,7 @@ line wins over the file. The file also lists the apiservers:
 			if err := preflight(cfg); err != nil {
 				return err
 			}
-			if procs, set := widenScheduler(); set {
+			if procs, set := server.WidenScheduler(); set {
 				log.Debug("Go scheduler widened", "gomaxprocs", procs)
 			}
 			srv, err := server.New(cmd.Context(), cfg, log)
@@ -241,20 +239,4 @@ func applyConfigFile(fs *pflag.FlagSet, path string, cfg *config.File) error {
 		}
 	}
 	return cfg.Validate()
-}
-
-// widenScheduler gives the Go scheduler twice as many Ps as the CPUs it would use, unless
-// $GOMAXPROCS says otherwise, and reports the number it set. With one P per CPU, a webhook
-// request that becomes runnable while the correlator, the store writer and the garbage
-// collector hold every P waits for one of them to yield, up to Go's 10 ms time slice; with more
-// Ps its goroutine runs on a thread of its own at once and the kernel, which favours a thread
-// that has just woken, shares the CPUs. Measured at 10k events/s on 2 CPUs with the embedded
-// store: acknowledge p99 29-32 ms instead of 43-103 ms (BENCHMARKS.md).
-func widenScheduler() (int, bool) {
-	if os.Getenv("GOMAXPROCS") != "" {
-		return runtime.GOMAXPROCS(0), false
-	}
-	n := 2 * runtime.GOMAXPROCS(0)
-	runtime.GOMAXPROCS(n)
-	return n, true
 }
