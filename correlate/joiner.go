@@ -129,7 +129,7 @@ type chainState struct {
 	self         ref    // this chain's slot
 	gen          uint32 // changes when the slot is freed (Correlator.undecided keeps it)
 	prev, next   ref    // LRU of open chains, or FIFO of recent final chains
-	pprev, pnext ref    // open chains in order of firstPos (see Joiner.byPos)
+	pprev, pnext ref    // open chains in order of firstPos (see Joiner.posHead)
 	backAt       int32  // 1 + its index in Joiner.back while it is there, else 0
 	sameID       ref    // other chains with the same auditID key
 
@@ -209,12 +209,12 @@ type Joiner struct {
 	more map[ref][]side
 	lru  list // open chains, least recently updated first
 	done list // recent final chains, oldest first
-	// byPos holds the new open chains in order of the spool position of their first record,
-	// so that SafePosition reads the oldest without scanning every open chain. Positions
-	// only grow, so a new chain goes to the tail. A chain opened again (hold, reopen) has an
-	// old position; walking the list to its place cost a walk past every younger open chain,
-	// which after a burst (hundreds of thousands open, tens of thousands held at once) held
-	// the correlator's lock for tens of seconds. Those go to back, a min-heap by position.
+	// posHead..posTail list the new open chains in order of the spool position of their
+	// first record (through pprev, pnext), so that SafePosition reads the oldest without
+	// scanning every open chain. Positions only grow, so a new chain goes to the tail. A
+	// chain opened again (hold, reopen) has an old position: walking the list to its place
+	// would pass every younger open chain, which after a burst held the correlator's lock
+	// for tens of seconds. Those go to back, a min-heap by position.
 	posHead, posTail ref
 	back             []ref
 	nOpen            int
@@ -513,7 +513,7 @@ func (j *Joiner) newChain(r *record.Record, pos spool.Position, recv int64, key 
 	return c
 }
 
-// posInsert puts c among the open chains in position order: at the tail of byPos when it is
+// posInsert puts c among the open chains in position order: at the tail of the posHead list when it is
 // at least as young as the tail (always, for a new chain), else into back.
 func (j *Joiner) posInsert(c *chainState) {
 	if j.posTail != 0 && j.at(j.posTail).firstPos > c.firstPos {

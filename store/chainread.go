@@ -13,8 +13,9 @@ import (
 
 // The chain read path: the chains table back into chain.Chain, the inverse of ChainRow, and
 // the named queries that answer "the chain of this auditID", "the chains since" and "the
-// records of this chain". The API (through server), the CLI (through the API) and the chain
-// investigation dashboard (store/queries text, see NamedQuery.Grafana) read chains only here.
+// records of this chain". The chain API (through the lookups server gives it) and the CLI
+// (through the API) read chains only here; the chain investigation dashboard asks the same
+// named queries' text (queries.Query.Text).
 
 // ChainFromRow rebuilds the chain in row i of res, a query that selects the chains table's
 // columns by name (ChainColumns; version and request_time are not needed). It is the inverse of

@@ -64,7 +64,7 @@ func (o *WriterOptions) defaults() {
 // folds duplicates by its sorting key, as a backstop for anything else.)
 //
 // A Writer assumes it is the only writer of the events table. Consume must be called from
-// one goroutine (spool.Run does); WriteChains may be called concurrently with it.
+// one goroutine (Spool.Run does); WriteChains may be called concurrently with it.
 type Writer struct {
 	store   Store
 	codec   *record.Codec

@@ -25,8 +25,9 @@ type ruleset struct {
 	flags uint32
 }
 
-// confinement builds the engine's ruleset: read the library and systemRead, read and write
-// dataDir and logDir (either may be ""), nothing else of the file system, and no TCP at all.
+// confinement builds the engine's ruleset: read the library and the system paths
+// (systemReadDirs, systemReadFiles), read and write dataDir and logDir (either may be ""),
+// nothing else of the file system, and no TCP at all.
 func confinement(libPath, dataDir, logDir string) (*ruleset, error) {
 	rules := []landlock.Rule{
 		landlock.ROFiles(libPath),

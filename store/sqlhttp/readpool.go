@@ -104,7 +104,7 @@ type ReadQuery struct {
 // connection of the pool's own.
 //
 // Concurrency: Run may be called from any number of goroutines; at most MaxConcurrent run
-// at once. Lifecycle: Embedded.NewReadPool, Run, and Close before the Embedded is closed
+// at once. Lifecycle: NewReadPool, Run, and Close before the Embedded is closed
 // (Embedded.Close closes a pool still open).
 type ReadPool struct {
 	engine  *chdb.Engine
@@ -153,7 +153,7 @@ func NewReadPool(ctx context.Context, s *store.Embedded, limits ReadLimits) (*Re
 // Limits are the pool's limits, defaults filled in.
 func (p *ReadPool) Limits() ReadLimits { return p.limits }
 
-// sessionSettings are a read connection's settings: the client's (which clientSetting has
+// sessionSettings are a read connection's settings: the client's (which ClientSetting has
 // admitted, so none of them names a fixed one), then the fixed ones.
 func (p *ReadPool) sessionSettings(extra [][2]string) [][2]string {
 	l := p.limits
