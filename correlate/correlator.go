@@ -106,8 +106,8 @@ type Correlator struct {
 	// position of their first records (meaningful while pending is not empty).
 	pending   []chain.Chain
 	pendFirst spool.Position
-	// spare is the memory of a batch the sink took, for the next pending chains: grown anew
-	// for every second's batch, pending was a quarter of what the process allocated.
+	// spare is the memory of a batch the sink took, for the next pending chains, so that a
+	// second's batch does not grow a slice anew.
 	spare []chain.Chain
 	// due are chains Due finalised that are still to be classified (finishDueLocked).
 	due []*chainState
@@ -452,9 +452,8 @@ func (co *Correlator) safeLocked() spool.Position {
 
 func (co *Correlator) finishLocked(ctx context.Context, cs *chainState) {
 	prev := co.prevResult(cs)
-	// Of the Chain only apply's copy outlives this call (the classifier's holds for the call),
-	// so one Chain's memory serves every chain finished; a new one each was about a ninth of all
-	// the process allocated at a steady rate.
+	// Of the draft only apply's copy of its Chain outlives this call (the classifier's holds
+	// for the call), so one draft's memory serves every chain finished.
 	ch := &co.finishing
 	co.buildInto(ch, cs, true)
 	co.classifier.Classify(ch)

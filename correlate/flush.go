@@ -12,10 +12,9 @@ import (
 
 // flushDue reports whether Consume should hand the pending chains to the sink now: when asked
 // to (the spool is idle, or a burst's chains are being closed a flushBatch at a time), when a
-// batch is full, or flushEvery after the last time. Each insert makes a part of the chains
-// table and of every view on it for the engine to merge: handing over at every Consume made
-// eleven inserts a second of 400 chains at 10,000 events/s, which took the engine 75% of the
-// wall time, against 20% for the events' one insert a second of twice as many rows.
+// batch is full, or flushEvery after the last time. Few large inserts, not one per Consume:
+// each makes a part of the chains table and of every view on it for the engine to merge
+// (BENCHMARKS.md, "The chains went to the store at every Consume").
 func (co *Correlator) flushDue(now bool) bool {
 	co.mu.Lock()
 	defer co.mu.Unlock()
@@ -38,10 +37,9 @@ func (co *Correlator) flushDue(now bool) bool {
 // records keep coming (the chain API and the gate read them from memory meanwhile).
 const defaultFlushEvery = time.Second
 
-// defaultFlushBatch is Correlator.flushBatch: 50,000 chains are about 65 MB as Chain values,
-// and one insert of the store. Each insert costs the store about a second beside its rows
-// (measured in peertrail bench: 10,000 a batch wrote a burst's chains at half the rate of
-// one insert of them all).
+// defaultFlushBatch is Correlator.flushBatch: as many chains as one insert of the store takes
+// (each insert costs the engine a fixed time beside its rows) while a burst's chains never
+// wait all together as Chain values (BENCHMARKS.md, "correlate").
 const defaultFlushBatch = 50_000
 
 // maxSpareChains bounds the batch whose memory is kept for the next (520 bytes a chain): a
@@ -79,7 +77,7 @@ func (co *Correlator) flushBatchOf(ctx context.Context) (done bool, err error) {
 	batch, first := co.pending[:n:n], co.pendFirst
 	// whole is the pending chains' memory when the batch takes all of them: kept for the next
 	// whole, rather than just the batch's length of it, so that a second with a few more
-	// chains than the last does not grow a new slice (a sixth of what serve allocated).
+	// chains than the last does not grow a new slice.
 	var whole []chain.Chain
 	if all := co.pending; len(all) == n {
 		whole = all[:0]

@@ -159,8 +159,7 @@ func New(ctx context.Context, cfg config.File, log *slog.Logger) (_ *Server, err
 	}
 	if emb != nil {
 		// The engine's one-time work (loading, the schema, the SQL front's sessions) ran code
-		// of its library that the steady state does not: about 75 MB less RSS at 10,000
-		// events/s (BENCHMARKS.md, the eighth session).
+		// of its library that the steady state does not (BENCHMARKS.md, "An eighth session").
 		if err := emb.Engine().ReleaseLibraryPages(); err != nil {
 			log.Debug("engine library pages stay resident", "err", err)
 		}

@@ -375,13 +375,12 @@ func appendSide(row []any, s *chain.Side) []any {
 		s.RequestReceived.UTC(), s.Completed.UTC(), strs(s.Stages), s.HasObjects, s.APIServerVersion)
 }
 
-// Chain rows straight to RowBinary. ChainRow's []any rows box every value (about fifty
-// allocations and 3 KiB a chain, measured in BenchmarkChainWriter) and a batch's rows all lived
-// until its insert returned: in a burst the chains waiting for the store were the largest part
-// of the heap (BENCHMARKS.md, "The whole process"). appendChainRow writes the same bytes as
-// EncodeRowBinary(ChainColumns, [][]any{ChainRow(c)}) (TestChainRowBinaryMatchesChainRow keeps
-// them equal) with no allocation, and chainStream encodes the rows as the engine reads them, so
-// a batch costs its chains and a few hundred KiB, whatever its size.
+// Chain rows straight to RowBinary, not as ChainRow's []any rows, which box every value and all
+// live until the insert returns (BENCHMARKS.md, "Chains: the writer next to the engine's own
+// insert"). appendChainRow writes the same bytes as EncodeRowBinary(ChainColumns,
+// [][]any{ChainRow(c)}) (TestChainRowBinaryMatchesChainRow keeps them equal) with no
+// allocation, and chainStream encodes the rows as the engine reads them, so a batch costs its
+// chains and a few hundred KiB, whatever its size.
 
 // chainStream streams the rows of chains.
 func chainStream(chains []*chain.Chain) *rowStream {
@@ -524,8 +523,8 @@ const chainInsertChunk = 10_000
 // id's length; two ids sharing a key is a 2^-128 event per pair. The record holds no pointer
 // for the garbage collector to follow: entries sit in a ring in the order they were first
 // recorded (the order they are dropped in), found through an open-addressing index of ring
-// positions. That is 32 bytes an entry and 8 of index (at most half full), against about 84
-// for the Go map and drop queue it replaced (42 MB at the default bound, measured).
+// positions: 32 bytes an entry and 8 of index (at most half full), a fraction of the Go map and
+// drop queue it replaced (BENCHMARKS.md, "A fourth session").
 type writtenChains struct {
 	seeds      [2]maphash.Seed
 	maxEntries int

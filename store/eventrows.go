@@ -114,13 +114,12 @@ func annotations(m map[string]string) map[string]string {
 	return m
 }
 
-// Event rows straight to RowBinary, as for chains (chainwriter.go). EventRow's []any boxes
-// every value and copies the raw JSON (about 1 KiB an event) into a string, and a flush's
-// 50,000 rows all lived until the insert returned: in peertrail bench's burst profile they were
-// the largest part of the Go heap after the buffered records themselves. appendEventRow writes
-// the same bytes as EncodeRowBinary(EventColumns, [][]any{EventRow(r)})
-// (TestEventRowBinaryMatchesEventRow keeps them equal), and eventStream encodes the rows as
-// the engine reads them, so a flush costs its records and a few hundred KiB.
+// Event rows straight to RowBinary, as for chains (chainwriter.go), not as EventRow's []any
+// rows, which box every value, copy the raw JSON into a string and all live until the insert
+// returns (BENCHMARKS.md, "Later the same day"). appendEventRow writes the same bytes as
+// EncodeRowBinary(EventColumns, [][]any{EventRow(r)}) (TestEventRowBinaryMatchesEventRow keeps
+// them equal), and eventStream encodes the rows as the engine reads them, so a flush costs its
+// records and a few hundred KiB.
 
 // eventStream streams the rows of records.
 func eventStream(records []record.Record) *rowStream {

@@ -73,12 +73,12 @@ type Writer struct {
 	metrics *writerMetrics
 
 	// Consume's state (one goroutine). The writer gathers frames, not records: a frame's
-	// payload (S2-compressed) is about a tenth of its decoded records with their strings and
-	// raw JSON, and a flush decodes one frame at a time as the engine reads the rows.
+	// payload (S2-compressed) is a fraction of its decoded records with their strings and raw
+	// JSON, and a flush decodes one frame at a time as the engine reads the rows.
 	frames []pendingFrame
 	// payloads holds the gathered frames' payloads one after another, each frame's at the
-	// same offset whatever array holds it now; its memory serves the next insert's. A copy of
-	// its own for each frame was a tenth of all the process allocated at a steady rate.
+	// same offset whatever array holds it now; its memory serves the next insert's, rather
+	// than a copy of its own for each frame.
 	payloads []byte
 	pending  int                 // records in frames
 	bufFrom  spool.Position      // Pos of the first entry with records in frames

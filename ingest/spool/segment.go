@@ -167,9 +167,8 @@ func (s *Spool) spareLoop() {
 // writeZeros writes zeros over [from, to) of f. Allocated space is only reserved: ext4 marks
 // it unwritten, and the first sync after writing into it must commit, through the journal,
 // that it was written. Zeros written here, and synced before the segment is used, leave the
-// frames' syncs nothing but data (BENCHMARKS.md, twelfth session: segments only allocated
-// had as many syncs over 50 ms as appended ones; written with zeros, a few times fewer). It
-// stops when the spool closes.
+// frames' syncs nothing but data (BENCHMARKS.md, "A twelfth session"). It stops when the
+// spool closes.
 func (s *Spool) writeZeros(f *os.File, from, to int64) error {
 	zero := make([]byte, min(1<<20, to-from))
 	for off := from; off < to; off += int64(len(zero)) {

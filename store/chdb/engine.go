@@ -142,11 +142,10 @@ const allocatorConfEnv = "JE_MALLOC_CONF"
 // allocatorConf sets the allocator's options for the library about to be loaded, unless the
 // operator set allocatorConfEnv: theirs wins, whole.
 //
-// Why: at a steady 10,000 events/s the engine had 135-210 MB allocated but 320-440 MB
-// resident on average, the difference being pages it had freed and jemalloc kept for reuse
-// for 5 s (its dirty pages): every insert and merge frees what it used. A decay of 1 s held
-// 100-250 MB less, for 7-25% more CPU in the process, the page faults that take the pages
-// again (BENCHMARKS.md); so it is a choice for a process short of memory, not a default.
+// Why: every insert and merge frees what it used, and jemalloc keeps freed pages resident for
+// 5 s (its dirty pages); a shorter decay holds less for more CPU, the page faults that take
+// the pages again (BENCHMARKS.md, "A fourth session"), so it is a choice for a process short
+// of memory, not a default.
 func allocatorConf(decay time.Duration) {
 	if decay <= 0 || os.Getenv(allocatorConfEnv) != "" {
 		return

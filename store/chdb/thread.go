@@ -9,9 +9,9 @@ const DefaultNice = 10
 // before the engine starts. Threads inherit their creator's nice value, so every thread the
 // engine starts from there (its query pipelines, merges, materialized views, flushes) runs
 // below the rest of the process: under load the scheduler gives the webhook's acknowledgements
-// the cores first, and the store's work, which can wait, the rest. Measured: the embedded
-// store's inserts take about one core at 10k events/s, and at the same priority they put
-// acknowledgements at the back of the run queue (BENCHMARKS.md).
+// the cores first, and the store's work, which can wait, the rest: at the same priority the
+// store's inserts put acknowledgements at the back of the run queue (BENCHMARKS.md, "Under
+// load").
 //
 // Only the calls into the engine go to the thread, with the copying of their arguments and
 // results: longer Go work there (encoding an insert's data) would hold one of the runtime's Ps
