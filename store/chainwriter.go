@@ -315,18 +315,6 @@ func ChainVersion(c *chain.Chain) uint64 {
 // versionFinal reports whether a ChainVersion is of a final chain (its lowest bit).
 func versionFinal(v uint64) bool { return v&1 == 1 }
 
-// RequestTime is when the request reached the first apiserver that recorded it: the entry's
-// requestReceivedTimestamp, else the peer's, else when peertrail first received a record.
-func RequestTime(c *chain.Chain) time.Time {
-	switch {
-	case c.Entry != nil && !c.Entry.RequestReceived.IsZero():
-		return c.Entry.RequestReceived.UTC()
-	case c.Peer != nil && !c.Peer.RequestReceived.IsZero():
-		return c.Peer.RequestReceived.UTC()
-	}
-	return c.FirstReceived.UTC()
-}
-
 // ChainRow returns c's row for the chains table.
 func ChainRow(c *chain.Chain) []any {
 	findings := make([]string, len(c.Findings))
@@ -349,7 +337,7 @@ func ChainRow(c *chain.Chain) []any {
 	}
 	return append(row, others, codes, otherSides(c),
 		c.EntryDurationSeconds, c.PeerDurationSeconds, c.ForwardingOverheadSeconds,
-		RequestTime(c), c.FirstReceived.UTC(), c.LastReceived.UTC(), uint32(max(c.Records, 0)))
+		c.RequestTime().UTC(), c.FirstReceived.UTC(), c.LastReceived.UTC(), uint32(max(c.Records, 0)))
 }
 
 // otherSides is the JSON of c.Others (loops only), "" when there are none.
@@ -437,7 +425,7 @@ func appendChainRow(b []byte, c *chain.Chain) []byte {
 	b = binary.LittleEndian.AppendUint64(b, math.Float64bits(c.EntryDurationSeconds))
 	b = binary.LittleEndian.AppendUint64(b, math.Float64bits(c.PeerDurationSeconds))
 	b = binary.LittleEndian.AppendUint64(b, math.Float64bits(c.ForwardingOverheadSeconds))
-	b = rbTime(b, RequestTime(c))
+	b = rbTime(b, c.RequestTime())
 	b = rbTime(b, c.FirstReceived)
 	b = rbTime(b, c.LastReceived)
 	return binary.LittleEndian.AppendUint32(b, uint32(max(c.Records, 0)))
