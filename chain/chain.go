@@ -204,8 +204,9 @@ func (c *Chain) Clone() Chain {
 	return out
 }
 
-// RequestTime is when the request reached the first apiserver that recorded it: the entry's
-// requestReceivedTimestamp, else the peer's, else when peertrail first received a record.
+// RequestTime is when the request reached the first apiserver that recorded it (the chains
+// table's request_time): the entry's requestReceivedTimestamp, else the peer's, else when
+// peertrail first received a record.
 func (c *Chain) RequestTime() time.Time {
 	for _, s := range []*Side{c.Entry, c.Peer} {
 		if s != nil && !s.RequestReceived.IsZero() {
@@ -225,7 +226,8 @@ func (c *Chain) HasFinding(f Finding) bool {
 	return false
 }
 
-// SortChains orders chains oldest first: by first receipt, then request time, then ID.
+// SortChains orders chains oldest first: by first receipt, then request time, then ID (the
+// store's order), whether they come from memory or from the store.
 func SortChains(chains []*Chain) {
 	slices.SortStableFunc(chains, func(a, b *Chain) int {
 		if c := a.FirstReceived.Compare(b.FirstReceived); c != 0 {

@@ -6,6 +6,9 @@ import (
 	"time"
 )
 
+// What the chain API reads and answers. The lookups are its ways into the store (package store
+// implements them over its named queries); requests call them concurrently.
+
 // Filter selects chains: the chain API's list, from memory and from the store (ListLookup).
 type Filter struct {
 	Class     Class

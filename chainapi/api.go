@@ -17,7 +17,7 @@ import (
 )
 
 // Memory is the correlator's face to readers (*correlate.Correlator): the chains it holds, open
-// and recently final, each built afresh for the caller.
+// and recently final, each built afresh for the caller. Requests call it concurrently.
 type Memory interface {
 	// Chains returns every chain with auditID in memory, oldest first.
 	Chains(auditID string) []*chain.Chain
@@ -26,7 +26,7 @@ type Memory interface {
 }
 
 // Servers is the correlator's capability view (*correlate.Capabilities): what each apiserver
-// was seen to serve, and the version it ran when.
+// was seen to serve, and the version it ran when. Requests call it concurrently.
 type Servers interface {
 	Snapshot() []chain.APIServerView
 	LastSeen(apiserver string) (version string, at time.Time)

@@ -130,9 +130,9 @@ func (co *Correlator) flushBatchOf(ctx context.Context) (done bool, err error) {
 const maxFreeSides = 16_384
 
 // takeSides returns the sides of the chains (which the sink has taken), cleared, in a list
-// whose memory is reused: every side a chain was built with has a role (Entry, Peer or one of
-// Others) once it is final. It runs without co.mu: only the flush that holds the chains sees
-// them.
+// whose memory is reused. A chain's sides are its roles (Entry, Peer, Others; a side without
+// one is left to the collector), each a side of its own. It runs without co.mu: only the
+// flush that holds the chains sees them.
 func (co *Correlator) takeSides(chains []chain.Chain) []*chain.Side {
 	out := co.sidesOut[:0]
 	take := func(s *chain.Side) bool {
