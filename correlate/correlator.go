@@ -7,8 +7,10 @@
 //
 // Data flow: the spool delivers frames to the Correlator (a spool.Consumer), which feeds their
 // records to the Joiner; chains whose window has passed are classified by the Classifier,
-// counted in metrics and handed to the Sink (the store), and traced once their verdict is settled
-// (when they leave memory, a late window later).
+// counted in metrics and handed to the Sink (the store; the correlator's only way there), and
+// traced once their verdict is settled (when they leave memory, a late window later). Readers
+// (the chain API, package chainapi) ask it for the chains it holds (Chains, List). The chains
+// are package chain's; the correlator's working state on one is a draft, never handed out.
 package correlate
 
 import (
