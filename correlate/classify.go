@@ -201,8 +201,7 @@ func (k *DefaultClassifier) requests(c *draft) [][]int {
 	for i := range group {
 		group[i] = i
 	}
-	var find func(int) int
-	find = func(i int) int {
+	find := func(i int) int {
 		for group[i] != i {
 			i = group[i]
 		}

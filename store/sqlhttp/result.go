@@ -199,20 +199,35 @@ func cutBinaryHeader(chunk []byte, types bool) ([]byte, error) {
 // jsonRows adds a chunk of JSONCompact[Strings]EachRowWithNamesAndTypes (a line of names, a
 // line of types, a row a line) to the document.
 func (r *result) jsonRows(chunk []byte, first bool) error {
-	lines := bytes.Split(bytes.TrimSuffix(chunk, []byte("\n")), []byte("\n"))
-	if len(lines) < 2 {
+	// Line by line: a chunk can hold millions of rows, and the limit may stop it after a few.
+	next := func() ([]byte, bool) {
+		if len(chunk) == 0 {
+			return nil, false
+		}
+		i := bytes.IndexByte(chunk, '\n')
+		if i < 0 {
+			i = len(chunk)
+		}
+		line := chunk[:i]
+		chunk = chunk[min(i+1, len(chunk)):]
+		return line, true
+	}
+	names, ok1 := next()
+	types, ok2 := next()
+	if !ok1 || !ok2 {
 		return errors.New("a chunk without its header")
 	}
 	if first {
-		if err := json.Unmarshal(lines[0], &r.names); err != nil {
+		if err := json.Unmarshal(names, &r.names); err != nil {
 			return fmt.Errorf("column names: %w", err)
 		}
-		if err := json.Unmarshal(lines[1], &r.types); err != nil || len(r.types) != len(r.names) {
+		if err := json.Unmarshal(types, &r.types); err != nil || len(r.types) != len(r.names) {
 			return fmt.Errorf("column types: %v", err)
 		}
 		r.startDocument()
 	}
-	for _, line := range lines[2:] {
+	var values []json.RawMessage
+	for line, ok := next(); ok; line, ok = next() {
 		if r.rows > 0 {
 			r.out.WriteByte(',')
 		}
@@ -220,7 +235,7 @@ func (r *result) jsonRows(chunk []byte, first bool) error {
 		if !r.spec.objects {
 			r.out.Write(line)
 		} else {
-			var values []json.RawMessage
+			values = values[:0]
 			if err := json.Unmarshal(line, &values); err != nil || len(values) != len(r.names) {
 				return fmt.Errorf("a row: %v", err)
 			}

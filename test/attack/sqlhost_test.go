@@ -188,8 +188,8 @@ func TestSQLResultsAreBoundedAsSent(t *testing.T) {
 	st := startSQLTarget(t, "--store-max-memory", "2Gi")
 	long := strings.Repeat("x", 2000)
 	bombs := []string{
-		"SELECT 1 AS " + long + " FROM (SELECT arrayJoin(range(20000000))) FORMAT JSON",
-		"SELECT toString(a) AS " + long + " FROM (SELECT arrayJoin(range(30000000)) AS a) FORMAT JSONEachRow",
+		"SELECT 1 AS " + long + " FROM (SELECT arrayJoin(range(3000000))) FORMAT JSON",
+		"SELECT toString(a) AS " + long + " FROM (SELECT arrayJoin(range(3000000)) AS a) FORMAT JSONEachRow",
 	}
 	var wg sync.WaitGroup
 	for _, b := range bombs {
