@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/peertrail/peertrail/alerts/promql"
-	"github.com/peertrail/peertrail/correlate"
+	"github.com/peertrail/peertrail/chain"
 	"github.com/peertrail/peertrail/metrics"
 )
 
@@ -242,17 +242,17 @@ func exhaustion(factor float64) string {
 }
 
 func chainAlerts() []alertDef {
-	chains := func(class correlate.Class) string {
+	chains := func(class chain.Class) string {
 		return promql.Sel(metrics.CorrelateChainsTotal, promql.Eq(metrics.LabelClass, string(class)))
 	}
-	finding := func(f correlate.Finding) string {
+	finding := func(f chain.Finding) string {
 		return promql.Sel(metrics.CorrelateFindingsTotal, promql.Eq(metrics.LabelFinding, string(f)))
 	}
 	return []alertDef{
 		{
 			name:     AlertMisleading404s,
 			severity: SeverityWarning,
-			expr: promql.Sum(promql.NewEvents(chains(correlate.ClassMisleading404), newChainsWindow),
+			expr: promql.Sum(promql.NewEvents(chains(chain.ClassMisleading404), newChainsWindow),
 				metrics.LabelEntryAPIServer, metrics.LabelGroup, metrics.LabelResource) + " > 0",
 			summary: "{{ $labels.entry_apiserver }} answers 404 for {{ $labels.resource }} that another apiserver serves.",
 			description: "In the last " + newChainsWindow + ", {{ $value }} requests for {{ $labels.group }}/{{ $labels.resource }} " +
@@ -264,7 +264,7 @@ func chainAlerts() []alertDef {
 		{
 			name:     AlertBrokenChains,
 			severity: SeverityWarning,
-			expr: promql.Sum(promql.NewEvents(chains(correlate.ClassBroken), recentWindow),
+			expr: promql.Sum(promql.NewEvents(chains(chain.ClassBroken), recentWindow),
 				metrics.LabelEntryAPIServer, metrics.LabelPeerAPIServer) + " > 0",
 			summary: "Forwarded requests are missing one of their two audit records.",
 			description: "In the last " + recentWindow + ", {{ $value }} forwarded requests (entry \"{{ $labels.entry_apiserver }}\", peer " +
@@ -274,7 +274,7 @@ func chainAlerts() []alertDef {
 		{
 			name:     AlertIdentityMismatch,
 			severity: SeverityWarning,
-			expr: promql.Sum(promql.NewEvents(finding(correlate.FindingIdentityMismatch), recentWindow),
+			expr: promql.Sum(promql.NewEvents(finding(chain.FindingIdentityMismatch), recentWindow),
 				metrics.LabelEntryAPIServer, metrics.LabelPeerAPIServer) + " > 0",
 			summary: "{{ $labels.peer_apiserver }} served forwarded requests as a different identity than {{ $labels.entry_apiserver }} authenticated.",
 			description: "In the last " + recentWindow + ", {{ $value }} requests forwarded from {{ $labels.entry_apiserver }} to " +
@@ -316,16 +316,16 @@ func auditAlerts() []alertDef {
 }
 
 // ForwardedClasses are the classes of chains whose entry apiserver forwarded the request.
-var ForwardedClasses = correlate.ForwardedClasses
+var ForwardedClasses = chain.ForwardedClasses
 
 // PeertrailCount is, per apiserver, how many requests over window peertrail's chains show it
 // forwarded as the entry, of classes (peertrail_correlate_forwarded_total).
-func PeertrailCount(window string, classes ...correlate.Class) string {
+func PeertrailCount(window string, classes ...chain.Class) string {
 	return promql.Sum(promql.Increase(PeertrailForwarded(classes), window), metrics.LabelAPIServer)
 }
 
 // PeertrailForwarded selects peertrail's forwarded counter of classes, narrowed by more.
-func PeertrailForwarded(classes []correlate.Class, more ...promql.Matcher) string {
+func PeertrailForwarded(classes []chain.Class, more ...promql.Matcher) string {
 	names := make([]string, len(classes))
 	for i, c := range classes {
 		names[i] = string(c)
@@ -365,7 +365,7 @@ func crossCheckRecords() []Rule {
 	return []Rule{
 		{Record: RecordPeertrailForwarded, Expr: PeertrailCount(CrossCheckWindow, ForwardedClasses...)},
 		{Record: RecordKubeRerouted, Expr: APIServerCount(CrossCheckWindow, "")},
-		{Record: RecordPeertrailFailed, Expr: PeertrailCount(CrossCheckWindow, correlate.ClassProxyFailed)},
+		{Record: RecordPeertrailFailed, Expr: PeertrailCount(CrossCheckWindow, chain.ClassProxyFailed)},
 		{Record: RecordKubeRerouted5xx, Expr: APIServerCount(CrossCheckWindow, "5..")},
 	}
 }

@@ -9,8 +9,7 @@ import (
 	"text/template"
 
 	"github.com/peertrail/peertrail/alerts/promql"
-	"github.com/peertrail/peertrail/correlate"
-	"github.com/peertrail/peertrail/ingest/dedup"
+	"github.com/peertrail/peertrail/chain"
 	"github.com/peertrail/peertrail/metrics"
 )
 
@@ -228,13 +227,13 @@ func (t *tests) burnRateWithinSLO() testGroup {
 	}
 }
 
-func chainLabels(class correlate.Class, entry, peer, group, resource string) map[string]string {
+func chainLabels(class chain.Class, entry, peer, group, resource string) map[string]string {
 	return withTarget(map[string]string{metrics.LabelClass: string(class), metrics.LabelEntryAPIServer: entry,
 		metrics.LabelPeerAPIServer: peer, metrics.LabelGroup: group, metrics.LabelResource: resource})
 }
 
 func (t *tests) misleading404s() testGroup {
-	podgroups := chainLabels(correlate.ClassMisleading404, "kas-b", "", "scheduling.k8s.io", "podgroups")
+	podgroups := chainLabels(chain.ClassMisleading404, "kas-b", "", "scheduling.k8s.io", "podgroups")
 	fires := func(n float64) expAlert {
 		return t.fires(AlertMisleading404s, map[string]string{metrics.LabelEntryAPIServer: "kas-b",
 			metrics.LabelGroup: "scheduling.k8s.io", metrics.LabelResource: "podgroups"}, n)
@@ -247,8 +246,8 @@ func (t *tests) misleading404s() testGroup {
 			// at 30m (the counter starts over) and sees one more at 31m.
 			{sel(metrics.CorrelateChainsTotal, podgroups), "_ _ _ _ _ 1 1 1 1 1 1 1 1 1 1 3 3 3 3 3 3 3 3 3 3 3 3 3 3 3 _ 1 1 1 1 1 1 1 1 1 1"},
 			// Proxied requests and local 404s do not count.
-			{sel(metrics.CorrelateChainsTotal, chainLabels(correlate.ClassProxied, "kas-a", "kas-c", "scheduling.k8s.io", "podgroups")), "0+5x40"},
-			{sel(metrics.CorrelateChainsTotal, chainLabels(correlate.ClassLocal, "kas-a", "", "", "configmaps")), "0+5x40"},
+			{sel(metrics.CorrelateChainsTotal, chainLabels(chain.ClassProxied, "kas-a", "kas-c", "scheduling.k8s.io", "podgroups")), "0+5x40"},
+			{sel(metrics.CorrelateChainsTotal, chainLabels(chain.ClassLocal, "kas-a", "", "", "configmaps")), "0+5x40"},
 		},
 		AlertTests: []alertTest{
 			silent("4m", AlertMisleading404s),
@@ -263,13 +262,13 @@ func (t *tests) misleading404s() testGroup {
 }
 
 func (t *tests) brokenChains() testGroup {
-	broken := chainLabels(correlate.ClassBroken, "kas-a", "", "scheduling.k8s.io", "podgroups")
+	broken := chainLabels(chain.ClassBroken, "kas-a", "", "scheduling.k8s.io", "podgroups")
 	return testGroup{
 		Name:     "MVPBrokenChains: fires for ten minutes after a broken chain, silent otherwise",
 		Interval: "1m",
 		InputSeries: []series{
 			{sel(metrics.CorrelateChainsTotal, broken), "_ _ _ 2 2 2 2 2 2 2 2 2 2 2 2 2 2 2 2 2 2"},
-			{sel(metrics.CorrelateChainsTotal, chainLabels(correlate.ClassProxyFailed, "kas-a", "", "scheduling.k8s.io", "podgroups")), "0+3x20"},
+			{sel(metrics.CorrelateChainsTotal, chainLabels(chain.ClassProxyFailed, "kas-a", "", "scheduling.k8s.io", "podgroups")), "0+3x20"},
 		},
 		AlertTests: []alertTest{
 			silent("2m", AlertBrokenChains),
@@ -281,7 +280,7 @@ func (t *tests) brokenChains() testGroup {
 }
 
 func (t *tests) identityMismatch() testGroup {
-	finding := func(f correlate.Finding) string {
+	finding := func(f chain.Finding) string {
 		return sel(metrics.CorrelateFindingsTotal, withTarget(map[string]string{metrics.LabelFinding: string(f),
 			metrics.LabelEntryAPIServer: "kas-b", metrics.LabelPeerAPIServer: "kas-c"}))
 	}
@@ -289,9 +288,9 @@ func (t *tests) identityMismatch() testGroup {
 		Name:     "MVPIdentityMismatch: any identity mismatch fires; flattened impersonation (expected on every forward) does not",
 		Interval: "1m",
 		InputSeries: []series{
-			{finding(correlate.FindingIdentityMismatch), "0 0 0 0 0 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1"},
-			{finding(correlate.FindingImpersonationFlattened), "0+4x20"},
-			{finding(correlate.FindingPeerAuditMissing), "0+1x20"},
+			{finding(chain.FindingIdentityMismatch), "0 0 0 0 0 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1"},
+			{finding(chain.FindingImpersonationFlattened), "0+4x20"},
+			{finding(chain.FindingPeerAuditMissing), "0+1x20"},
 		},
 		AlertTests: []alertTest{
 			silent("4m", AlertIdentityMismatch),
@@ -336,7 +335,7 @@ func (t *tests) crossCheck() testGroup {
 		return sel(metrics.KubeReroutedRequestTotal, map[string]string{metrics.LabelAPIServer: apiserver, metrics.LabelCode: code,
 			metrics.LabelGroup: "scheduling.k8s.io", metrics.LabelResource: "podgroups", metrics.LabelInstance: "10.0.0.11:6443", metrics.LabelJob: "apiserver"})
 	}
-	chain := func(class correlate.Class, entry string) string {
+	counted := func(class chain.Class, entry string) string {
 		return sel(metrics.CorrelateForwardedTotal, withTarget(map[string]string{metrics.LabelAPIServer: entry, metrics.LabelClass: string(class)}))
 	}
 	fires := func(count, apiserver string, gap float64) expAlert {
@@ -349,15 +348,15 @@ func (t *tests) crossCheck() testGroup {
 			// kas-a: both views agree (10 served and 1 failed a minute; broken chains count as forwarded).
 			{kube("kas-a", "200"), "0+10x60"},
 			{kube("kas-a", "503"), "0+1x60"},
-			{chain(correlate.ClassProxied, "kas-a"), "0+9x60"},
-			{chain(correlate.ClassBroken, "kas-a"), "0+1x60"},
-			{chain(correlate.ClassProxyFailed, "kas-a"), "0+1x60"},
+			{counted(chain.ClassProxied, "kas-a"), "0+9x60"},
+			{counted(chain.ClassBroken, "kas-a"), "0+1x60"},
+			{counted(chain.ClassProxyFailed, "kas-a"), "0+1x60"},
 			// kas-b: its audit arrives short: peertrail saw 5 of the 12 forwarded, none of the 2 failed.
 			{kube("kas-b", "200"), "0+10x60"},
 			{kube("kas-b", "503"), "0+2x60"},
-			{chain(correlate.ClassProxied, "kas-b"), "0+5x60"},
+			{counted(chain.ClassProxied, "kas-b"), "0+5x60"},
 			// kas-c: forwards, but its own metric is not there (not scraped, or MVP metrics off).
-			{chain(correlate.ClassProxied, "kas-c"), "0+10x60"},
+			{counted(chain.ClassProxied, "kas-c"), "0+10x60"},
 		},
 		AlertTests: []alertTest{
 			silent("10m", AlertForwardedMismatch),
@@ -425,16 +424,16 @@ func (t *tests) spool() testGroup {
 	lag := func(consumer string) string {
 		return sel(metrics.SpoolConsumerLagBytes, withTarget(map[string]string{metrics.LabelConsumer: consumer}))
 	}
-	correlateLag := withTarget(map[string]string{metrics.LabelConsumer: correlate.ConsumerName})
+	correlateLag := withTarget(map[string]string{metrics.LabelConsumer: metrics.ConsumerCorrelate})
 	return testGroup{
 		Name:     "PeertrailSpoolGrowing and PeertrailSpoolNearlyFull",
 		Interval: "1m",
 		InputSeries: []series{
 			{sel(metrics.SpoolCapacityBytes, target), "1000000000x60"},
 			// The correlator falls behind by 5 MB a minute: past 10% of the capacity at 20m.
-			{lag(correlate.ConsumerName), "0+5000000x60"},
+			{lag(metrics.ConsumerCorrelate), "0+5000000x60"},
 			// The dedup consumer is 20% behind, but not growing.
-			{lag(dedup.ConsumerName), "200000000x60"},
+			{lag(metrics.ConsumerDedup), "200000000x60"},
 			// The spool fills to 90% from 30m on.
 			{sel(metrics.SpoolBytes, target), "100000000x29 900000000x30"},
 		},

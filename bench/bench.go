@@ -6,7 +6,7 @@
 // package loadgen (at a fixed rate or as fast as possible, several apiservers, both sides of
 // forwarded requests: Traffic), waits until every acknowledged event is in peertrail.events
 // and every request's chain is final in peertrail.chains, and reads what it cost from the
-// kernel (/proc: CPU seconds, peak RSS) and the engine (system.parts: bytes on disk). In the
+// kernel (/proc: CPU seconds, peak RSS) and the engine (system.tables: bytes on disk). In the
 // same run, so that a busy machine moves both alike, it measures two ceilings on the same
 // batches: decoding alone (DecodeOnly, with peertrail's decoder and with encoding/json into the
 // Kubernetes audit types) and the engine's own bulk insert of the same rows, the events alone
@@ -33,8 +33,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/peertrail/peertrail/chain"
 	"github.com/peertrail/peertrail/config"
-	"github.com/peertrail/peertrail/correlate"
 	"github.com/peertrail/peertrail/loadgen"
 	"github.com/peertrail/peertrail/metrics"
 	"github.com/peertrail/peertrail/server"
@@ -269,7 +269,7 @@ type child struct {
 // serveRun starts the server, loads it, waits for everything to be stored and final, takes its
 // measurements and stops it. It returns some of the chains the run stored (maxSampleChains),
 // for the engine's ceiling.
-func (o Options) serveRun(ctx context.Context, t *Traffic, batches int, work string, res *Result) ([]*correlate.Chain, error) {
+func (o Options) serveRun(ctx context.Context, t *Traffic, batches int, work string, res *Result) ([]*chain.Chain, error) {
 	c, err := o.start(ctx, t, work)
 	if err != nil {
 		return nil, err
@@ -394,12 +394,12 @@ func (o Options) serveRun(ctx context.Context, t *Traffic, batches int, work str
 const maxSampleChains = 50_000
 
 // sampleChains reads final chains back from the store, as the chain read path does.
-func sampleChains(ctx context.Context, db store.Store) ([]*correlate.Chain, error) {
+func sampleChains(ctx context.Context, db store.Store) ([]*chain.Chain, error) {
 	r, err := db.Query(ctx, "SELECT * FROM "+store.ChainsTable+" WHERE state = 'final' LIMIT "+strconv.Itoa(maxSampleChains), nil)
 	if err != nil {
 		return nil, fmt.Errorf("bench: read back chains for the engine's ceiling: %w", err)
 	}
-	chains := make([]*correlate.Chain, len(r.Rows))
+	chains := make([]*chain.Chain, len(r.Rows))
 	for i := range r.Rows {
 		if chains[i], err = store.ChainFromRow(r, i); err != nil {
 			return nil, fmt.Errorf("bench: read back chains for the engine's ceiling: %w", err)
@@ -454,8 +454,9 @@ func chainClasses(ctx context.Context, db store.Store) (map[string]int, error) {
 // onDisk reads what the store holds: bytes per event on disk (over every run a kept data
 // directory holds), and this run's chains by class (less those held before it).
 func (o Options) onDisk(ctx context.Context, db store.Store, before map[string]int, res *Result) error {
-	r, err := db.Query(ctx, "SELECT sumIf(bytes_on_disk, table = 'events'), sumIf(rows, table = 'events'), sum(bytes_on_disk) "+
-		"FROM system.parts WHERE active AND database = 'peertrail'", nil)
+	// system.tables' totals are its active parts' (system.parts, which a SQL reader may not read).
+	r, err := db.Query(ctx, "SELECT sumIf(total_bytes, name = 'events'), sumIf(total_rows, name = 'events'), sum(total_bytes) "+
+		"FROM system.tables WHERE database = 'peertrail'", nil)
 	if err != nil {
 		return fmt.Errorf("bench: bytes on disk: %w", err)
 	}

@@ -12,11 +12,12 @@ import (
 	"sync"
 	"time"
 
-	"github.com/peertrail/peertrail/correlate"
+	auditv1 "k8s.io/apiserver/pkg/apis/audit/v1"
+
+	"github.com/peertrail/peertrail/chain"
 	"github.com/peertrail/peertrail/ingest/record"
 	"github.com/peertrail/peertrail/loadgen"
 	"github.com/peertrail/peertrail/store"
-	auditv1 "k8s.io/apiserver/pkg/apis/audit/v1"
 )
 
 // DecodeOnly is the receiver's ceiling: loadgen, as fast as possible, with the same senders,
@@ -124,7 +125,7 @@ type Bulk struct {
 // chains into peertrail.chains, views included, taken in turn from chains (rows of the run's
 // own chains table: what the correlator wrote for these requests, in number and shape). Only
 // the inserts are timed.
-func EngineBulk(ctx context.Context, t *Traffic, batches int, dataDir string, chains []*correlate.Chain, chainsPerEvent float64) (Bulk, error) {
+func EngineBulk(ctx context.Context, t *Traffic, batches int, dataDir string, chains []*chain.Chain, chainsPerEvent float64) (Bulk, error) {
 	var res Bulk
 	s, err := store.OpenEmbedded(ctx, store.EmbeddedOptions{DataDir: dataDir})
 	if err != nil {

@@ -21,7 +21,7 @@ func TestValidateAgents(t *testing.T) {
 			{Name: "node-a", APIServers: []string{"kas-a"}, TokenFile: "a"},
 			{Name: "node-a", APIServers: []string{"kas-b"}, TokenFile: "b"}}, nil, "duplicate name"},
 		"an agent without a credential": {[]Agent{{Name: "node-a", APIServers: []string{"kas-a"}}}, nil, "always authenticated"},
-		"an agent without apiservers": {[]Agent{{Name: "node-a", TokenFile: "a"}}, nil, "no apiservers"},
+		"an agent without apiservers":   {[]Agent{{Name: "node-a", TokenFile: "a"}}, nil, "no apiservers"},
 		"an apiserver relayed by two agents": {[]Agent{
 			{Name: "node-a", APIServers: []string{"kas-a"}, TokenFile: "a"},
 			{Name: "node-b", APIServers: []string{"kas-a"}, TokenFile: "b"}}, nil, "relayed by agents node-a and node-b"},
@@ -29,8 +29,8 @@ func TestValidateAgents(t *testing.T) {
 		"an apiserver not configured, unknown ones accepted": {[]Agent{{Name: "node-a", APIServers: []string{"kas-z"}, TokenFile: "a"}},
 			func(f *File) { f.AcceptUnknownAPIServers = true }, ""},
 		"an agent with an apiserver's certificate subject": {[]Agent{{Name: "node-a", APIServers: []string{"kas-a"}, CertSubject: "kas-a-audit"}}, nil, "already names"},
-		"an agent name that is no label": {[]Agent{{Name: "Node_A", APIServers: []string{"kas-a"}, TokenFile: "a"}}, nil, "lowercase"},
-		"a deduplicated embedded store": {nil, func(f *File) { f.Store.Deduplicate = true }, "needs --store clickhouse"},
+		"an agent name that is no label":                   {[]Agent{{Name: "Node_A", APIServers: []string{"kas-a"}, TokenFile: "a"}}, nil, "lowercase"},
+		"a deduplicated embedded store":                    {nil, func(f *File) { f.Store.Deduplicate = true }, "needs --store clickhouse"},
 		"a deduplicated cluster": {nil, func(f *File) {
 			f.Store.Engine, f.Store.DSN, f.Store.Cluster, f.Store.Deduplicate = "clickhouse", "http://ch:8123", "c", true
 		}, "one shared ClickHouse server"},

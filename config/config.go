@@ -14,7 +14,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
-	"github.com/peertrail/peertrail/correlate"
+	"github.com/peertrail/peertrail/chain"
 	"github.com/peertrail/peertrail/ingest/ship"
 )
 
@@ -141,6 +141,10 @@ type Store struct {
 	// MaxMemory caps the embedded engine as a whole (0: half of the memory the process may
 	// use, read from its cgroup or the host).
 	MaxMemory ByteSize `json:"maxMemory,omitempty"`
+	// Unconfined leaves the embedded engine's threads free to reach the whole file system and
+	// the network; by default, where the kernel has Landlock, they reach only the engine's
+	// directory and the system files it reads (SECURITY.md).
+	Unconfined bool `json:"unconfinedEngine,omitempty"`
 	// Retention is how long events and chains are kept.
 	Retention Duration `json:"retention,omitempty"`
 	// ClickHouse server connection, for Engine "clickhouse".
@@ -284,7 +288,7 @@ func (f File) Validate() error {
 			errs = append(errs, fmt.Errorf("apiservers[%d]: duplicate name %q", i, a.Name))
 		}
 		seen[a.Name] = true
-		if _, err := correlate.ParseVersion(a.Version); a.Version != "" && err != nil {
+		if _, err := chain.ParseVersion(a.Version); a.Version != "" && err != nil {
 			errs = append(errs, fmt.Errorf("apiservers[%d] (%s): %w", i, a.Name, err))
 		}
 		if a.CertSubject != "" {

@@ -13,6 +13,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/peertrail/peertrail/chain"
+	"github.com/peertrail/peertrail/chainapi"
 	"github.com/peertrail/peertrail/ingest/record"
 	"github.com/peertrail/peertrail/metrics"
 )
@@ -29,11 +31,11 @@ func configmaps(id string, at time.Time) req {
 }
 
 // chains returns every final chain of id the sink holds, each in its latest revision, by ID.
-func (h *harness) chains(id string) map[string]Chain {
+func (h *harness) chains(id string) map[string]chain.Chain {
 	h.t.Helper()
 	h.sink.mu.Lock()
 	defer h.sink.mu.Unlock()
-	out := map[string]Chain{}
+	out := map[string]chain.Chain{}
 	for _, c := range h.sink.chains {
 		if c.AuditID == id && c.Revision >= out[c.ID].Revision {
 			out[c.ID] = c
@@ -102,7 +104,7 @@ func TestSharedAuditIDIsTwoRequests(t *testing.T) {
 			}
 			seen := map[string]bool{}
 			for _, c := range got {
-				expect(t, c, ClassLocal, FindingAuditIDReused)
+				expect(t, c, chain.ClassLocal, chain.FindingAuditIDReused)
 				if c.Entry == nil || c.Peer != nil {
 					t.Errorf("%s: entry %v peer %v, want an entry alone", c.ID, c.Entry, c.Peer)
 					continue
@@ -113,7 +115,7 @@ func TestSharedAuditIDIsTwoRequests(t *testing.T) {
 				t.Errorf("the chains are of %v, want one of kas-a and one of kas-b", seen)
 			}
 			// Nothing learned: neither apiserver forwards configmaps, nor is known not to serve them.
-			g := GVR{Version: "v1", Resource: "configmaps"}
+			g := chain.GVR{Version: "v1", Resource: "configmaps"}
 			for _, s := range []string{"kas-a", "kas-b"} {
 				if h.co.caps.ProxiedRecently(s, g, r.at) {
 					t.Errorf("%s is believed to forward configmaps", s)
@@ -123,9 +125,9 @@ func TestSharedAuditIDIsTwoRequests(t *testing.T) {
 				}
 			}
 			for _, id := range ids {
-				expect(t, h.chain(id), ClassLocal)
+				expect(t, h.chain(id), chain.ClassLocal)
 			}
-			if n := h.co.Recent(24 * time.Hour).Chains[ClassBroken]; n != 0 {
+			if n := h.co.Recent(24 * time.Hour).Chains[chain.ClassBroken]; n != 0 {
 				t.Errorf("%d broken chains in the window", n)
 			}
 		})
@@ -158,13 +160,13 @@ func TestForwardNeedsTheEntrysAddressAndTime(t *testing.T) {
 			t.Errorf("%s: %d chains, want 2", id, len(got))
 		}
 		for _, c := range got {
-			if !c.HasFinding(FindingAuditIDReused) || c.Class == ClassProxied || c.Class == ClassBroken {
+			if !c.HasFinding(chain.FindingAuditIDReused) || c.Class == chain.ClassProxied || c.Class == chain.ClassBroken {
 				t.Errorf("%s: %s %v (%s)", id, c.Class, c.Findings, c.Explanation)
 			}
 		}
 	}
 	c := h.chain("forward")
-	expect(t, c, ClassProxied)
+	expect(t, c, chain.ClassProxied)
 	if c.Entry.APIServer != "kas-a" || c.Peer.APIServer != "kas-c" {
 		t.Errorf("roles %s -> %s", c.Entry.APIServer, c.Peer.APIServer)
 	}
@@ -180,7 +182,7 @@ func TestReusedAuditIDKeepsEveryChain(t *testing.T) {
 	h.feed(del.local("kas-a", 200, ""))
 	h.tick(t0.Add(40 * time.Second))
 	first := h.chain("x")
-	expect(t, first, ClassLocal)
+	expect(t, first, chain.ClassLocal)
 	get := configmaps("x", t0.Add(2*time.Minute))
 	h.feed(get.records(sideOpts{apiserver: "kas-a", sourceIPs: []string{client}, code: 200, end: time.Millisecond, received: t0.Add(2 * time.Minute)}))
 	h.tick(t0.Add(3 * time.Minute)) // both in memory still (the late window)
@@ -189,18 +191,18 @@ func TestReusedAuditIDKeepsEveryChain(t *testing.T) {
 		t.Fatalf("%d chains, want the DELETE's and the GET's", len(got))
 	}
 	d := got[first.ID]
-	expect(t, d, ClassLocal, FindingAuditIDReused)
+	expect(t, d, chain.ClassLocal, chain.FindingAuditIDReused)
 	if d.Revision != first.Revision+1 || d.Verb != "delete" {
 		t.Errorf("the DELETE's chain: %s revision %d, want delete in revision %d", d.Verb, d.Revision, first.Revision+1)
 	}
 
 	srv := httptest.NewServer(func() http.Handler {
 		mux := http.NewServeMux()
-		NewAPI(h.co, nil, nil).Register(mux)
+		chainapi.New(h.co, h.co.Capabilities(), chainapi.Stores{}).Register(mux)
 		return mux
 	}())
 	defer srv.Close()
-	read := func(path string) ChainAnswer {
+	read := func(path string) chain.ChainAnswer {
 		t.Helper()
 		resp, err := http.Get(srv.URL + path)
 		if err != nil {
@@ -210,7 +212,7 @@ func TestReusedAuditIDKeepsEveryChain(t *testing.T) {
 		if resp.StatusCode != http.StatusOK {
 			t.Fatalf("GET %s: %s", path, resp.Status)
 		}
-		var a ChainAnswer
+		var a chain.ChainAnswer
 		if err := json.NewDecoder(resp.Body).Decode(&a); err != nil {
 			t.Fatal(err)
 		}
@@ -220,8 +222,8 @@ func TestReusedAuditIDKeepsEveryChain(t *testing.T) {
 	if a.Chain == nil || a.Verb != "get" || a.ChainsWithAuditID != 2 || len(a.OtherChains) != 1 || a.OtherChains[0].Verb != "delete" {
 		t.Fatalf("answer: %+v", a)
 	}
-	for _, c := range append([]*Chain{a.Chain}, a.OtherChains...) {
-		if !c.HasFinding(FindingAuditIDReused) {
+	for _, c := range append([]*chain.Chain{a.Chain}, a.OtherChains...) {
+		if !c.HasFinding(chain.FindingAuditIDReused) {
 			t.Errorf("%s %s without audit_id_reused", c.Verb, c.ID)
 		}
 	}
@@ -234,7 +236,7 @@ func TestReusedAuditIDKeepsEveryChain(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	var old Chain
+	var old chain.Chain
 	if err := json.NewDecoder(resp.Body).Decode(&old); err != nil || old.Verb != "get" || old.AuditID != "x" {
 		t.Errorf("as a Chain: %+v %v", old, err)
 	}
@@ -252,11 +254,11 @@ func TestLonePeerShapedRecordFromAControlPlaneHost(t *testing.T) {
 	h.feed(r.records(sideOpts{apiserver: "kas-b", sourceIPs: []string{"203.0.113.9", addrA}, code: 200, end: 5 * time.Millisecond}))
 	h.settle()
 	c := h.chain("from-a-host")
-	expect(t, c, ClassLocal)
+	expect(t, c, chain.ClassLocal)
 	if c.Entry == nil || c.Entry.APIServer != "kas-b" || !strings.Contains(c.Explanation, "kas-a delivered its audit") {
 		t.Errorf("entry %v: %s", c.Entry, c.Explanation)
 	}
-	if n := h.co.Recent(24 * time.Hour).Chains[ClassBroken]; n != 0 {
+	if n := h.co.Recent(24 * time.Hour).Chains[chain.ClassBroken]; n != 0 {
 		t.Errorf("%d broken chains in the window", n)
 	}
 
@@ -267,7 +269,7 @@ func TestLonePeerShapedRecordFromAControlPlaneHost(t *testing.T) {
 		h.feed(loopback("kas-b", addrB, "uid-b", "v1.35.4", at, fmt.Sprintf("lb-b2-%d", at.UnixMilli())))
 	}
 	h.settle()
-	expect(t, h.chain("entry-died"), ClassBroken, FindingEntryAuditMissing, FindingEntryDown)
+	expect(t, h.chain("entry-died"), chain.ClassBroken, chain.FindingEntryAuditMissing, chain.FindingEntryDown)
 }
 
 // TestBareNotFoundBeforeDiscoveryIsMisleading: the real capture of issue 39 in records. kas-c
@@ -300,11 +302,11 @@ func TestBareNotFoundBeforeDiscoveryIsMisleading(t *testing.T) {
 			}
 			h.settle()
 			c := h.chain("early")
-			expect(t, c, ClassMisleading404)
+			expect(t, c, chain.ClassMisleading404)
 			if !strings.Contains(c.Explanation, "without its auditID") {
 				t.Errorf("the explanation does not say why: %s", c.Explanation)
 			}
-			expect(t, h.chain("synced"), ClassProxied)
+			expect(t, h.chain("synced"), chain.ClassProxied)
 		})
 	}
 }
@@ -327,10 +329,10 @@ func TestChainMetricsNameOnlyServedResources(t *testing.T) {
 	if n := testutil.CollectAndCount(reg, metrics.CorrelateChainsTotal); n > 3 {
 		t.Errorf("%d series of %s after 2,000 made-up resources", n, metrics.CorrelateChainsTotal)
 	}
-	if v := testutil.ToFloat64(h.co.m.chains.WithLabelValues(string(ClassLocal), "kas-a", "", metrics.GroupResourceOther, metrics.GroupResourceOther)); v != 2000 {
+	if v := testutil.ToFloat64(h.co.m.chains.WithLabelValues(string(chain.ClassLocal), "kas-a", "", metrics.GroupResourceOther, metrics.GroupResourceOther)); v != 2000 {
 		t.Errorf("%v chains under %q, want 2000", v, metrics.GroupResourceOther)
 	}
-	if v := testutil.ToFloat64(h.co.m.chains.WithLabelValues(string(ClassProxied), "kas-a", "kas-c", "scheduling.k8s.io", "podgroups")); v != 1 {
+	if v := testutil.ToFloat64(h.co.m.chains.WithLabelValues(string(chain.ClassProxied), "kas-a", "kas-c", "scheduling.k8s.io", "podgroups")); v != 1 {
 		t.Errorf("%v proxied podgroups chains under their own labels, want 1", v)
 	}
 	if !h.co.caps.KnownResource("scheduling.k8s.io", "podgroups") || h.co.caps.KnownResource("g1.example", "r1") {
@@ -374,5 +376,66 @@ func TestSplitPartsFindTheirOwnRecords(t *testing.T) {
 	}
 	if n := len(h.co.j.lookup("late-stage")); n != 2 {
 		t.Errorf("%d chains of the auditID in memory, want 2", n)
+	}
+}
+
+// TestClientOnTheEntrysHost: a client on kas-a's host sends one GET to kas-a and, with the
+// same Audit-ID and another identity, one to kas-b within the first's time: both records show
+// kas-a's address, the shape of a forward whose client ran on its entry's host. It may be
+// shown as one, but it pauses nothing (no identity_mismatch: a broken requestheader setup
+// shows on every forward) and teaches nothing of kas-a, whose own configmaps answers stay local.
+func TestClientOnTheEntrysHost(t *testing.T) {
+	h := newHarness(t, DefaultJoinOptions())
+	background(h, t0, t0.Add(40*time.Second))
+	r := configmaps("host-pair", t0.Add(10*time.Second))
+	a := r.records(sideOpts{apiserver: "kas-a", sourceIPs: []string{addrA}, code: 200, end: 20 * time.Millisecond})
+	b := r.records(sideOpts{apiserver: "kas-b", sourceIPs: []string{addrA}, code: 200, start: 2 * time.Millisecond, end: 10 * time.Millisecond})
+	for i := range b {
+		b[i].UserName = "eve"
+	}
+	h.feed(a, b)
+	later := configmaps("later-own", t0.Add(20*time.Second))
+	h.feed(later.records(sideOpts{apiserver: "kas-a", sourceIPs: []string{client}, code: 200, end: 3 * time.Millisecond}))
+	h.settle()
+	for _, c := range h.chains("host-pair") {
+		if c.HasFinding(chain.FindingIdentityMismatch) || c.Class == chain.ClassBroken {
+			t.Errorf("%s: %s %v (%s)", c.ID, c.Class, c.Findings, c.Explanation)
+		}
+	}
+	g := chain.GVR{Version: "v1", Resource: "configmaps"}
+	if h.co.caps.ProxiedRecently("kas-a", g, r.at) {
+		t.Error("kas-a is believed to forward configmaps")
+	}
+	if served, known := h.co.caps.Serves("kas-a", g, r.at); known && !served {
+		t.Error("kas-a is believed not to serve configmaps")
+	}
+	expect(t, h.chain("later-own"), chain.ClassLocal)
+	if tot := h.co.Recent(24 * time.Hour); tot.Chains[chain.ClassBroken] != 0 || tot.Findings[chain.FindingIdentityMismatch] != 0 {
+		t.Errorf("window: %v %v", tot.Chains, tot.Findings)
+	}
+}
+
+// TestRoutelessPathOfAServedResource: GET /api/v1/configmaps/NAME (a namespaced resource by a
+// path it has no route for) gets the same 404 "could not find the requested resource" as a
+// resource the apiserver does not serve, with objectRef configmaps. kas-a was seen to serve
+// configmaps: the 404s are its own and honest, not misleading, and they do not teach that it
+// stopped serving them.
+func TestRoutelessPathOfAServedResource(t *testing.T) {
+	h := newHarness(t, DefaultJoinOptions())
+	background(h, t0, t0.Add(40*time.Second))
+	for i := range 3 {
+		r := configmaps(fmt.Sprintf("routeless-%d", i), t0.Add(time.Duration(10+i)*time.Second))
+		r.uri, r.name = "/api/v1/configmaps/cm", "cm"
+		h.feed(r.records(sideOpts{apiserver: "kas-a", sourceIPs: []string{client}, code: 404, message: msgResourceNotFound, end: time.Millisecond}))
+	}
+	h.settle()
+	for i := range 3 {
+		expect(t, h.chain(fmt.Sprintf("routeless-%d", i)), chain.ClassLocal)
+	}
+	if served, known := h.co.caps.Serves("kas-a", chain.GVR{Version: "v1", Resource: "configmaps"}, t0.Add(12*time.Second)); !known || !served {
+		t.Errorf("kas-a serves configmaps: %v %v", served, known)
+	}
+	if n := h.co.Recent(24 * time.Hour).Chains[chain.ClassMisleading404]; n != 0 {
+		t.Errorf("%d misleading 404s", n)
 	}
 }

@@ -2,11 +2,10 @@ package correlate
 
 import "hash/maphash"
 
-// auditIndex finds, by auditID key, the head of the chains' sameID list. It replaced a Go map
-// of the 16-byte key to a ref: about 60 bytes an entry once the map had doubled past the chains
-// it held (22 MB at a steady 10,000 events/s), though the key is in the chain's slot already.
-// The index keeps refs only, 4 bytes a slot, between an eighth and a half full, found by
-// linear probing from a seeded hash of the key: clients choose their Audit-ID, and with an
+// auditIndex finds, by auditID key, the head of the chains' sameID list. It keeps refs only,
+// since the key is in the chain's slot already (a Go map of key to ref held far more:
+// BENCHMARKS.md, "A ninth session"): 4 bytes a slot, between an eighth and a half full, found
+// by linear probing from a seeded hash of the key. Clients choose their Audit-ID, and with an
 // unseeded hash one could pile its chains onto one probe sequence.
 //
 // Every ref in it names a live slot whose key is the one it is found by: the Joiner takes a

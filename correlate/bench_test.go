@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/peertrail/peertrail/chain"
 	"github.com/peertrail/peertrail/ingest/record"
 	"github.com/peertrail/peertrail/ingest/spool"
 )
@@ -371,6 +372,6 @@ func BenchmarkGCHoldingChains(b *testing.B) {
 // refusingSink is a store that is down.
 type refusingSink struct{}
 
-func (refusingSink) WriteChains(context.Context, []Chain) error {
+func (refusingSink) WriteChains(context.Context, []chain.Chain) error {
 	return errors.New("store down")
 }

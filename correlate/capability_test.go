@@ -5,9 +5,11 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/peertrail/peertrail/chain"
 )
 
-var podgroupsGVR = GVR{Group: "scheduling.k8s.io", Version: "v1alpha2", Resource: "podgroups"}
+var podgroupsGVR = chain.GVR{Group: "scheduling.k8s.io", Version: "v1alpha2", Resource: "podgroups"}
 
 func TestCapabilitiesFollowAnUpgrade(t *testing.T) {
 	c := NewCapabilities(15 * time.Minute)
@@ -76,7 +78,7 @@ func TestRestartWithTheSameVersionStartsAnEpoch(t *testing.T) {
 	// Records of the same process, in and out of order, change nothing.
 	c.Note("kas-c", Sighting{Version: "v1.36.3", Process: "uid-1", At: t0.Add(2 * time.Minute)})
 	c.Note("kas-c", Sighting{Version: "v1.36.3", Process: "uid-1", At: t0.Add(90 * time.Second)})
-	if h := c.Servers()[0].History; len(h) != 1 || h[0].Cause != CauseFirstSeen || h[0].Process != "uid-1" {
+	if h := c.Servers()[0].History; len(h) != 1 || h[0].Cause != chain.CauseFirstSeen || h[0].Process != "uid-1" {
 		t.Fatalf("history after one process: %+v", h)
 	}
 	// Restarted with other runtime-config, same binary: what it served is history.
@@ -94,10 +96,10 @@ func TestRestartWithTheSameVersionStartsAnEpoch(t *testing.T) {
 	// Then an upgrade.
 	c.Note("kas-c", Sighting{Version: "v1.37.2", Process: "uid-3", At: t0.Add(6 * time.Minute)})
 	s := c.Servers()[0]
-	want := []VersionEpoch{
-		{Since: t0, Version: "v1.36.3", Process: "uid-1", Cause: CauseFirstSeen},
-		{Since: t0.Add(3 * time.Minute), Version: "v1.36.3", Process: "uid-2", Cause: CauseRestart},
-		{Since: t0.Add(6 * time.Minute), Version: "v1.37.2", Process: "uid-3", Cause: CauseVersionChange},
+	want := []chain.VersionEpoch{
+		{Since: t0, Version: "v1.36.3", Process: "uid-1", Cause: chain.CauseFirstSeen},
+		{Since: t0.Add(3 * time.Minute), Version: "v1.36.3", Process: "uid-2", Cause: chain.CauseRestart},
+		{Since: t0.Add(6 * time.Minute), Version: "v1.37.2", Process: "uid-3", Cause: chain.CauseVersionChange},
 	}
 	if !slices.Equal(s.History, want) || s.Process != "uid-3" || s.Version != "v1.37.2" {
 		t.Fatalf("server %+v\nwant history %+v", s, want)
@@ -135,14 +137,14 @@ func TestConfiguredVersionAndTheAgent(t *testing.T) {
 	c.Note("kas-a", Sighting{Version: "v1.35.4", Process: "uid-a", At: t0})
 	c.Note("kas-b", Sighting{Version: "v1.36.3", Process: "uid-b", At: t0})
 	c.Note("kas-c", Sighting{Version: "v1.36.3", Process: "uid-c", At: t0})
-	got := map[string]ServerInfo{}
+	got := map[string]chain.ServerInfo{}
 	for _, s := range c.Servers() {
 		got[s.Name] = s
 	}
 	for name, want := range map[string]struct{ version, cause string }{
-		"kas-a": {"v1.35.4-eks-4a1b2c3", CauseFirstSeen},
-		"kas-b": {"v1.36.3", CauseVersionChange},
-		"kas-c": {"v1.36.3", CauseFirstSeen},
+		"kas-a": {"v1.35.4-eks-4a1b2c3", chain.CauseFirstSeen},
+		"kas-b": {"v1.36.3", chain.CauseVersionChange},
+		"kas-c": {"v1.36.3", chain.CauseFirstSeen},
 	} {
 		s := got[name]
 		if s.Version != want.version || len(s.History) != 1 || s.History[0].Cause != want.cause {
@@ -154,7 +156,7 @@ func TestConfiguredVersionAndTheAgent(t *testing.T) {
 	c.Note("kas-d", Sighting{Version: "v1.35.4", At: t0.Add(time.Minute)})
 	c.Note("kas-d", Sighting{Version: "v1.36.3", At: t0.Add(2 * time.Minute)})
 	for _, s := range c.Servers() {
-		if s.Name == "kas-d" && (len(s.History) != 2 || s.History[1].Cause != CauseVersionChange || s.Process != "") {
+		if s.Name == "kas-d" && (len(s.History) != 2 || s.History[1].Cause != chain.CauseVersionChange || s.Process != "") {
 			t.Errorf("kas-d: %+v", s)
 		}
 	}
@@ -173,10 +175,10 @@ func TestPastProcessesInAnyArrivalOrder(t *testing.T) {
 		{Version: "v1.36.3", Process: "uid-3", At: t0.Add(6 * time.Minute)},
 		{Version: "v1.36.3", Process: "uid-3", At: t0.Add(7 * time.Minute)},
 	}
-	want := []VersionEpoch{
-		{Since: t0, Version: "v1.35.4", Process: "uid-1", Cause: CauseFirstSeen},
-		{Since: t0.Add(3 * time.Minute), Version: "v1.35.4", Process: "uid-2", Cause: CauseRestart},
-		{Since: t0.Add(6 * time.Minute), Version: "v1.36.3", Process: "uid-3", Cause: CauseVersionChange},
+	want := []chain.VersionEpoch{
+		{Since: t0, Version: "v1.35.4", Process: "uid-1", Cause: chain.CauseFirstSeen},
+		{Since: t0.Add(3 * time.Minute), Version: "v1.35.4", Process: "uid-2", Cause: chain.CauseRestart},
+		{Since: t0.Add(6 * time.Minute), Version: "v1.36.3", Process: "uid-3", Cause: chain.CauseVersionChange},
 	}
 	orders := map[string][]int{
 		"in order":          {0, 1, 2, 3, 4, 5},
@@ -240,9 +242,9 @@ func TestPastProcessKeepsWhenTheLaterOneServed(t *testing.T) {
 	// name).
 	c.Note("kas-c", Sighting{Version: "v1.36.3", Process: "uid-2", At: t0.Add(-time.Minute)})
 	c.Note("kas-c", Sighting{Version: "v1.36.3", Process: "uid-1", At: t0.Add(3*time.Minute + time.Second)})
-	want := []VersionEpoch{
-		{Since: t0, Version: "v1.36.3", Process: "uid-1", Cause: CauseFirstSeen},
-		{Since: t0.Add(3 * time.Minute), Version: "v1.36.3", Process: "uid-2", Cause: CauseRestart},
+	want := []chain.VersionEpoch{
+		{Since: t0, Version: "v1.36.3", Process: "uid-1", Cause: chain.CauseFirstSeen},
+		{Since: t0.Add(3 * time.Minute), Version: "v1.36.3", Process: "uid-2", Cause: chain.CauseRestart},
 	}
 	if h := c.Servers()[0].History; !slices.Equal(h, want) {
 		t.Fatalf("history %+v", h)

@@ -5,20 +5,22 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/peertrail/peertrail/chain"
 )
 
 // Classifier decides what happened to a request from the records of every apiserver that saw it.
 //
-// Classify receives a chain whose sides (one per apiserver, in arrival order) are filled in and
-// whose roles are not: it sets Entry, Peer and Others, Class, Findings and Explanation. It may
-// read what it has learned but must not change it, because it also classifies open chains for
-// display. Learn is called once for each chain that becomes final, after Classify, and teaches
-// the classifier from it (which apiserver serves what). Both are called from one goroutine at a
-// time; the chain belongs to the caller, and is valid only for the call (its memory serves the
-// next chain).
+// Classify receives a draft (a chain with the correlator's working state) whose sides (one per
+// apiserver, in arrival order) are filled in and whose roles are not: it sets Entry, Peer and
+// Others, Class, Findings and Explanation. It may read what it has learned but must not change
+// it, because it also classifies open chains for display. Learn is called once for each chain
+// that becomes final, after Classify, and teaches the classifier from it (which apiserver
+// serves what). Both are called from one goroutine at a time; the draft belongs to the caller,
+// and is valid only for the call (its memory serves the next chain).
 type Classifier interface {
-	Classify(c *Chain)
-	Learn(c *Chain)
+	Classify(c *draft)
+	Learn(c *draft)
 }
 
 // Messages that identify an outcome in an audit record's responseStatus.
@@ -55,31 +57,13 @@ type DefaultClassifier struct {
 // NewClassifier returns a DefaultClassifier over caps.
 func NewClassifier(caps *Capabilities) *DefaultClassifier { return &DefaultClassifier{Caps: caps} }
 
-func (c *Chain) gvr() GVR { return GVR{Group: c.Group, Version: c.Version, Resource: c.Resource} }
-
-// when is the time a chain's request was made, for capability lookups.
-func (c *Chain) when() time.Time {
-	for _, s := range c.sides {
-		if !s.RequestReceived.IsZero() {
-			return s.RequestReceived
-		}
-	}
-	// A chain read from the store has its roles only.
-	for _, s := range []*Side{c.Entry, c.Peer} {
-		if s != nil && !s.RequestReceived.IsZero() {
-			return s.RequestReceived
-		}
-	}
-	return c.FirstReceived
-}
-
 // Classify implements Classifier.
-func (k *DefaultClassifier) Classify(c *Chain) {
-	c.Entry, c.Peer, c.Others, c.Findings = nil, nil, nil, []Finding{}
-	c.undecided, c.noiseOf, c.noiseSince, c.apart = "", "", time.Time{}, nil
+func (k *DefaultClassifier) Classify(c *draft) {
+	c.Entry, c.Peer, c.Others, c.Findings = nil, nil, nil, []chain.Finding{}
+	c.undecided, c.noiseOf, c.noiseSince, c.apart, c.collapsed = "", "", time.Time{}, nil, false
 	switch len(c.sides) {
 	case 0:
-		c.Class, c.Explanation = ClassBroken, "no records"
+		c.Class, c.Explanation = chain.ClassBroken, "no records"
 	case 1:
 		k.single(c, c.sides[0])
 	default:
@@ -94,6 +78,7 @@ func (k *DefaultClassifier) Classify(c *Chain) {
 			case 2:
 				entry, peer, why, _ := k.forward(c, c.sides[first[0]], c.sides[first[1]])
 				c.Entry, c.Peer = entry, peer
+				c.collapsed = slices.Equal(entry.SourceIPs, peer.SourceIPs)
 				k.pair(c, why)
 			default:
 				k.loop(c)
@@ -104,6 +89,7 @@ func (k *DefaultClassifier) Classify(c *Chain) {
 		if len(c.sides) == 2 {
 			entry, peer, why, _ := k.forward(c, c.sides[0], c.sides[1])
 			c.Entry, c.Peer = entry, peer
+			c.collapsed = slices.Equal(entry.SourceIPs, peer.SourceIPs)
 			k.pair(c, why)
 		} else {
 			k.loop(c)
@@ -113,20 +99,20 @@ func (k *DefaultClassifier) Classify(c *Chain) {
 	// Whatever the class, a chain that had to drop records (its auditID sent more than one
 	// request can make: a client reusing its own Audit-ID) is decided on the records it kept.
 	if c.reused || c.shared || c.split || len(c.apart) > 0 {
-		c.Findings = append(c.Findings, FindingAuditIDReused)
+		c.Findings = append(c.Findings, chain.FindingAuditIDReused)
 	}
 	if c.reused {
 		c.Explanation += fmt.Sprintf("; more records arrived for its auditID than requests make (%d counted here): a chain takes at most %d and an auditID has at most %d chains at a time, the rest were dropped (%s)",
-			c.Records, MaxChainRecords, MaxChainRecords, FindingAuditIDReused)
+			c.Records, MaxChainRecords, MaxChainRecords, chain.FindingAuditIDReused)
 	}
 	switch {
 	case c.split:
 		c.Explanation += fmt.Sprintf("; another apiserver's records of its auditID show no forward of it (%s): requests of their own sharing one Audit-ID, which a client may set, so nothing is learned from it (%s)",
-			forwardEvidence, FindingAuditIDReused)
+			forwardEvidence, chain.FindingAuditIDReused)
 	case c.shared:
-		c.Explanation += fmt.Sprintf("; other requests carried its auditID too (a client may set its own Audit-ID): every chain of the auditID is listed with it (%s)", FindingAuditIDReused)
+		c.Explanation += fmt.Sprintf("; other requests carried its auditID too (a client may set its own Audit-ID): every chain of the auditID is listed with it (%s)", chain.FindingAuditIDReused)
 	}
-	fillDerived(c)
+	fillDerived(&c.Chain)
 }
 
 // forwardEvidence says what shows a forward, for explanations.
@@ -148,7 +134,7 @@ const forwardSkew = time.Second
 // address. Then p's sourceIPs being e's and one address more, an address of no known
 // apiserver, is the hop. That a client can make too (its request to p through a proxy that
 // adds X-Forwarded-For); a configured or learned address leaves it out.
-func (k *DefaultClassifier) hopFrom(e, p *Side) bool {
+func (k *DefaultClassifier) hopFrom(e, p *chain.Side) bool {
 	last := lastIP(p.SourceIPs)
 	if last == "" || len(e.SourceIPs) == 0 || p.SourceIPs[0] != e.SourceIPs[0] {
 		return false
@@ -163,7 +149,7 @@ func (k *DefaultClassifier) hopFrom(e, p *Side) bool {
 // nested reports whether p's request lies within e's in time, give or take forwardSkew: the
 // peer receives a forward after the entry did and answers before the entry does. Only the
 // times recorded count (a side with no outcome has no end).
-func nested(e, p *Side) bool {
+func nested(e, p *chain.Side) bool {
 	if e.RequestReceived.IsZero() || p.RequestReceived.IsZero() {
 		return true
 	}
@@ -183,7 +169,7 @@ func nested(e, p *Side) bool {
 // (nested). Without them the records are requests of their own that share an Audit-ID (ok
 // false; Classify keeps them apart). When the hop goes both ways (the client's address is the
 // entry's, and the apiservers share a host), roles decides the direction.
-func (k *DefaultClassifier) forward(c *Chain, a, b *Side) (entry, peer *Side, why string, ok bool) {
+func (k *DefaultClassifier) forward(c *draft, a, b *chain.Side) (entry, peer *chain.Side, why string, ok bool) {
 	ab, ba := k.hopFrom(a, b), k.hopFrom(b, a)
 	switch {
 	case ab && !ba:
@@ -193,7 +179,7 @@ func (k *DefaultClassifier) forward(c *Chain, a, b *Side) (entry, peer *Side, wh
 	case ab && ba:
 		entry, peer, why = k.roles(c, a, b)
 	default:
-		for _, s := range []*Side{a, b} {
+		for _, s := range []*chain.Side{a, b} {
 			if ip := lastIP(s.SourceIPs); ip != "" && !k.Caps.IsAPIServerAddress(ip) && !k.Caps.AddressesKnown(s.APIServer) && c.undecided == "" {
 				c.undecided = "whether " + ip + " is an apiserver's address"
 			}
@@ -209,14 +195,13 @@ func (k *DefaultClassifier) forward(c *Chain, a, b *Side) (entry, peer *Side, wh
 // requests groups c's sides (indexes, in arrival order, the first side's group first) into
 // the requests they record: two sides are one request when one is the forward of the other
 // (forward), and a group of three or more is a forward forwarded again (loop).
-func (k *DefaultClassifier) requests(c *Chain) [][]int {
+func (k *DefaultClassifier) requests(c *draft) [][]int {
 	n := len(c.sides)
 	group := make([]int, n)
 	for i := range group {
 		group[i] = i
 	}
-	var find func(int) int
-	find = func(i int) int {
+	find := func(i int) int {
 		for group[i] != i {
 			i = group[i]
 		}
@@ -246,7 +231,7 @@ func (k *DefaultClassifier) requests(c *Chain) [][]int {
 }
 
 // apartWhy says why c's records are more than one request.
-func (k *DefaultClassifier) apartWhy(c *Chain, groups [][]int) string {
+func (k *DefaultClassifier) apartWhy(c *draft, groups [][]int) string {
 	names := make([]string, len(groups))
 	for i, g := range groups {
 		var ns []string
@@ -256,7 +241,7 @@ func (k *DefaultClassifier) apartWhy(c *Chain, groups [][]int) string {
 		names[i] = strings.Join(ns, "+")
 	}
 	return fmt.Sprintf("the records of %s share its auditID but show no forward between them (%s): %d requests sharing an Audit-ID, which a client may set (%s)",
-		strings.Join(names, ", "), forwardEvidence, len(groups), FindingAuditIDReused)
+		strings.Join(names, ", "), forwardEvidence, len(groups), chain.FindingAuditIDReused)
 }
 
 // hops is how many more addresses b's sourceIPs list than a's, when b's extends a's; -1 otherwise.
@@ -273,7 +258,7 @@ func hops(a, b []string) int {
 // impersonation, the objects and the status message are in the records; who serves what is
 // learned from other chains and may be out of date for a server that has just restarted, so
 // it only breaks a tie.
-func (k *DefaultClassifier) roles(c *Chain, a, b *Side) (entry, peer *Side, why string) {
+func (k *DefaultClassifier) roles(c *draft, a, b *chain.Side) (entry, peer *chain.Side, why string) {
 	score := 0 // > 0: a is the entry
 	var reasons []string
 	add := func(n int, reason string) {
@@ -359,11 +344,11 @@ func (k *DefaultClassifier) isAddressOf(ip, apiserver string) bool {
 	return ip != "" && k.Caps.HasAddress(apiserver, ip)
 }
 
-func complete(s *Side) bool { return s.Code != 0 }
+func complete(s *chain.Side) bool { return s.Code != 0 }
 
 // apiserverHops counts the apiserver addresses that end s's sourceIPs, the client's own (the
 // first, which may be any host's, an apiserver's too) aside: each is one forwarding.
-func (k *DefaultClassifier) apiserverHops(s *Side) int {
+func (k *DefaultClassifier) apiserverHops(s *chain.Side) int {
 	n := 0
 	for i := len(s.SourceIPs) - 1; i >= 1 && k.Caps.IsAPIServerAddress(s.SourceIPs[i]); i-- {
 		n++
@@ -371,27 +356,27 @@ func (k *DefaultClassifier) apiserverHops(s *Side) int {
 	return n
 }
 
-func (k *DefaultClassifier) pair(c *Chain, roles string) {
+func (k *DefaultClassifier) pair(c *draft, roles string) {
 	e, p := c.Entry, c.Peer
 	// A second hop: a record shows two apiserver hops after the client, counted against the
 	// other side's record or by the addresses themselves (the first hop's record may be missing).
 	h := max(hops(e.SourceIPs, p.SourceIPs), k.apiserverHops(p), k.apiserverHops(e))
 	if h >= 2 {
-		c.Class = ClassLoop
+		c.Class = chain.ClassLoop
 		c.Explanation = fmt.Sprintf("%s's record shows %d hops after the client: forwarded more than once", p.APIServer, h)
 		return
 	}
 	switch {
 	case !complete(e):
-		c.Class = ClassBroken
-		c.Findings = append(c.Findings, FindingEntryAuditMissing)
+		c.Class = chain.ClassBroken
+		c.Findings = append(c.Findings, chain.FindingEntryAuditMissing)
 		c.Explanation = fmt.Sprintf("forwarded by %s to %s, but %s recorded only %s (roles: %s)", e.APIServer, p.APIServer, e.APIServer, strings.Join(e.Stages, ","), roles)
 	case !complete(p):
-		c.Class = ClassBroken
-		c.Findings = append(c.Findings, FindingPeerAuditMissing)
+		c.Class = chain.ClassBroken
+		c.Findings = append(c.Findings, chain.FindingPeerAuditMissing)
 		c.Explanation = fmt.Sprintf("forwarded by %s to %s, but %s recorded only %s (roles: %s)", e.APIServer, p.APIServer, p.APIServer, strings.Join(p.Stages, ","), roles)
 	default:
-		c.Class = ClassProxied
+		c.Class = chain.ClassProxied
 		c.Explanation = fmt.Sprintf("%s forwarded the request to %s, which answered %d (roles: %s)", e.APIServer, p.APIServer, p.Code, roles)
 	}
 	// Identity: the peer must see who the entry decided the request was for.
@@ -400,13 +385,20 @@ func (k *DefaultClassifier) pair(c *Chain, roles string) {
 		effName, effGroups, effExtra = e.ImpersonatedUser, e.ImpersonatedGroups, e.ImpersonatedExtra
 	}
 	if p.User != effName || !sameSet(p.Groups, effGroups) || !sameExtra(p.Extra, effExtra) {
-		c.Findings = append(c.Findings, FindingIdentityMismatch)
+		if c.collapsed {
+			// Two requests of one client on the entry's host, one to each apiserver with one
+			// Audit-ID, look the same; a broken requestheader configuration shows on every
+			// forward, the other clients' too.
+			c.Explanation += fmt.Sprintf("; the peer saw another identity, but the client's address is the entry's own, which a client on that host gives two requests of its own too: no %s", chain.FindingIdentityMismatch)
+		} else {
+			c.Findings = append(c.Findings, chain.FindingIdentityMismatch)
+		}
 	}
 	if e.ImpersonatedUser != "" && p.ImpersonatedUser == "" {
-		c.Findings = append(c.Findings, FindingImpersonationFlattened)
+		c.Findings = append(c.Findings, chain.FindingImpersonationFlattened)
 	}
 	if complete(e) && complete(p) && e.Code != p.Code {
-		c.Findings = append(c.Findings, FindingStatusMismatch)
+		c.Findings = append(c.Findings, chain.FindingStatusMismatch)
 	}
 }
 
@@ -441,7 +433,7 @@ func sameExtra(a, b map[string][]string) bool {
 // 1.36 serves what its 1.35 process forwarded), and never turns a chain broken alone: a
 // missing side needs the apiserver's own forwarding of the resource in that process as well.
 // Where the rule needs a fact the view does not know yet, the chain waits for it (it sets
-// Chain.undecided; the correlator keeps it open one more chain window, once: Joiner.hold),
+// draft.undecided; the correlator keeps it open one more chain window, once: Joiner.hold),
 // then takes the verdict that claims no fault.
 //
 //  1. internal: /api or /apis fetched as system:apiserver with no user agent (a peer's
@@ -526,7 +518,7 @@ const peerDownLookback = 30 * time.Second
 // peerRecordAddress reports whether a lone side's sourceIPs say it is a forwarded request's
 // peer record (rule 3): known is false when its last address is not known to be any
 // apiserver's (yet).
-func (k *DefaultClassifier) peerRecordAddress(s *Side) (peer, known bool) {
+func (k *DefaultClassifier) peerRecordAddress(s *chain.Side) (peer, known bool) {
 	if len(s.SourceIPs) < 2 || s.User == userAPIServer || s.ImpersonatedUser != "" {
 		return false, true
 	}
@@ -547,7 +539,7 @@ func (k *DefaultClassifier) peerRecordAddress(s *Side) (peer, known bool) {
 const coverMargin = 50 * time.Millisecond
 
 // end is the last time s recorded (its request time when it recorded no other).
-func end(s *Side) time.Time {
+func end(s *chain.Side) time.Time {
 	if s.Completed.After(s.RequestReceived) {
 		return s.Completed
 	}
@@ -558,7 +550,7 @@ func end(s *Side) time.Time {
 // sourceIP belongs to delivered its audit across s's request without recording its auditID
 // (Capabilities.Delivered, coverMargin around it), and names them: then none of them
 // forwarded it. False when there is none, or one did not (yet).
-func (k *DefaultClassifier) entriesDeliveredWithout(c *Chain, s *Side) ([]string, bool) {
+func (k *DefaultClassifier) entriesDeliveredWithout(c *draft, s *chain.Side) ([]string, bool) {
 	if s.RequestReceived.IsZero() {
 		return nil, false
 	}
@@ -579,7 +571,7 @@ func (k *DefaultClassifier) entriesDeliveredWithout(c *Chain, s *Side) ([]string
 // audit across the request, coverMargin around it, without recording its auditID: a forward
 // is always audited by its peer, so s's apiserver did not forward it. It names them; false
 // when there is none, or one did not (yet).
-func (k *DefaultClassifier) peersDeliveredWithout(c *Chain, s *Side) ([]string, bool) {
+func (k *DefaultClassifier) peersDeliveredWithout(c *draft, s *chain.Side) ([]string, bool) {
 	if s.RequestReceived.IsZero() {
 		return nil, false
 	}
@@ -600,7 +592,7 @@ func (k *DefaultClassifier) peersDeliveredWithout(c *Chain, s *Side) ([]string, 
 	return names, len(names) > 0
 }
 
-func isInternal(c *Chain, s *Side) bool {
+func isInternal(c *draft, s *chain.Side) bool {
 	if c.Resource != "" || s.User != userAPIServer || s.UserAgent != "" {
 		return false
 	}
@@ -608,17 +600,17 @@ func isInternal(c *Chain, s *Side) bool {
 	return path == "/api" || path == "/apis"
 }
 
-func (k *DefaultClassifier) single(c *Chain, s *Side) {
+func (k *DefaultClassifier) single(c *draft, s *chain.Side) {
 	if isInternal(c, s) {
 		c.Entry = s
-		c.Class = ClassInternal
+		c.Class = chain.ClassInternal
 		c.Explanation = fmt.Sprintf("peer discovery: another apiserver fetched %s from %s", c.RequestURI, s.APIServer)
 		return
 	}
 	if h := k.apiserverHops(s); h >= 2 {
 		c.Peer = s
-		c.Class = ClassLoop
-		c.Findings = append(c.Findings, FindingEntryAuditMissing)
+		c.Class = chain.ClassLoop
+		c.Findings = append(c.Findings, chain.FindingEntryAuditMissing)
 		c.Explanation = fmt.Sprintf("%s's record shows %d apiserver hops after the client (%s): forwarded more than once, the earlier records missing",
 			s.APIServer, h, strings.Join(s.SourceIPs[len(s.SourceIPs)-h:], " -> "))
 		return
@@ -637,8 +629,8 @@ func (k *DefaultClassifier) single(c *Chain, s *Side) {
 	}
 	if peer {
 		c.Peer = s
-		c.Class = ClassBroken
-		c.Findings = append(c.Findings, FindingEntryAuditMissing)
+		c.Class = chain.ClassBroken
+		c.Findings = append(c.Findings, chain.FindingEntryAuditMissing)
 		from := lastIP(s.SourceIPs)
 		if names := k.Caps.NamesOf(from, s.APIServer); len(names) > 0 {
 			from = strings.Join(names, " or ") + " (" + from + ")"
@@ -654,7 +646,7 @@ func (k *DefaultClassifier) single(c *Chain, s *Side) {
 		defer func() { c.Explanation += notForwarded }()
 	}
 	if c.Resource == "" {
-		c.Class, c.Explanation = ClassLocal, fmt.Sprintf("%s answered a non-resource request itself", s.APIServer)
+		c.Class, c.Explanation = chain.ClassLocal, fmt.Sprintf("%s answered a non-resource request itself", s.APIServer)
 		return
 	}
 	g, t := c.gvr(), c.when()
@@ -682,18 +674,18 @@ func (k *DefaultClassifier) single(c *Chain, s *Side) {
 	switch {
 	case code == 0:
 		if notServed && forwards {
-			c.Class = ClassBroken
-			c.Findings = append(c.Findings, FindingPeerAuditMissing)
+			c.Class = chain.ClassBroken
+			c.Findings = append(c.Findings, chain.FindingPeerAuditMissing)
 			c.Explanation = fmt.Sprintf("%s does not serve %s, forwards it, and recorded only %s: the rest of the forwarding is missing", s.APIServer, g, strings.Join(s.Stages, ","))
 		} else {
-			c.Class = ClassLocal
+			c.Class = chain.ClassLocal
 			c.Explanation = fmt.Sprintf("%s recorded only %s; no outcome", s.APIServer, strings.Join(s.Stages, ","))
 		}
 	case (code == 503 || code == 502) && isProxyError(s.Message):
-		c.Class = ClassProxyFailed
+		c.Class = chain.ClassProxyFailed
 		c.Explanation = fmt.Sprintf("%s could not forward the request (%d %s)", s.APIServer, code, s.Message)
 	case (code == 503 || code == 502) && s.Message == "" && (notServed || otherServes && !served):
-		c.Class = ClassProxyFailed
+		c.Class = chain.ClassProxyFailed
 		c.Explanation = fmt.Sprintf("%s could not forward the request (%d, a bare status: the entry of a forward records only the code)", s.APIServer, code)
 		if otherServes {
 			c.Explanation += "; " + other + " serves " + g.String()
@@ -714,47 +706,47 @@ func (k *DefaultClassifier) single(c *Chain, s *Side) {
 			if _, starting := k.entryStarting(s.APIServer, t); !starting {
 				var unfwd bool
 				if why, unfwd = unforwarded(); !unfwd {
-					c.Class = ClassBroken
-					c.Findings = append(c.Findings, FindingPeerAuditMissing)
+					c.Class = chain.ClassBroken
+					c.Findings = append(c.Findings, chain.FindingPeerAuditMissing)
 					c.Explanation = fmt.Sprintf("%s forwards %s and answered a bare 404; the peer's record is missing", s.APIServer, g)
 					return
 				}
 			}
 		}
-		c.Class = ClassMisleading404
+		c.Class = chain.ClassMisleading404
 		c.Explanation = fmt.Sprintf("%s answered 404 for %s, which %s serves (the peer was gone or not yet discovered, MVP was off, or the client sent x-kubernetes-peer-proxied itself)", s.APIServer, g, other) + why
 	case code == 404 && (s.Message == msgResourceNotFound || s.Message == "") && !served:
 		wait("whether another apiserver serves " + g.String())
-		c.Class = ClassLocal
+		c.Class = chain.ClassLocal
 		c.Explanation = fmt.Sprintf("%s answered 404 for %s, which no apiserver is known to serve", s.APIServer, g)
 	case (code == 503 || code == 502) && s.Message == "" && !known:
 		wait("whether " + s.APIServer + " serves " + g.String())
-		c.Class = ClassLocal
+		c.Class = chain.ClassLocal
 		c.Explanation = fmt.Sprintf("%s answered a bare %d for %s, which no apiserver is known to serve", s.APIServer, code, g)
 	case code < 400 || s.Message == "" && code != 404 && code != 401 && code != 403 && code != 429:
 		switch {
 		case s.HasObjects:
-			c.Class = ClassLocal
+			c.Class = chain.ClassLocal
 			c.Explanation = fmt.Sprintf("%s answered %d itself: its record holds the objects, which the entry of a forward never records", s.APIServer, code)
 		case notServed && forwards:
 			// Not judged by the peers' streams: it cannot have answered a success itself for
 			// what it does not serve, so its forward's peer record is lost even where the rest
 			// of the peer's stream came (its audit buffer full drops single events).
-			c.Class = ClassBroken
-			c.Findings = append(c.Findings, FindingPeerAuditMissing)
+			c.Class = chain.ClassBroken
+			c.Findings = append(c.Findings, chain.FindingPeerAuditMissing)
 			c.Explanation = fmt.Sprintf("%s does not serve %s and forwards it, yet answered %d with no peer: it forwarded the request, and the peer's record is missing", s.APIServer, g, code)
 		case !known && otherServes:
 			wait("whether " + s.APIServer + " serves " + g.String())
 			fallthrough
 		default:
-			c.Class = ClassLocal
+			c.Class = chain.ClassLocal
 			c.Explanation = fmt.Sprintf("%s answered %d itself", s.APIServer, code)
 			if notServed {
 				c.Explanation += fmt.Sprintf(" (it was not seen to serve %s, but neither to forward it, in this process)", g)
 			}
 		}
 	default:
-		c.Class = ClassLocal
+		c.Class = chain.ClassLocal
 		c.Explanation = fmt.Sprintf("%s answered %d itself", s.APIServer, code)
 	}
 }
@@ -774,22 +766,22 @@ func (k *DefaultClassifier) entryStarting(apiserver string, t time.Time) (since 
 }
 
 // noise adds the restart-noise findings (see the rules above single) to a classified chain.
-func (k *DefaultClassifier) noise(c *Chain) {
-	if c.Resource == "" || c.Class == ClassInternal || c.Class == ClassLoop {
+func (k *DefaultClassifier) noise(c *draft) {
+	if c.Resource == "" || c.Class == chain.ClassInternal || c.Class == chain.ClassLoop {
 		return
 	}
 	t := c.when()
-	if e := c.Entry; e != nil && (e.Code == 403 || e.Code >= 500 || c.Class == ClassMisleading404 || c.Class == ClassProxyFailed) {
+	if e := c.Entry; e != nil && (e.Code == 403 || e.Code >= 500 || c.Class == chain.ClassMisleading404 || c.Class == chain.ClassProxyFailed) {
 		if since, ok := k.entryStarting(e.APIServer, t); ok {
-			c.Findings = append(c.Findings, FindingEntryStarting)
+			c.Findings = append(c.Findings, chain.FindingEntryStarting)
 			when := startedWhen(since, t)
 			c.Explanation += fmt.Sprintf("; %s was starting (its new process's first request in its audit stream %s): restart noise (%s)",
-				e.APIServer, when, FindingEntryStarting)
+				e.APIServer, when, chain.FindingEntryStarting)
 			c.noiseOf, c.noiseSince = e.APIServer, since
 			return
 		}
 	}
-	if c.Class == ClassProxyFailed || c.Class == ClassBroken && c.HasFinding(FindingPeerAuditMissing) {
+	if c.Class == chain.ClassProxyFailed || c.Class == chain.ClassBroken && c.HasFinding(chain.FindingPeerAuditMissing) {
 		entry := ""
 		if c.Entry != nil {
 			entry = c.Entry.APIServer
@@ -837,14 +829,14 @@ func (k *DefaultClassifier) noise(c *Chain) {
 			return
 		}
 	}
-	if c.Class == ClassProxied && c.Entry.Code >= 500 && c.Peer != nil {
+	if c.Class == chain.ClassProxied && c.Entry.Code >= 500 && c.Peer != nil {
 		// The peer answered a 5xx while its restarted process was starting, as an entry's own
 		// first answers may be (entry_starting).
-		if k.peerStarting(c, c.Entry.APIServer, []ServerInfo{{Name: c.Peer.APIServer}}, []time.Time{t}) {
+		if k.peerStarting(c, c.Entry.APIServer, []chain.ServerInfo{{Name: c.Peer.APIServer}}, []time.Time{t}) {
 			return
 		}
 	}
-	if c.Class == ClassMisleading404 {
+	if c.Class == chain.ClassMisleading404 {
 		// The entry answered 404 while the apiserver that serves the resource was starting
 		// again: the entry forwards to it once it has the new process's discovery (measured:
 		// a restarted peer is proxied to within ~0.2 s of its readiness; meanwhile the
@@ -864,18 +856,18 @@ func (k *DefaultClassifier) noise(c *Chain) {
 			}
 			// It serves the resource again only if it restarted into the same version (or
 			// its new process was seen to serve it); a new version may not.
-			if served, known := k.Caps.Serves(srv.Name, c.gvr(), t); known && !served || !known && k.Caps.EpochCause(srv.Name, since) != CauseRestart {
+			if served, known := k.Caps.Serves(srv.Name, c.gvr(), t); known && !served || !known && k.Caps.EpochCause(srv.Name, since) != chain.CauseRestart {
 				continue
 			}
-			c.Findings = append(c.Findings, FindingPeerDown)
+			c.Findings = append(c.Findings, chain.FindingPeerDown)
 			c.Explanation += fmt.Sprintf("; %s, which served %s before it restarted, was starting (its new process's first request %s before): restart noise (%s)",
-				srv.Name, c.gvr(), t.Sub(since).Round(time.Millisecond), FindingPeerDown)
+				srv.Name, c.gvr(), t.Sub(since).Round(time.Millisecond), chain.FindingPeerDown)
 			c.noiseOf, c.noiseSince = srv.Name, since
 			return
 		}
 		return
 	}
-	if c.Class == ClassBroken && c.Entry == nil && c.Peer != nil && c.HasFinding(FindingEntryAuditMissing) {
+	if c.Class == chain.ClassBroken && c.Entry == nil && c.Peer != nil && c.HasFinding(chain.FindingEntryAuditMissing) {
 		// A forward's peer record alone: the entry that forwarded it (an apiserver at the
 		// address it came from) was silent at the time, its audit lost with its process.
 		addr := lastIP(c.Peer.SourceIPs)
@@ -884,7 +876,7 @@ func (k *DefaultClassifier) noise(c *Chain) {
 				continue
 			}
 			if from, to, down := k.Caps.DownAt(srv.Name, t, c.streamNow); down && t.Sub(from) <= peerDownLookback {
-				k.silent(c, FindingEntryDown, srv.Name, from, to, "which forwards from "+addr+", was down")
+				k.silent(c, chain.FindingEntryDown, srv.Name, from, to, "which forwards from "+addr+", was down")
 				return
 			}
 		}
@@ -902,7 +894,7 @@ func (k *DefaultClassifier) noise(c *Chain) {
 		// stream has been silent for long was not stopping at the time, it is gone.
 		if from, to, down := k.Caps.DownAt(e.APIServer, last.Add(stoppingWindow), c.streamNow); down && !from.Before(last) &&
 			(!to.IsZero() || c.streamNow.Sub(from) <= peerDownLookback) {
-			k.silent(c, FindingEntryStopping, e.APIServer, from, to, "was stopping")
+			k.silent(c, chain.FindingEntryStopping, e.APIServer, from, to, "was stopping")
 		}
 	}
 }
@@ -911,7 +903,7 @@ func (k *DefaultClassifier) noise(c *Chain) {
 // entry) that served c's resource before its restart, or in its new process, was starting
 // (Capabilities.Starting): the entries reach a restarted peer before it can answer, and it
 // fails its first forwards as it would fail its own first requests.
-func (k *DefaultClassifier) peerStarting(c *Chain, entry string, servers []ServerInfo, times []time.Time) bool {
+func (k *DefaultClassifier) peerStarting(c *draft, entry string, servers []chain.ServerInfo, times []time.Time) bool {
 	g := c.gvr()
 	for _, at := range times {
 		for _, srv := range servers {
@@ -929,10 +921,10 @@ func (k *DefaultClassifier) peerStarting(c *Chain, entry string, servers []Serve
 					continue
 				}
 			}
-			c.Findings = append(c.Findings, FindingPeerDown)
+			c.Findings = append(c.Findings, chain.FindingPeerDown)
 			when := startedWhen(since, at)
 			c.Explanation += fmt.Sprintf("; %s, which serves %s, was starting (its new process's first request in its audit stream %s): restart noise (%s)",
-				srv.Name, g, when, FindingPeerDown)
+				srv.Name, g, when, chain.FindingPeerDown)
 			c.noiseOf, c.noiseSince = srv.Name, since
 			return true
 		}
@@ -961,7 +953,7 @@ const stoppingWindow = 2 * time.Second
 
 // silent gives c a restart-noise finding f that blames server's silence from from to to
 // (zero: it lasts).
-func (k *DefaultClassifier) silent(c *Chain, f Finding, server string, from, to time.Time, what string) {
+func (k *DefaultClassifier) silent(c *draft, f chain.Finding, server string, from, to time.Time, what string) {
 	c.Findings = append(c.Findings, f)
 	until := "it is still silent"
 	if !to.IsZero() {
@@ -974,25 +966,25 @@ func (k *DefaultClassifier) silent(c *Chain, f Finding, server string, from, to 
 
 // peerDown gives c the finding peer_down, blaming peer's silence from from to to (zero: it
 // lasts).
-func (k *DefaultClassifier) peerDown(c *Chain, peer string, from, to time.Time) {
-	k.silent(c, FindingPeerDown, peer, from, to, "which serves "+c.gvr().String()+", was down")
+func (k *DefaultClassifier) peerDown(c *draft, peer string, from, to time.Time) {
+	k.silent(c, chain.FindingPeerDown, peer, from, to, "which serves "+c.gvr().String()+", was down")
 }
 
-func (k *DefaultClassifier) loop(c *Chain) {
+func (k *DefaultClassifier) loop(c *draft) {
 	// The entry is the side with the fewest hops; the others follow in hop order.
 	sides := slices.Clone(c.sides)
-	slices.SortStableFunc(sides, func(a, b *Side) int { return len(a.SourceIPs) - len(b.SourceIPs) })
+	slices.SortStableFunc(sides, func(a, b *chain.Side) int { return len(a.SourceIPs) - len(b.SourceIPs) })
 	c.Entry, c.Peer, c.Others = sides[0], sides[1], sides[2:]
 	names := make([]string, len(sides))
 	for i, s := range sides {
 		names[i] = s.APIServer
 	}
-	c.Class = ClassLoop
+	c.Class = chain.ClassLoop
 	c.Explanation = fmt.Sprintf("recorded by %d apiservers (%s): forwarded more than once", len(sides), strings.Join(names, " -> "))
 }
 
 // fillDerived derives the chain's user, code and latencies from its roles.
-func fillDerived(c *Chain) {
+func fillDerived(c *chain.Chain) {
 	first := c.Entry
 	if first == nil {
 		first = c.Peer
@@ -1008,7 +1000,7 @@ func fillDerived(c *Chain) {
 	c.EntryDurationSeconds = c.Entry.Duration().Seconds()
 	c.PeerDurationSeconds = c.Peer.Duration().Seconds()
 	c.ForwardingOverheadSeconds = 0
-	if c.Entry != nil && c.Peer != nil && c.Class == ClassProxied {
+	if c.Entry != nil && c.Peer != nil && c.Class == chain.ClassProxied {
 		c.ForwardingOverheadSeconds = c.EntryDurationSeconds - c.PeerDurationSeconds
 	}
 }
@@ -1016,38 +1008,48 @@ func fillDerived(c *Chain) {
 // Learn implements Classifier.
 //
 // What it learns must hold whatever clients send (they choose their paths, headers and
-// Audit-IDs): nothing from records split apart as requests sharing an Audit-ID (Chain.split,
+// Audit-IDs): nothing from records split apart as requests sharing an Audit-ID (draft.split,
 // apart); that an apiserver serves a resource only from an answer of its own at the
 // resource's level (servedOutcome: a 404 "could not find" or a bare one says the opposite,
 // and a client gets one for any path); that it does not, only from a request for the resource
-// itself (no subresource: a made-up subresource of a served resource is not found either).
-func (k *DefaultClassifier) Learn(c *Chain) {
+// itself (no subresource: a made-up subresource of a served resource is not found either)
+// whose apiserver's process was not seen to serve it, and not from a forward whose client's
+// address was its entry's own (draft.collapsed).
+func (k *DefaultClassifier) Learn(c *draft) {
 	if c.Resource == "" || c.split || len(c.apart) > 0 {
 		return
 	}
 	g, t := c.gvr(), c.when()
 	notServed := func(apiserver string, at time.Time) {
-		if c.Subresource == "" {
+		// A 404 "could not find" is also what a path the resource has no route for gets
+		// (/api/v1/configmaps/NAME, a made-up subresource): it does not unlearn what the
+		// same process was seen to serve.
+		if c.Subresource == "" && !k.Caps.SeenServing(apiserver, g, at) {
 			k.Caps.Learn(apiserver, g, at, false)
 		}
 	}
 	switch c.Class {
-	case ClassProxied:
+	case chain.ClassProxied:
 		if servedOutcome(c.Peer) {
 			k.Caps.Learn(c.Peer.APIServer, g, c.Peer.RequestReceived, true)
 		}
+		if c.collapsed {
+			// A client on the entry's host makes this shape with two requests of its own:
+			// what it says of the entry is not learned.
+			return
+		}
 		k.Caps.Learn(c.Entry.APIServer, g, c.Entry.RequestReceived, false)
 		k.Caps.NoteProxied(c.Entry.APIServer, g, t)
-	case ClassProxyFailed:
+	case chain.ClassProxyFailed:
 		k.Caps.Learn(c.Entry.APIServer, g, t, false)
 		k.Caps.NoteProxied(c.Entry.APIServer, g, t)
-	case ClassMisleading404:
+	case chain.ClassMisleading404:
 		notServed(c.Entry.APIServer, t)
-	case ClassBroken:
+	case chain.ClassBroken:
 		if c.Peer != nil && complete(c.Peer) && servedOutcome(c.Peer) {
 			k.Caps.Learn(c.Peer.APIServer, g, c.Peer.RequestReceived, true)
 		}
-	case ClassLocal:
+	case chain.ClassLocal:
 		s := c.Entry
 		switch {
 		case s.Code == 404 && (s.Message == msgResourceNotFound || s.Message == ""):
@@ -1066,7 +1068,7 @@ func (k *DefaultClassifier) Learn(c *Chain) {
 // servedOutcome reports whether s, a record of the apiserver that answered a request itself,
 // shows it reached the resource's storage: a success, or a resource-level error (a missing
 // object, a conflict, an invalid object, a gone resource version).
-func servedOutcome(s *Side) bool {
+func servedOutcome(s *chain.Side) bool {
 	switch {
 	case s.Code >= 200 && s.Code < 300, s.Code == 409, s.Code == 410, s.Code == 422:
 		return true

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/peertrail/peertrail/chain"
 	"github.com/peertrail/peertrail/ingest/record"
 	"github.com/peertrail/peertrail/ingest/spool"
 )
@@ -137,12 +138,12 @@ type harness struct {
 
 type memSink struct {
 	mu     sync.Mutex
-	chains []Chain
+	chains []chain.Chain
 	fail   int
 	calls  int
 }
 
-func (s *memSink) WriteChains(_ context.Context, cs []Chain) error {
+func (s *memSink) WriteChains(_ context.Context, cs []chain.Chain) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.calls++
@@ -213,11 +214,11 @@ func (h *harness) settle() {
 	}
 }
 
-func (h *harness) chain(id string) Chain {
+func (h *harness) chain(id string) chain.Chain {
 	h.t.Helper()
 	h.sink.mu.Lock()
 	defer h.sink.mu.Unlock()
-	var found []Chain
+	var found []chain.Chain
 	for _, c := range h.sink.chains {
 		if c.AuditID == id {
 			found = append(found, c)
@@ -229,7 +230,7 @@ func (h *harness) chain(id string) Chain {
 	return found[len(found)-1]
 }
 
-func expect(t *testing.T, c Chain, class Class, findings ...Finding) {
+func expect(t *testing.T, c chain.Chain, class chain.Class, findings ...chain.Finding) {
 	t.Helper()
 	if c.Class != class {
 		t.Errorf("%s: class %s, want %s (%s)", c.AuditID, c.Class, class, c.Explanation)
@@ -241,7 +242,7 @@ func expect(t *testing.T, c Chain, class Class, findings ...Finding) {
 	if !slices.Equal(got, want) {
 		t.Errorf("%s: findings %v, want %v (%s)", c.AuditID, c.Findings, findings, c.Explanation)
 	}
-	if c.State != StateFinal {
+	if c.State != chain.StateFinal {
 		t.Errorf("%s: state %s", c.AuditID, c.State)
 	}
 }
@@ -257,13 +258,13 @@ func TestClassesAndFindings(t *testing.T) {
 	cases := []struct {
 		name     string
 		records  func(h *harness) string
-		class    Class
-		findings []Finding
-		check    func(t *testing.T, c Chain)
+		class    chain.Class
+		findings []chain.Finding
+		check    func(t *testing.T, c chain.Chain)
 	}{{
 		name:    "local",
 		records: func(h *harness) string { r := pods("l1", at); h.feed(r.local("kas-a", 200, "")); return r.id },
-		class:   ClassLocal,
+		class:   chain.ClassLocal,
 	}, {
 		name: "proxied",
 		records: func(h *harness) string {
@@ -271,8 +272,8 @@ func TestClassesAndFindings(t *testing.T) {
 			h.feed(r.entry("kas-a", 200), r.peer("kas-c", addrA, 200))
 			return r.id
 		},
-		class: ClassProxied,
-		check: func(t *testing.T, c Chain) {
+		class: chain.ClassProxied,
+		check: func(t *testing.T, c chain.Chain) {
 			if c.Entry.APIServer != "kas-a" || c.Peer.APIServer != "kas-c" {
 				t.Errorf("roles entry=%s peer=%s", c.Entry.APIServer, c.Peer.APIServer)
 			}
@@ -294,8 +295,8 @@ func TestClassesAndFindings(t *testing.T) {
 			h.feed(r.entry("kas-b", 200))
 			return r.id
 		},
-		class: ClassProxied,
-		check: func(t *testing.T, c Chain) {
+		class: chain.ClassProxied,
+		check: func(t *testing.T, c chain.Chain) {
 			if c.Entry.APIServer != "kas-b" || c.Peer.APIServer != "kas-c" {
 				t.Errorf("roles entry=%s peer=%s", c.Entry.APIServer, c.Peer.APIServer)
 			}
@@ -310,8 +311,8 @@ func TestClassesAndFindings(t *testing.T) {
 			h.feed(p, e)
 			return r.id
 		},
-		class: ClassProxied,
-		check: func(t *testing.T, c Chain) {
+		class: chain.ClassProxied,
+		check: func(t *testing.T, c chain.Chain) {
 			if c.Entry.APIServer != "kas-a" {
 				t.Errorf("entry %s, want kas-a from capability and objects", c.Entry.APIServer)
 			}
@@ -324,7 +325,7 @@ func TestClassesAndFindings(t *testing.T) {
 			h.feed(r.entry("kas-a", 503))
 			return r.id
 		},
-		class: ClassProxyFailed,
+		class: chain.ClassProxyFailed,
 	}, {
 		name: "proxy failed: the peer's endpoint is gone",
 		records: func(h *harness) string {
@@ -333,7 +334,7 @@ func TestClassesAndFindings(t *testing.T) {
 				message: "Error getting ip and port info of the remote server while proxying", end: time.Millisecond}))
 			return r.id
 		},
-		class: ClassProxyFailed,
+		class: chain.ClassProxyFailed,
 	}, {
 		name: "misleading 404: the only server of the resource is gone",
 		records: func(h *harness) string {
@@ -342,7 +343,7 @@ func TestClassesAndFindings(t *testing.T) {
 			h.feed(r.local("kas-a", 404, msgResourceNotFound))
 			return r.id
 		},
-		class: ClassMisleading404,
+		class: chain.ClassMisleading404,
 	}, {
 		name: "local 404: nobody serves the resource",
 		records: func(h *harness) string {
@@ -351,7 +352,7 @@ func TestClassesAndFindings(t *testing.T) {
 			h.feed(r.local("kas-a", 404, ""))
 			return r.id
 		},
-		class: ClassLocal,
+		class: chain.ClassLocal,
 	}, {
 		name: "local 404: a missing object of a served resource",
 		records: func(h *harness) string {
@@ -359,7 +360,7 @@ func TestClassesAndFindings(t *testing.T) {
 			h.feed(r.local("kas-a", 404, `pods "web-1" not found`))
 			return r.id
 		},
-		class: ClassLocal,
+		class: chain.ClassLocal,
 	}, {
 		name: "broken: a peer record without its entry record",
 		records: func(h *harness) string {
@@ -367,9 +368,9 @@ func TestClassesAndFindings(t *testing.T) {
 			h.feed(r.peer("kas-c", addrA, 201))
 			return r.id
 		},
-		class:    ClassBroken,
-		findings: []Finding{FindingEntryAuditMissing},
-		check: func(t *testing.T, c Chain) {
+		class:    chain.ClassBroken,
+		findings: []chain.Finding{chain.FindingEntryAuditMissing},
+		check: func(t *testing.T, c chain.Chain) {
 			if c.Entry != nil || c.Peer == nil || c.Peer.APIServer != "kas-c" {
 				t.Errorf("want only a peer side, got entry=%v peer=%v", c.Entry, c.Peer)
 			}
@@ -383,8 +384,8 @@ func TestClassesAndFindings(t *testing.T) {
 			h.feed(r.entry("kas-a", 201))
 			return r.id
 		},
-		class:    ClassBroken,
-		findings: []Finding{FindingPeerAuditMissing},
+		class:    chain.ClassBroken,
+		findings: []chain.Finding{chain.FindingPeerAuditMissing},
 	}, {
 		name: "broken: the peer recorded only RequestReceived (killed mid-request)",
 		records: func(h *harness) string {
@@ -394,8 +395,8 @@ func TestClassesAndFindings(t *testing.T) {
 			return r.id
 		},
 		// kas-c's stream falls silent right after (nothing more from it): restart noise.
-		class:    ClassBroken,
-		findings: []Finding{FindingPeerAuditMissing, FindingPeerDown},
+		class:    chain.ClassBroken,
+		findings: []chain.Finding{chain.FindingPeerAuditMissing, chain.FindingPeerDown},
 	}, {
 		name: "loop: three apiservers recorded one request",
 		records: func(h *harness) string {
@@ -404,7 +405,7 @@ func TestClassesAndFindings(t *testing.T) {
 			h.feed(r.entry("kas-a", 200), r.peer("kas-c", addrA, 200), second)
 			return r.id
 		},
-		class: ClassLoop,
+		class: chain.ClassLoop,
 	}, {
 		name: "loop: a lone record that proves a second hop",
 		records: func(h *harness) string {
@@ -412,8 +413,8 @@ func TestClassesAndFindings(t *testing.T) {
 			h.feed(r.records(sideOpts{apiserver: "kas-b", sourceIPs: []string{client, addrA, addrC}, code: 200, objects: true, start: 3 * time.Millisecond, end: 10 * time.Millisecond}))
 			return r.id
 		},
-		class:    ClassLoop,
-		findings: []Finding{FindingEntryAuditMissing},
+		class:    chain.ClassLoop,
+		findings: []chain.Finding{chain.FindingEntryAuditMissing},
 	}, {
 		name: "loop: the second and third hops recorded, the first hop's record missing",
 		records: func(h *harness) string {
@@ -422,7 +423,7 @@ func TestClassesAndFindings(t *testing.T) {
 			h.feed(r.peer("kas-c", addrA, 200), third)
 			return r.id
 		},
-		class: ClassLoop,
+		class: chain.ClassLoop,
 	}, {
 		name: "proxied: the client runs on an apiserver's host (its address first), one hop",
 		records: func(h *harness) string {
@@ -432,7 +433,7 @@ func TestClassesAndFindings(t *testing.T) {
 			h.feed(entry, peer)
 			return r.id
 		},
-		class: ClassProxied,
+		class: chain.ClassProxied,
 	}, {
 		name: "internal: a peer's discovery fetch",
 		records: func(h *harness) string {
@@ -444,7 +445,7 @@ func TestClassesAndFindings(t *testing.T) {
 			h.feed(recs)
 			return r.id
 		},
-		class: ClassInternal,
+		class: chain.ClassInternal,
 	}, {
 		name: "local: an apiserver's loopback call to itself",
 		records: func(h *harness) string {
@@ -456,7 +457,7 @@ func TestClassesAndFindings(t *testing.T) {
 			h.feed(recs)
 			return r.id
 		},
-		class: ClassLocal,
+		class: chain.ClassLocal,
 	}, {
 		name: "identity mismatch: the peer saw other groups",
 		records: func(h *harness) string {
@@ -465,8 +466,8 @@ func TestClassesAndFindings(t *testing.T) {
 			h.feed(r.entry("kas-a", 200), p)
 			return r.id
 		},
-		class:    ClassProxied,
-		findings: []Finding{FindingIdentityMismatch},
+		class:    chain.ClassProxied,
+		findings: []chain.Finding{chain.FindingIdentityMismatch},
 	}, {
 		name: "impersonation flattened: the peer sees only the impersonated user",
 		records: func(h *harness) string {
@@ -475,9 +476,9 @@ func TestClassesAndFindings(t *testing.T) {
 			h.feed(e, r.peer("kas-c", addrA, 200))
 			return r.id
 		},
-		class:    ClassProxied,
-		findings: []Finding{FindingImpersonationFlattened},
-		check: func(t *testing.T, c Chain) {
+		class:    chain.ClassProxied,
+		findings: []chain.Finding{chain.FindingImpersonationFlattened},
+		check: func(t *testing.T, c chain.Chain) {
 			if c.User != "alice" || c.RealUser != "admin" {
 				t.Errorf("user %q real user %q, want alice acting through admin", c.User, c.RealUser)
 			}
@@ -491,8 +492,8 @@ func TestClassesAndFindings(t *testing.T) {
 			h.feed(e, r.peer("kas-c", addrA, 200))
 			return r.id
 		},
-		class:    ClassProxied,
-		findings: []Finding{FindingImpersonationFlattened},
+		class:    chain.ClassProxied,
+		findings: []chain.Finding{chain.FindingImpersonationFlattened},
 	}, {
 		name: "a watch the client cancelled: the entry records Panic after ResponseStarted",
 		records: func(h *harness) string {
@@ -504,7 +505,7 @@ func TestClassesAndFindings(t *testing.T) {
 			h.feed(e, p)
 			return r.id
 		},
-		class: ClassProxied,
+		class: chain.ClassProxied,
 	}, {
 		name: "status mismatch: the entry answered other than the peer",
 		records: func(h *harness) string {
@@ -512,8 +513,8 @@ func TestClassesAndFindings(t *testing.T) {
 			h.feed(r.entry("kas-a", 500), r.peer("kas-c", addrA, 200))
 			return r.id
 		},
-		class:    ClassProxied,
-		findings: []Finding{FindingStatusMismatch},
+		class:    chain.ClassProxied,
+		findings: []chain.Finding{chain.FindingStatusMismatch},
 	}}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -554,7 +555,7 @@ func TestLateRecordReopensAndReclassifies(t *testing.T) {
 	// The chain window passes on the stream: other traffic 40 s later.
 	other := pods("other", t0.Add(40*time.Second))
 	h.feed(other.records(sideOpts{apiserver: "kas-b", sourceIPs: []string{client}, code: 200, received: t0.Add(41 * time.Second)}))
-	if c := h.chain("late"); c.Class != ClassBroken || c.Revision != 1 {
+	if c := h.chain("late"); c.Class != chain.ClassBroken || c.Revision != 1 {
 		t.Fatalf("before the late record: %s revision %d", c.Class, c.Revision)
 	}
 	// kas-a's webhook was backing off; its record arrives two minutes late.
@@ -562,13 +563,13 @@ func TestLateRecordReopensAndReclassifies(t *testing.T) {
 	h.feed(late)
 	h.settle()
 	c := h.chain("late")
-	expect(t, c, ClassProxied)
+	expect(t, c, chain.ClassProxied)
 	if c.Revision != 2 || c.ID != h.sink.chains[0].ID {
 		t.Fatalf("reopened chain: revision %d, id %s vs %s", c.Revision, c.ID, h.sink.chains[0].ID)
 	}
 	// What the gate reads counts the chain once, as it is now.
 	h.co.now = func() time.Time { return t0.Add(3 * time.Minute) }
-	if tot := h.co.Recent(10 * time.Minute); tot.Chains[ClassBroken] != 0 || tot.Chains[ClassProxied] != 1 || tot.Forwarded != 1 {
+	if tot := h.co.Recent(10 * time.Minute); tot.Chains[chain.ClassBroken] != 0 || tot.Chains[chain.ClassProxied] != 1 || tot.Forwarded != 1 {
 		t.Fatalf("window after reclassification: %+v", tot)
 	}
 }
@@ -585,7 +586,7 @@ func TestEvictionFinalisesOldestAndCountsIt(t *testing.T) {
 		t.Fatalf("%d open chains with MaxOpen 2", h.co.j.Open())
 	}
 	c := h.chain("e0")
-	if !c.Evicted || c.Class != ClassLocal {
+	if !c.Evicted || c.Class != chain.ClassLocal {
 		t.Fatalf("evicted chain: %+v", c)
 	}
 	h.settle()
@@ -615,7 +616,7 @@ func TestRunningWatchStaysOpen(t *testing.T) {
 	h.feed(done, peerDone)
 	h.settle()
 	c := h.chain("w1")
-	expect(t, c, ClassProxied)
+	expect(t, c, chain.ClassProxied)
 	if c.Records != 6 {
 		t.Fatalf("watch chain holds %d records, want 6", c.Records)
 	}

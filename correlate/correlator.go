@@ -7,8 +7,10 @@
 //
 // Data flow: the spool delivers frames to the Correlator (a spool.Consumer), which feeds their
 // records to the Joiner; chains whose window has passed are classified by the Classifier,
-// counted in metrics and handed to the Sink (the store), and traced once their verdict is settled
-// (when they leave memory, a late window later).
+// counted in metrics and handed to the Sink (the store; the correlator's only way there), and
+// traced once their verdict is settled (when they leave memory, a late window later). Readers
+// (the chain API, package chainapi) ask it for the chains it holds (Chains, List). The chains
+// are package chain's; the correlator's working state on one is a draft, never handed out.
 package correlate
 
 import (
@@ -21,12 +23,12 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/peertrail/peertrail/chain"
 	"github.com/peertrail/peertrail/ingest/record"
 	"github.com/peertrail/peertrail/ingest/spool"
 	"github.com/peertrail/peertrail/internal/fsutil"
@@ -34,7 +36,7 @@ import (
 )
 
 // ConsumerName is the correlator's spool consumer name.
-const ConsumerName = "correlate"
+const ConsumerName = metrics.ConsumerCorrelate
 
 // Sink receives final chains, in batches. WriteChains is called from the goroutine that calls
 // Consume (or Close), one batch at a time, and without the correlator's lock held: the chain
@@ -48,7 +50,7 @@ const ConsumerName = "correlate"
 // taken a chain the spool position the correlator commits stays before the chain's first
 // record, so a crash meanwhile replays it.
 type Sink interface {
-	WriteChains(ctx context.Context, chains []Chain) error
+	WriteChains(ctx context.Context, chains []chain.Chain) error
 }
 
 // ErrBacklog is returned (wrapped) by Consume when too many final chains wait for the sink
@@ -81,11 +83,11 @@ type Correlator struct {
 	flushBatch int
 	recs       []record.Record  // the last frame's records; their memory decodes the next
 	intern     *record.Interner // the recurring values of records, shared rather than decoded afresh
-	finishing  Chain            // the memory finishLocked builds each chain in
+	finishing  draft            // the memory finishLocked builds each chain in
 	// freeSides are the sides of chains the sink has taken (WriteChains returned: they are the
 	// correlator's again), for finishLocked to build the next chains' in.
-	freeSides []*Side
-	sidesOut  []*Side // takeSides' list (under flushMu)
+	freeSides []*chain.Side
+	sidesOut  []*chain.Side // takeSides' list (under flushMu)
 	// versionErrors counts, per apiserver, its loopback requests without a parseable version;
 	// reportedAgents are the (apiserver, user agent) pairs already logged.
 	versionErrors  *prometheus.CounterVec
@@ -104,11 +106,11 @@ type Correlator struct {
 	j  *Joiner
 	// pending are final chains not yet handed to the sink; pendFirst is the lowest spool
 	// position of their first records (meaningful while pending is not empty).
-	pending   []Chain
+	pending   []chain.Chain
 	pendFirst spool.Position
-	// spare is the memory of a batch the sink took, for the next pending chains: grown anew
-	// for every second's batch, pending was a quarter of what the process allocated.
-	spare []Chain
+	// spare is the memory of a batch the sink took, for the next pending chains, so that a
+	// second's batch does not grow a slice anew.
+	spare []chain.Chain
 	// due are chains Due finalised that are still to be classified (finishDueLocked).
 	due []*chainState
 	// inflight chains are with the sink now (flush): until it answers, the committed position
@@ -195,44 +197,6 @@ func (co *Correlator) StreamTime() time.Time {
 	}
 	return time.Unix(0, co.j.now)
 }
-
-// flushDue reports whether Consume should hand the pending chains to the sink now: when asked
-// to (the spool is idle, or a burst's chains are being closed a flushBatch at a time), when a
-// batch is full, or flushEvery after the last time. Each insert makes a part of the chains
-// table and of every view on it for the engine to merge: handing over at every Consume made
-// eleven inserts a second of 400 chains at 10,000 events/s, which took the engine 75% of the
-// wall time, against 20% for the events' one insert a second of twice as many rows.
-func (co *Correlator) flushDue(now bool) bool {
-	co.mu.Lock()
-	defer co.mu.Unlock()
-	n := len(co.pending)
-	if n == 0 {
-		return false
-	}
-	t := co.now()
-	if now || n >= co.flushBatch || n >= co.maxPending || t.Sub(co.lastFlush) >= co.flushEvery || t.Before(co.lastFlush) ||
-		co.j.now-co.lastFlushStream >= co.flushEvery.Nanoseconds() {
-		// Stream time counts too: a replay runs through minutes of it in a second, and a
-		// chain must reach the store before the late window lets it leave memory.
-		co.lastFlush, co.lastFlushStream = t, co.j.now
-		return true
-	}
-	return false
-}
-
-// defaultFlushEvery is Correlator.flushEvery: how long final chains may wait for the sink while
-// records keep coming (the chain API and the gate read them from memory meanwhile).
-const defaultFlushEvery = time.Second
-
-// defaultFlushBatch is Correlator.flushBatch: 50,000 chains are about 65 MB as Chain values,
-// and one insert of the store. Each insert costs the store about a second beside its rows
-// (measured in peertrail bench: 10,000 a batch wrote a burst's chains at half the rate of
-// one insert of them all).
-const defaultFlushBatch = 50_000
-
-// maxSpareChains bounds the batch whose memory is kept for the next (520 bytes a chain): a
-// second's chains at tens of thousands of events a second, not a burst's.
-const maxSpareChains = 16_384
 
 // saveEvery bounds how often the capability view is written.
 const saveEvery = time.Second
@@ -410,13 +374,13 @@ func (co *Correlator) joinLocked(ctx context.Context, entries []spool.Entry) {
 func (co *Correlator) markSharedLocked(ctx context.Context) {
 	for _, r := range co.j.shared {
 		cs := co.j.slab.live(r.r, r.gen)
-		if cs == nil || !cs.final || !cs.res.set || slices.Contains(co.j.verdicts.get(cs.res.verdict).findings, FindingAuditIDReused) {
+		if cs == nil || !cs.final || !cs.res.set || slices.Contains(co.j.verdicts.get(cs.res.verdict).findings, chain.FindingAuditIDReused) {
 			continue
 		}
 		prev := co.prevResult(cs)
 		ch := co.view(cs)
-		ch.Findings = append(ch.Findings, FindingAuditIDReused)
-		ch.Explanation += fmt.Sprintf("; other requests carried its auditID too (a client may set its own Audit-ID): every chain of the auditID is listed with it (%s)", FindingAuditIDReused)
+		ch.Findings = append(ch.Findings, chain.FindingAuditIDReused)
+		ch.Explanation += fmt.Sprintf("; other requests carried its auditID too (a client may set its own Audit-ID): every chain of the auditID is listed with it (%s)", chain.FindingAuditIDReused)
 		cs.emitted++
 		ch.Revision, ch.remark = int(cs.emitted), true
 		co.apply(ctx, cs, ch, prev)
@@ -478,120 +442,6 @@ func (co *Correlator) finishDueLocked(ctx context.Context, n int) bool {
 	return false
 }
 
-// noteServer learns an apiserver's version, process and address from its own loopback
-// requests (isLoopback), whatever its binary is called: the version from the user agent
-// (AgentVersion), the process from the loopback identity's UID, which a real apiserver makes
-// up afresh at every start (measured: in test/testdata/real/peer-stopped, kas-c restarted into
-// the same v1.36.3 and its loopback UID went from 63b0c382-... to 423d4b6a-...). Every stage
-// counts, at the time the request was received: a new process's first requests are its
-// informers' initial watches, before it serves anyone, and a policy may omit any stage but
-// ResponseComplete. A user agent without a version that parses is counted and logged, once
-// per apiserver and agent, never silently skipped.
-func (co *Correlator) noteServer(r *record.Record) {
-	if !isLoopback(r) {
-		return
-	}
-	at := r.RequestReceivedTimestamp
-	if at.IsZero() {
-		at = r.StageTimestamp
-	}
-	v, err := AgentVersion(r.UserAgent)
-	if err != nil {
-		co.reportAgent(r, err)
-	}
-	addr := ""
-	if len(r.SourceIPs) > 0 {
-		addr = r.SourceIPs[0]
-	}
-	co.caps.Note(r.APIServer, Sighting{Version: v, Process: r.UserUID, Address: addr, At: at})
-}
-
-// noteActivity records the stretch of time a frame's records cover in their apiserver's
-// stream (a frame is one webhook batch, from one apiserver), by the records' own times: the
-// gaps between such stretches are when the apiserver was down (peer_down). It also notes the
-// earliest successful answer to anyone but the apiserver itself, overall and since its
-// current process started: when a restarted process began to serve (entry_starting).
-func (co *Correlator) noteActivity(recs []record.Record) {
-	var from, to, served, servedNow time.Time
-	var current, written, last time.Time
-	name := ""
-	flush := func() {
-		if name == "" {
-			return
-		}
-		co.caps.NoteDelivered(name, written, last)
-		// Late is judged by when the records were written: a long request's (a watch's)
-		// record is received as it ends, its RequestReceived minutes old in a stream on time.
-		if !written.IsZero() && written.UnixNano() < co.j.now-co.opts.Window.Nanoseconds() {
-			co.lateActivity = true
-		}
-		co.caps.NoteActivity(name, from, to)
-		co.caps.NoteServing(name, served)
-		if !servedNow.IsZero() && !servedNow.Equal(served) {
-			co.caps.NoteServing(name, servedNow)
-		}
-	}
-	for i := range recs {
-		r := &recs[i]
-		if r.APIServer != name {
-			flush()
-			from, to, served, servedNow, written, last = time.Time{}, time.Time{}, time.Time{}, time.Time{}, time.Time{}, time.Time{}
-			name = r.APIServer
-			current, _ = co.caps.StartedAt(name, r.StageTimestamp)
-		}
-		if at := r.StageTimestamp; !at.IsZero() && (written.IsZero() || at.Before(written)) {
-			written = at
-		}
-		if r.StageTimestamp.After(last) {
-			last = r.StageTimestamp
-		}
-		for _, at := range []time.Time{r.RequestReceivedTimestamp, r.StageTimestamp} {
-			if at.IsZero() {
-				continue
-			}
-			if from.IsZero() || at.Before(from) {
-				from = at
-			}
-			if at.After(to) {
-				to = at
-			}
-		}
-		if r.Code >= 200 && r.Code < 300 && r.UserName != userAPIServer && !r.RequestReceivedTimestamp.IsZero() {
-			at := r.RequestReceivedTimestamp
-			if served.IsZero() || at.Before(served) {
-				served = at
-			}
-			if !at.Before(current) && (servedNow.IsZero() || at.Before(servedNow)) {
-				servedNow = at
-			}
-		}
-	}
-	flush()
-}
-
-// maxReportedAgents bounds the (apiserver, user agent) pairs logged as unparseable; past it
-// they are only counted.
-const maxReportedAgents = 64
-
-// reportAgent counts a loopback request whose user agent gave no version (once per request:
-// at its final stage) and logs each apiserver's such agent the first time.
-func (co *Correlator) reportAgent(r *record.Record, err error) {
-	if r.Stage == "RequestReceived" || r.Stage == "ResponseStarted" {
-		return
-	}
-	co.versionErrors.WithLabelValues(r.APIServer).Inc()
-	key := r.APIServer + "\x00" + r.UserAgent
-	if _, done := co.reportedAgents[key]; done || len(co.reportedAgents) > maxReportedAgents {
-		return
-	}
-	co.reportedAgents[key] = struct{}{}
-	msg := "correlate: an apiserver's own request names no version peertrail can parse; its version and the skew check do not follow it (its restarts still do, by its loopback UID)"
-	if len(co.reportedAgents) > maxReportedAgents {
-		msg += " (further such user agents are only counted in " + metrics.APIServerVersionUnparseableTotal + ")"
-	}
-	co.log.Warn(msg, "apiserver", r.APIServer, "user_agent", r.UserAgent, "uid", r.UserUID, "err", err)
-}
-
 // safeLocked is the position before which nothing is needed any more: neither by a chain in
 // memory (open, or final and still amendable by a late record), nor by a final chain still to
 // be classified or waiting for the sink, nor by one the sink has not answered for.
@@ -616,9 +466,8 @@ func (co *Correlator) safeLocked() spool.Position {
 
 func (co *Correlator) finishLocked(ctx context.Context, cs *chainState) {
 	prev := co.prevResult(cs)
-	// Of the Chain only apply's copy outlives this call (the classifier's holds for the call),
-	// so one Chain's memory serves every chain finished; a new one each was about a ninth of all
-	// the process allocated at a steady rate.
+	// Of the draft only apply's copy of its Chain outlives this call (the classifier's holds
+	// for the call), so one draft's memory serves every chain finished.
 	ch := &co.finishing
 	co.buildInto(ch, cs, true)
 	co.classifier.Classify(ch)
@@ -668,75 +517,10 @@ func (co *Correlator) prevResult(cs *chainState) *result {
 	return &r
 }
 
-// maxUndecided bounds the final chains kept to be judged again on new evidence.
-const maxUndecided = 100_000
-
-// reevaluateLocked judges again the final chains that were decided without the evidence
-// they waited for (Chain.undecided), now that the capability view has learned more: a
-// whole apiserver's stream can arrive later than the wait (its webhook backing off), and
-// what it teaches (who serves a resource, whose address an IP is) may change their verdict.
-// A chain whose verdict changes is emitted again with a higher revision, and the window and
-// metrics follow, as for a chain a late record reopened. A chain leaves the list once its
-// evidence is complete, once it is open again (a late record reopened it), or once it is
-// older than the late window.
-func (co *Correlator) reevaluateLocked(ctx context.Context, list []chainRef) []chainRef {
-	late := co.opts.LateWindow.Nanoseconds()
-	keep := list[:0]
-	for _, cr := range list {
-		cs := co.j.slab.live(cr.r, cr.gen)
-		if cs == nil {
-			continue // it has left memory
-		}
-		if !cs.final || !cs.res.set || cs.last < co.j.now-late {
-			cs.waiting = false
-			continue
-		}
-		ch := co.build(cs)
-		co.classifier.Classify(ch)
-		if v := co.j.verdicts.get(cs.res.verdict); len(ch.apart) == 0 && (ch.Class != v.class || !slices.Equal(ch.Findings, v.findings)) {
-			cs.emitted++
-			ch.Revision = int(cs.emitted)
-			co.m.reevaluated.Inc()
-			co.classifier.Learn(ch)
-			co.apply(ctx, cs, ch, co.prevResult(cs))
-		}
-		if ch.undecided == "" {
-			cs.waiting = false
-			continue
-		}
-		keep = append(keep, cr)
-	}
-	return keep
-}
-
-// recheckRecentLocked judges again every recent final chain recorded by one apiserver
-// alone (within the late window): their verdicts rest on what the view knows of the others,
-// which a late stream changes. Only while a stream is late (recheckUntil), so the common case
-// costs nothing.
-func (co *Correlator) recheckRecentLocked(ctx context.Context) {
-	late := co.opts.LateWindow.Nanoseconds()
-	for r := co.j.done.head; r != 0; {
-		cs := co.j.at(r)
-		r = cs.next
-		if cs.nsides != 1 || !cs.res.set || cs.last < co.j.now-late {
-			continue
-		}
-		ch := co.build(cs)
-		co.classifier.Classify(ch)
-		if v := co.j.verdicts.get(cs.res.verdict); ch.Class != v.class || !slices.Equal(ch.Findings, v.findings) {
-			cs.emitted++
-			ch.Revision = int(cs.emitted)
-			co.m.reevaluated.Inc()
-			co.classifier.Learn(ch)
-			co.apply(ctx, cs, ch, co.prevResult(cs))
-		}
-	}
-}
-
 // apply makes ch, the classification of cs, its result: counted in the metrics and the
 // window (taking back prev, its earlier result, if any) and handed to the sink. It is traced
 // when it leaves memory (traceLeaving).
-func (co *Correlator) apply(ctx context.Context, cs *chainState, ch *Chain, prev *result) {
+func (co *Correlator) apply(ctx context.Context, cs *chainState, ch *draft, prev *result) {
 	// What the window counted of prev is read before its verdict is let go.
 	var old tally
 	if prev != nil {
@@ -770,7 +554,7 @@ func (co *Correlator) apply(ctx context.Context, cs *chainState, ch *Chain, prev
 	co.j.verdicts.release(cs.res.verdict)
 	cs.res = res
 	if prev == nil {
-		co.m.count(ch)
+		co.m.count(&ch.Chain)
 	} else {
 		// Counters cannot take a count back; the reclassification is counted on its own, while
 		// the window the gate reads is corrected.
@@ -793,7 +577,7 @@ func (co *Correlator) apply(ctx context.Context, cs *chainState, ch *Chain, prev
 		if co.pending == nil {
 			co.pending, co.spare = co.spare, nil
 		}
-		co.pending = append(co.pending, *ch)
+		co.pending = append(co.pending, ch.Chain)
 	}
 }
 
@@ -806,108 +590,7 @@ func (co *Correlator) traceLeaving(cs *chainState) {
 	if co.tracer == nil || !cs.final || !cs.res.set {
 		return
 	}
-	co.tracer.Emit(context.Background(), co.view(cs))
-}
-
-// flush hands the pending chains to the sink, flushBatch at a time. co.mu is not held while
-// the sink writes, so a slow store holds up only the goroutine that calls Consume (and so the
-// spool, whose lag shows it), never the chain API or /metrics; the chains stay counted in
-// safeLocked (inflight) until the sink has taken them. A failed batch goes back in front of
-// what became pending meanwhile and is offered again by the next flush.
-func (co *Correlator) flush(ctx context.Context) error {
-	if co.sink == nil {
-		return nil
-	}
-	co.flushMu.Lock()
-	defer co.flushMu.Unlock()
-	for {
-		if done, err := co.flushBatchOf(ctx); done || err != nil {
-			return err
-		}
-	}
-}
-
-// flushBatchOf hands the first flushBatch pending chains to the sink; done says nothing was
-// pending. While some stay pending, pendFirst is left as it was (the lowest of them all, so
-// at most too low: the committed position only lags).
-func (co *Correlator) flushBatchOf(ctx context.Context) (done bool, err error) {
-	co.mu.Lock()
-	n := min(len(co.pending), co.flushBatch)
-	if n == 0 {
-		co.mu.Unlock()
-		return true, nil
-	}
-	batch, first := co.pending[:n:n], co.pendFirst
-	// whole is the pending chains' memory when the batch takes all of them: kept for the next
-	// whole, rather than just the batch's length of it, so that a second with a few more
-	// chains than the last does not grow a new slice (a sixth of what serve allocated).
-	var whole []Chain
-	if all := co.pending; len(all) == n {
-		whole = all[:0]
-	}
-	if co.pending = co.pending[n:]; len(co.pending) == 0 {
-		co.pending = nil
-	}
-	co.inflight, co.inflightFirst = n, first
-	co.m.pending.Set(float64(n + len(co.pending)))
-	co.mu.Unlock()
-
-	err = co.sink.WriteChains(ctx, batch)
-	keep := err == nil && n <= maxSpareChains
-	var sides []*Side
-	if keep {
-		// The sink is done with them: the sides serve the next chains, the rest is garbage.
-		sides = co.takeSides(batch)
-		clear(batch)
-	}
-
-	co.mu.Lock()
-	defer co.mu.Unlock()
-	co.inflight = 0
-	if keep {
-		mem := batch[:0]
-		if whole != nil && cap(whole) <= maxSpareChains {
-			mem = whole[:0]
-		}
-		if cap(co.spare) < cap(mem) {
-			co.spare = mem
-		}
-	}
-	if room := maxFreeSides - len(co.freeSides); room > 0 {
-		co.freeSides = append(co.freeSides, sides[:min(room, len(sides))]...)
-	}
-	clear(sides)
-	if err != nil {
-		co.m.sinkErrors.Inc()
-		if len(co.pending) > 0 {
-			first = min(first, co.pendFirst)
-		}
-		co.pending, co.pendFirst = append(batch, co.pending...), first
-	}
-	co.m.pending.Set(float64(len(co.pending)))
-	return false, err
-}
-
-// maxFreeSides bounds the sides kept to build chains in (Correlator.freeSides): two flushes'
-// worth at a steady 10,000 events a second, 5 MB.
-const maxFreeSides = 16_384
-
-// takeSides returns the sides of the chains (which the sink has taken), cleared, in a list
-// whose memory is reused. It runs without co.mu: only the flush that holds the chains sees them.
-func (co *Correlator) takeSides(chains []Chain) []*Side {
-	out := co.sidesOut[:0]
-all:
-	for i := range chains {
-		for _, s := range chains[i].sides {
-			if len(out) == maxFreeSides {
-				break all
-			}
-			*s = Side{}
-			out = append(out, s)
-		}
-	}
-	co.sidesOut = out
-	return out
+	co.tracer.Emit(context.Background(), &co.view(cs).Chain)
 }
 
 // counted is what the window counted of cs when it got r.
@@ -915,264 +598,6 @@ func (co *Correlator) counted(cs *chainState, r *result) tally {
 	v := co.j.verdicts.get(r.verdict)
 	return tally{class: v.class, findings: v.findings, code: r.code, resource: r.resource, noise: r.noise,
 		first: time.Unix(0, cs.first).Unix()}
-}
-
-// build turns a chain's state into a Chain with its sides in arrival order and no roles.
-// The Chain is the classifier's and the API's own: its slices and maps are shared with the
-// joiner's tables, and nobody changes them.
-func (co *Correlator) build(cs *chainState) *Chain {
-	ch := new(Chain)
-	co.buildInto(ch, cs, false)
-	return ch
-}
-
-// buildInto is build into ch's memory, all of which it sets; with recycled, its sides are
-// built in freeSides while there are any (only for a chain that goes nowhere but the sink).
-func (co *Correlator) buildInto(ch *Chain, cs *chainState, recycled bool) {
-	j := co.j
-	t := j.targetOf(cs)
-	*ch = Chain{
-		ID: j.chainID(cs), AuditID: j.auditID(cs), State: StateOpen,
-		Verb: t.verb, RequestURI: j.text(cs.uri), Group: t.group, Version: t.version, Resource: t.resource,
-		Subresource: t.subres, Namespace: t.ns, Name: j.chainName(cs),
-		FirstReceived: time.Unix(0, cs.first).UTC(), LastReceived: time.Unix(0, cs.last).UTC(),
-		Records: int(cs.records), Revision: int(cs.emitted), Evicted: cs.evicted,
-		reused: cs.reuse&reuseDropped != 0, shared: cs.reuse&reuseShared != 0, split: cs.reuse&reuseSplit != 0,
-		streamNow: time.Unix(0, j.now).UTC(),
-	}
-	if cs.final {
-		ch.State = StateFinal
-	}
-	sides := j.sidesOf(cs)
-	ch.sides = make([]*Side, 0, len(sides))
-	for i := range sides {
-		s := &sides[i]
-		var side *Side
-		if n := len(co.freeSides); recycled && n > 0 {
-			side, co.freeSides[n-1] = co.freeSides[n-1], nil
-			co.freeSides = co.freeSides[:n-1]
-		} else {
-			side = new(Side)
-		}
-		*side = Side{
-			APIServer: j.text(s.apiserver), Code: s.code, SourceIPs: *j.addrs.get(s.sourceIPs), UserAgent: j.text(s.userAgent),
-			HasObjects: s.hasObjects, Stages: stageSets[s.stages&stageAll],
-			Message: j.text(s.message), Reason: j.text(s.reason),
-			RequestReceived: microTime(s.rr), Completed: microTime(s.done),
-		}
-		if s.user != 0 {
-			u := j.ids.get(s.user)
-			side.User, side.UID, side.Groups, side.Extra = u.name, u.uid, u.groups, u.extra
-		}
-		if s.imp != 0 {
-			u := j.ids.get(s.imp)
-			side.ImpersonatedUser, side.ImpersonatedGroups, side.ImpersonatedExtra = u.name, u.groups, u.extra
-		}
-		// The version of the process that received the request, so that the store credits
-		// what each version served or forwarded to it, also in the minute of a restart.
-		at := side.RequestReceived
-		if at.IsZero() {
-			at = side.Completed
-		}
-		if at.IsZero() {
-			at = ch.FirstReceived
-		}
-		side.APIServerVersion = co.caps.VersionAt(side.APIServer, at)
-		ch.sides = append(ch.sides, side)
-	}
-	if cs.reuse&reuseShared != 0 {
-		// The apiservers that recorded its auditID in its other chains: a peer or an entry
-		// with a record of the ID is not one whose stream shows it had none.
-		id := j.auditID(cs)
-		for at := j.chains.get(&j.slab, cs.key); at != 0; {
-			o := j.at(at)
-			at = o.sameID
-			// A part split from this one was judged no side of its request.
-			if o == cs || !j.sameAudit(o, id, cs.uuid) || cs.reuse&reuseSplit != 0 && o.reuse&reuseSplit != 0 {
-				continue
-			}
-			for _, s := range j.sidesOf(o) {
-				if name := j.text(s.apiserver); !slices.Contains(ch.elsewhere, name) {
-					ch.elsewhere = append(ch.elsewhere, name)
-				}
-			}
-		}
-	}
-}
-
-func microTime(us int64) time.Time {
-	if us <= 0 {
-		return time.Time{}
-	}
-	return time.UnixMicro(us).UTC()
-}
-
-// stageSets are the stage lists of every set of stage bits, made once: a Side's list is
-// shared with every other of the same stages (nobody changes a chain's lists).
-var stageSets = func() (sets [stageAll + 1][]string) {
-	for bits := range sets {
-		sets[bits] = stageNames(uint8(bits))
-	}
-	return sets
-}()
-
-func stageNames(bits uint8) []string {
-	var out []string
-	for _, s := range []struct {
-		bit  uint8
-		name string
-	}{{stageReceived, "RequestReceived"}, {stageStarted, "ResponseStarted"}, {stageComplete, "ResponseComplete"}, {stagePanic, "Panic"}, {stageOther, "Other"}} {
-		if bits&s.bit != 0 {
-			out = append(out, s.name)
-		}
-	}
-	return out
-}
-
-// view returns the chain as the API shows it: final chains as they were classified, open ones
-// classified provisionally with what is known now.
-func (co *Correlator) view(cs *chainState) *Chain {
-	ch := co.build(cs)
-	res := &cs.res
-	if !res.set || !cs.final {
-		co.classifier.Classify(ch)
-		return ch
-	}
-	v := co.j.verdicts.get(res.verdict)
-	ch.Class, ch.Findings, ch.Explanation = v.class, slices.Clone(v.findings), v.explanation
-	sides := co.j.sidesOf(cs)
-	for i, s := range ch.sides {
-		s.APIServerVersion = co.j.text(sides[i].version) // as given to the sink (apply)
-		switch int8(i) {
-		case res.entry:
-			ch.Entry = s
-		case res.peer:
-			ch.Peer = s
-		default:
-			ch.Others = append(ch.Others, s)
-		}
-	}
-	fillDerived(ch)
-	return ch
-}
-
-// views returns cs as the API shows it (view): one chain, or, for an open chain whose records
-// are more than one request (Chain.apart), the chains the correlator will split it into.
-func (co *Correlator) views(cs *chainState) []*Chain {
-	ch := co.view(cs)
-	if len(ch.apart) == 0 {
-		return []*Chain{ch}
-	}
-	moved := map[int]bool{}
-	for _, g := range ch.apart {
-		for _, i := range g {
-			moved[i] = true
-		}
-	}
-	var first []int
-	for i := range ch.sides {
-		if !moved[i] {
-			first = append(first, i)
-		}
-	}
-	sides := co.j.sidesOf(cs)
-	out := make([]*Chain, 0, 1+len(ch.apart))
-	for _, g := range append([][]int{first}, ch.apart...) {
-		part := co.build(cs)
-		own := make([]*Side, 0, len(g))
-		for _, i := range g {
-			own = append(own, part.sides[i])
-		}
-		part.sides, part.ID = own, co.j.chainIDOf(cs, &sides[g[0]])
-		part.split, part.shared = true, true
-		co.classifier.Classify(part)
-		out = append(out, part)
-	}
-	return out
-}
-
-// Chain returns the most recent chain with auditID, open or recently final (see Chains).
-func (co *Correlator) Chain(auditID string) (*Chain, bool) {
-	all := co.Chains(auditID)
-	if len(all) == 0 {
-		return nil, false
-	}
-	return all[len(all)-1], true
-}
-
-// Chains returns every chain with auditID in memory, open or recently final, oldest first (by
-// first receipt, then request time, then ID; the store's order): more than one when clients
-// gave one Audit-ID to several requests.
-func (co *Correlator) Chains(auditID string) []*Chain {
-	co.mu.Lock()
-	defer co.mu.Unlock()
-	var out []*Chain
-	for _, cs := range co.j.lookup(auditID) {
-		out = append(out, co.views(cs)...)
-	}
-	SortChains(out)
-	return out
-}
-
-// SortChains orders chains oldest first: by first receipt, then request time, then ID.
-func SortChains(chains []*Chain) {
-	slices.SortStableFunc(chains, func(a, b *Chain) int {
-		if c := a.FirstReceived.Compare(b.FirstReceived); c != 0 {
-			return c
-		}
-		if c := a.when().Compare(b.when()); c != 0 {
-			return c
-		}
-		return strings.Compare(a.ID, b.ID)
-	})
-}
-
-// Filter selects chains for List.
-type Filter struct {
-	Class     Class
-	Finding   Finding
-	APIServer string // entry or peer
-	Since     time.Time
-	Limit     int
-}
-
-// List returns the chains in memory (open, then recently final, newest first) that match f.
-func (co *Correlator) List(f Filter) []*Chain {
-	co.mu.Lock()
-	defer co.mu.Unlock()
-	if f.Limit <= 0 {
-		f.Limit = 100
-	}
-	var out []*Chain
-	co.j.each(func(cs *chainState) bool {
-		if !f.Since.IsZero() && cs.last < f.Since.UnixNano() {
-			return true
-		}
-		if f.APIServer != "" && co.j.side(cs, f.APIServer) == nil {
-			return true
-		}
-		for _, ch := range co.views(cs) {
-			if f.Class != "" && ch.Class != f.Class || f.Finding != "" && !ch.HasFinding(f.Finding) ||
-				f.APIServer != "" && !hasSide(ch, f.APIServer) {
-				continue
-			}
-			if out = append(out, ch); len(out) == f.Limit {
-				return false
-			}
-		}
-		return true
-	})
-	return out
-}
-
-// hasSide reports whether apiserver recorded ch's request.
-func hasSide(ch *Chain, apiserver string) bool {
-	for _, s := range ch.sides {
-		if s.APIServer == apiserver {
-			return true
-		}
-	}
-	return false
 }
 
 // Capabilities returns the capability view the correlator learns into.

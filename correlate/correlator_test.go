@@ -12,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/peertrail/peertrail/chain"
 	"github.com/peertrail/peertrail/ingest/record"
 )
 
@@ -49,13 +50,13 @@ func replayCapture(t *testing.T, co *Correlator, scenario string) {
 	}
 }
 
-func serverInfo(c *Capabilities, name string) ServerInfo {
+func serverInfo(c *Capabilities, name string) chain.ServerInfo {
 	for _, s := range c.Servers() {
 		if s.Name == name {
 			return s
 		}
 	}
-	return ServerInfo{}
+	return chain.ServerInfo{}
 }
 
 // TestRealCapturesShowRestartsAndUpgrades: in the real captures, kas-c restarted into the
@@ -66,7 +67,7 @@ func TestRealCapturesShowRestartsAndUpgrades(t *testing.T) {
 	co := New(Config{Join: DefaultJoinOptions(), Caps: NewCapabilities(15 * time.Minute)})
 	replayCapture(t, co, "peer-stopped")
 	c := serverInfo(co.caps, "kas-c")
-	if len(c.History) != 2 || c.History[1].Cause != CauseRestart || c.History[1].Version != "v1.36.3" ||
+	if len(c.History) != 2 || c.History[1].Cause != chain.CauseRestart || c.History[1].Version != "v1.36.3" ||
 		c.History[0].Process == c.History[1].Process || c.Process != c.History[1].Process {
 		t.Fatalf("kas-c restarted with the same version: %+v", c)
 	}
@@ -77,7 +78,7 @@ func TestRealCapturesShowRestartsAndUpgrades(t *testing.T) {
 	co = New(Config{Join: DefaultJoinOptions(), Caps: NewCapabilities(15 * time.Minute)})
 	replayCapture(t, co, "rolling-upgrade-step")
 	b := serverInfo(co.caps, "kas-b")
-	if b.Version != "v1.36.3" || len(b.History) != 2 || b.History[0].Version != "v1.35.4" || b.History[1].Cause != CauseVersionChange {
+	if b.Version != "v1.36.3" || len(b.History) != 2 || b.History[0].Version != "v1.35.4" || b.History[1].Cause != chain.CauseVersionChange {
 		t.Fatalf("kas-b upgraded: %+v", b)
 	}
 	if n := testutil.CollectAndCount(co.versionErrors); n != 0 {
@@ -148,7 +149,7 @@ func TestLoopbackCallsOfAnyBinary(t *testing.T) {
 	}
 	// Its process is still followed: the restart shows even without a version.
 	co.noteServer(loop("kas-x", "", "u10", t0.Add(time.Minute)))
-	if h := serverInfo(co.caps, "kas-x").History; len(h) != 2 || h[1].Cause != CauseRestart || h[1].Version != "" {
+	if h := serverInfo(co.caps, "kas-x").History; len(h) != 2 || h[1].Cause != chain.CauseRestart || h[1].Version != "" {
 		t.Errorf("kas-x history %+v", h)
 	}
 }

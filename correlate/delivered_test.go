@@ -3,6 +3,8 @@ package correlate
 import (
 	"testing"
 	"time"
+
+	"github.com/peertrail/peertrail/chain"
 )
 
 // TestDeliveredCoversWhatBatchesSpan: each batch's span is delivered whole; batches that
@@ -61,10 +63,10 @@ func TestForwardingAddresses(t *testing.T) {
 // Assume) makes a group/resource known; not being served, forwarding, or a made-up name do not.
 func TestKnownResourceIsWhatAnApiserverServed(t *testing.T) {
 	c := NewCapabilities(time.Hour)
-	c.Learn("kas-a", GVR{Group: "apps", Version: "v1", Resource: "deployments"}, t0, true)
-	c.Assume("kas-a", GVR{Version: "v1", Resource: "configmaps"}, t0)
-	c.Learn("kas-a", GVR{Group: "g1.example", Version: "v1", Resource: "r1"}, t0, false)
-	c.NoteProxied("kas-a", GVR{Group: "g2.example", Version: "v1", Resource: "r2"}, t0)
+	c.Learn("kas-a", chain.GVR{Group: "apps", Version: "v1", Resource: "deployments"}, t0, true)
+	c.Assume("kas-a", chain.GVR{Version: "v1", Resource: "configmaps"}, t0)
+	c.Learn("kas-a", chain.GVR{Group: "g1.example", Version: "v1", Resource: "r1"}, t0, false)
+	c.NoteProxied("kas-a", chain.GVR{Group: "g2.example", Version: "v1", Resource: "r2"}, t0)
 	for _, tc := range []struct {
 		group, resource string
 		want            bool

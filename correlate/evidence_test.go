@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/peertrail/peertrail/chain"
 	"github.com/peertrail/peertrail/ingest/record"
 )
 
@@ -61,9 +62,9 @@ func TestRestartedEntryIsJudgedOnItsOwnEvidence(t *testing.T) {
 	withObjects := podgroups("r2", restart.Add(4*time.Second))
 	h.feed(bare.metadataLocal("kas-a", 200), withObjects.local("kas-a", 200, ""))
 	h.settle()
-	expect(t, h.chain("r1"), ClassLocal)
-	expect(t, h.chain("r2"), ClassLocal)
-	expect(t, h.chain("fw1"), ClassProxied)
+	expect(t, h.chain("r1"), chain.ClassLocal)
+	expect(t, h.chain("r2"), chain.ClassLocal)
+	expect(t, h.chain("fw1"), chain.ClassProxied)
 }
 
 // TestReorderedBatchesOfANewProcess: the webhook sends batches concurrently, so a new
@@ -80,7 +81,7 @@ func TestReorderedBatchesOfANewProcess(t *testing.T) {
 	r := podgroups("between", restart.Add(2*time.Second))
 	h.feed(r.metadataLocal("kas-a", 200))
 	h.settle()
-	expect(t, h.chain("between"), ClassLocal)
+	expect(t, h.chain("between"), chain.ClassLocal)
 	hist := serverInfo(h.co.caps, "kas-a").History
 	if last := hist[len(hist)-1]; !last.Since.Equal(restart) || last.Process != "uid-a2" {
 		t.Fatalf("the new process's epoch begins at %s, want its first call %s: %+v", last.Since, restart, hist)
@@ -104,10 +105,10 @@ func TestBrokenNeedsTheEntrysOwnForwarding(t *testing.T) {
 	own := podgroups("own", at.Add(4*time.Second))
 	h.feed(m.local("kas-b", 404, msgResourceNotFound), own.metadataLocal("kas-b", 200))
 	h.settle()
-	expect(t, h.chain("gone"), ClassBroken, FindingPeerAuditMissing)
-	expect(t, h.chain("objects"), ClassLocal)
-	expect(t, h.chain("mvp-off"), ClassMisleading404)
-	expect(t, h.chain("own"), ClassLocal)
+	expect(t, h.chain("gone"), chain.ClassBroken, chain.FindingPeerAuditMissing)
+	expect(t, h.chain("objects"), chain.ClassLocal)
+	expect(t, h.chain("mvp-off"), chain.ClassMisleading404)
+	expect(t, h.chain("own"), chain.ClassLocal)
 }
 
 // TestLonePeerRecordFromAnAddressOnTheSameHost: several apiservers on one host share its
@@ -127,7 +128,7 @@ func TestLonePeerRecordFromAnAddressOnTheSameHost(t *testing.T) {
 	h.feed(r.records(sideOpts{apiserver: "kas-y", sourceIPs: []string{"127.0.0.2", host}, code: 200, objects: true, end: 10 * time.Millisecond}))
 	h.settle()
 	c := h.chain("lone")
-	expect(t, c, ClassBroken, FindingEntryAuditMissing)
+	expect(t, c, chain.ClassBroken, chain.FindingEntryAuditMissing)
 	if c.Peer == nil || c.Peer.APIServer != "kas-y" || c.Entry != nil {
 		t.Fatalf("roles: entry %v peer %v", c.Entry, c.Peer)
 	}
@@ -156,8 +157,8 @@ func TestUnknownAddressWaitsForEvidence(t *testing.T) {
 	// kas-d's loopback calls come from 10.0.0.99: the request was forwarded by an apiserver on its host.
 	h.feed(loopback("kas-d", "10.0.0.99", "uid-d", "v1.36.3", at.Add(42*time.Second), "lb-d"))
 	h.settle()
-	expect(t, h.chain("later-known"), ClassBroken, FindingEntryAuditMissing)
-	expect(t, h.chain("proxy"), ClassLocal)
+	expect(t, h.chain("later-known"), chain.ClassBroken, chain.FindingEntryAuditMissing)
+	expect(t, h.chain("proxy"), chain.ClassLocal)
 
 	// Once every apiserver's address is known, a client behind a proxy does not wait.
 	q := pods("proxy-2", at.Add(2*time.Minute))
@@ -165,7 +166,7 @@ func TestUnknownAddressWaitsForEvidence(t *testing.T) {
 	if _, err := h.co.Consume(context.Background(), nil); err != nil {
 		t.Fatal(err)
 	}
-	expect(t, h.chain("proxy-2"), ClassLocal)
+	expect(t, h.chain("proxy-2"), chain.ClassLocal)
 }
 
 // TestEarlyMisleading404WaitsForWhoServes: a 404 "could not find" that comes due before any
@@ -184,13 +185,13 @@ func TestEarlyMisleading404WaitsForWhoServes(t *testing.T) {
 	p := r.records(sideOpts{apiserver: "kas-c", sourceIPs: []string{client, addrA}, code: 200, objects: true, start: 2 * time.Millisecond, end: 15 * time.Millisecond, uri: sortedQuery(r.uri), received: at.Add(42 * time.Second)})
 	h.feed(e, p)
 	h.settle()
-	expect(t, h.chain("early-404"), ClassMisleading404)
+	expect(t, h.chain("early-404"), chain.ClassMisleading404)
 	// Nobody ever serves widgets: after its wait, a plain local 404.
 	w := podgroups("widgets", at)
 	w.group, w.uri = "widgets.example.com", "/apis/widgets.example.com/v1/widgets"
 	h.feed(w.local("kas-a", 404, msgResourceNotFound))
 	h.settle()
-	expect(t, h.chain("widgets"), ClassLocal)
+	expect(t, h.chain("widgets"), chain.ClassLocal)
 }
 
 // TestRolesPreferRecordsOverBelief: when the view (out of date for a restarted server) says
@@ -210,7 +211,7 @@ func TestRolesPreferRecordsOverBelief(t *testing.T) {
 	h.feed(e, p)
 	h.settle()
 	ch := h.chain("collapsed")
-	expect(t, ch, ClassProxied)
+	expect(t, ch, chain.ClassProxied)
 	if ch.Entry.APIServer != "kas-a" || ch.Peer.APIServer != "kas-c" {
 		t.Fatalf("roles entry=%s peer=%s (%s)", ch.Entry.APIServer, ch.Peer.APIServer, ch.Explanation)
 	}
@@ -233,15 +234,15 @@ func TestEntryStarting(t *testing.T) {
 	h.feed(first.local("kas-b", 200, ""), denied.local("kas-b", 403, `pods "web-1" is forbidden`), nf.local("kas-b", 404, msgResourceNotFound),
 		late.local("kas-b", 403, `pods "web-1" is forbidden`))
 	h.settle()
-	expect(t, h.chain("denied-early"), ClassLocal, FindingEntryStarting)
-	expect(t, h.chain("404-early"), ClassMisleading404, FindingEntryStarting)
-	expect(t, h.chain("denied-late"), ClassLocal)
+	expect(t, h.chain("denied-early"), chain.ClassLocal, chain.FindingEntryStarting)
+	expect(t, h.chain("404-early"), chain.ClassMisleading404, chain.FindingEntryStarting)
+	expect(t, h.chain("denied-late"), chain.ClassLocal)
 	h.co.now = func() time.Time { return restart.Add(time.Minute) }
 	tot := h.co.Recent(10 * time.Minute)
-	if tot.Noise[ClassMisleading404] != 1 || tot.Noise[ClassLocal] != 1 || len(tot.Episodes) != 1 {
+	if tot.Noise[chain.ClassMisleading404] != 1 || tot.Noise[chain.ClassLocal] != 1 || len(tot.Episodes) != 1 {
 		t.Fatalf("window: noise %v episodes %+v", tot.Noise, tot.Episodes)
 	}
-	if e := tot.Episodes[0]; e.Finding != FindingEntryStarting || e.APIServer != "kas-b" || !e.Since.Equal(restart) || e.Chains != 2 {
+	if e := tot.Episodes[0]; e.Finding != chain.FindingEntryStarting || e.APIServer != "kas-b" || !e.Since.Equal(restart) || e.Chains != 2 {
 		t.Fatalf("episode %+v", e)
 	}
 }
@@ -265,12 +266,12 @@ func TestPeerDown(t *testing.T) {
 	h.settle()
 	for _, id := range []string{"down-503", "down-refused"} {
 		c := h.chain(id)
-		expect(t, c, ClassProxyFailed, FindingPeerDown)
+		expect(t, c, chain.ClassProxyFailed, chain.FindingPeerDown)
 		if !strings.Contains(c.Explanation, "kas-c") {
 			t.Errorf("%s: the explanation does not name the peer: %s", id, c.Explanation)
 		}
 	}
-	expect(t, h.chain("after-503"), ClassProxyFailed)
+	expect(t, h.chain("after-503"), chain.ClassProxyFailed)
 	h.co.now = func() time.Time { return t0.Add(2 * time.Minute) }
 	tot := h.co.Recent(10 * time.Minute)
 	if tot.Forwarded5xxNoise != 2 || len(tot.Episodes) != 1 || tot.Episodes[0].APIServer != "kas-c" || tot.Episodes[0].Duration() != time.Second {
@@ -303,12 +304,12 @@ func TestEntryDownAndStopping(t *testing.T) {
 	lone := podgroups("lone-up", t0.Add(30*time.Second))
 	h.feed(lone.peer("kas-c", addrA, 200))
 	h.settle()
-	expect(t, h.chain("stopping-503"), ClassProxyFailed, FindingEntryStopping)
-	expect(t, h.chain("entry-lost"), ClassBroken, FindingEntryAuditMissing, FindingEntryDown)
-	expect(t, h.chain("early-503"), ClassProxyFailed)
+	expect(t, h.chain("stopping-503"), chain.ClassProxyFailed, chain.FindingEntryStopping)
+	expect(t, h.chain("entry-lost"), chain.ClassBroken, chain.FindingEntryAuditMissing, chain.FindingEntryDown)
+	expect(t, h.chain("early-503"), chain.ClassProxyFailed)
 	// kas-a delivered its audit across the request without a record of it: no forward, but a
 	// client on kas-a's host that set X-Forwarded-For (issue 39), served by kas-c itself.
-	expect(t, h.chain("lone-up"), ClassLocal)
+	expect(t, h.chain("lone-up"), chain.ClassLocal)
 	if c := h.chain("entry-lost"); !strings.Contains(c.Explanation, "kas-a") {
 		t.Errorf("the explanation does not name the silent entry: %s", c.Explanation)
 	}
@@ -332,9 +333,9 @@ func TestMisleading404WhilePeerStarts(t *testing.T) {
 	later := podgroups("later", t0.Add(31*time.Second))
 	h.feed(served.local("kas-c", 200, ""), later.local("kas-b", 404, msgResourceNotFound))
 	h.settle()
-	expect(t, h.chain("while-away"), ClassMisleading404)
-	expect(t, h.chain("while-starting"), ClassMisleading404, FindingPeerDown)
-	expect(t, h.chain("later"), ClassMisleading404)
+	expect(t, h.chain("while-away"), chain.ClassMisleading404)
+	expect(t, h.chain("while-starting"), chain.ClassMisleading404, chain.FindingPeerDown)
+	expect(t, h.chain("later"), chain.ClassMisleading404)
 }
 
 // TestForwardsWhilePeerStartsOrDies: a restarted peer fails its entries' first forwards
@@ -360,11 +361,11 @@ func TestForwardsWhilePeerStartsOrDies(t *testing.T) {
 	lateRelayed := podgroups("late-relayed-503", t0.Add(41*time.Second))
 	h.feed(lateBare.entry("kas-a", 503), lateRelayed.entry("kas-a", 503), lateRelayed.peer("kas-c", addrA, 503))
 	h.settle()
-	expect(t, h.chain("in-flight"), ClassProxyFailed, FindingPeerDown)
-	expect(t, h.chain("starting-bare-503"), ClassProxyFailed, FindingPeerDown)
-	expect(t, h.chain("starting-relayed-503"), ClassProxied, FindingPeerDown)
-	expect(t, h.chain("late-bare-503"), ClassProxyFailed)
-	expect(t, h.chain("late-relayed-503"), ClassProxied)
+	expect(t, h.chain("in-flight"), chain.ClassProxyFailed, chain.FindingPeerDown)
+	expect(t, h.chain("starting-bare-503"), chain.ClassProxyFailed, chain.FindingPeerDown)
+	expect(t, h.chain("starting-relayed-503"), chain.ClassProxied, chain.FindingPeerDown)
+	expect(t, h.chain("late-bare-503"), chain.ClassProxyFailed)
+	expect(t, h.chain("late-relayed-503"), chain.ClassProxied)
 	for _, id := range []string{"starting-bare-503", "starting-relayed-503"} {
 		if c := h.chain(id); !strings.Contains(c.Explanation, "kas-c") || !strings.Contains(c.Explanation, "starting") {
 			t.Errorf("%s: the explanation does not say the peer was starting: %s", id, c.Explanation)

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/peertrail/peertrail/chain"
 	"github.com/peertrail/peertrail/ingest/record"
 )
 
@@ -50,13 +51,13 @@ func TestRealFirstStartPreDiscovery(t *testing.T) {
 		}
 		posts = append(posts, recs)
 	}
-	want := map[string]Class{}
+	want := map[string]chain.Class{}
 	for _, r := range labels.Requests {
 		switch r.Expect {
 		case "misleading_404":
-			want[r.AuditID] = ClassMisleading404
+			want[r.AuditID] = chain.ClassMisleading404
 		case "proxied":
-			want[r.AuditID] = ClassProxied
+			want[r.AuditID] = chain.ClassProxied
 		default:
 			t.Fatalf("label %q", r.Expect)
 		}
@@ -86,16 +87,16 @@ func TestRealFirstStartPreDiscovery(t *testing.T) {
 			h.settle()
 			for id, class := range want {
 				c := h.chain(id)
-				if class == ClassProxied {
-					expect(t, c, ClassProxied)
+				if class == chain.ClassProxied {
+					expect(t, c, chain.ClassProxied)
 					continue
 				}
-				expect(t, c, ClassMisleading404)
+				expect(t, c, chain.ClassMisleading404)
 				if c.Entry == nil || c.Entry.APIServer != "kas-c" || c.Entry.Code != 404 || c.Entry.Message != "" {
 					t.Errorf("%s: entry %+v, want kas-c's bare 404", id, c.Entry)
 				}
 			}
-			if n := co.Recent(24 * time.Hour).Chains[ClassBroken]; n != 0 {
+			if n := co.Recent(24 * time.Hour).Chains[chain.ClassBroken]; n != 0 {
 				t.Errorf("%d broken chains", n)
 			}
 		})

@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/peertrail/peertrail/chain"
 	"github.com/peertrail/peertrail/metrics"
 )
 
@@ -17,8 +18,8 @@ func TestForwardedCountsPerEntryAPIServer(t *testing.T) {
 	h := newHarness(t, DefaultJoinOptions())
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(h.co.Collectors()...)
-	if n, err := testutil.GatherAndCount(reg, metrics.CorrelateForwardedTotal); err != nil || n != 3*len(ForwardedClasses) {
-		t.Fatalf("%d series before any chain (%v), want %d: each known apiserver, each forwarded class", n, err, 3*len(ForwardedClasses))
+	if n, err := testutil.GatherAndCount(reg, metrics.CorrelateForwardedTotal); err != nil || n != 3*len(chain.ForwardedClasses) {
+		t.Fatalf("%d series before any chain (%v), want %d: each known apiserver, each forwarded class", n, err, 3*len(chain.ForwardedClasses))
 	}
 	at := t0.Add(time.Minute)
 	learnPodgroupsOnC(h)
@@ -29,13 +30,13 @@ func TestForwardedCountsPerEntryAPIServer(t *testing.T) {
 	l := pods("l1", at)
 	h.feed(l.local("kas-b", 200, ""))
 	h.settle()
-	got := func(apiserver string, class Class) float64 {
+	got := func(apiserver string, class chain.Class) float64 {
 		return testutil.ToFloat64(h.co.m.forwarded.WithLabelValues(apiserver, string(class)))
 	}
-	if got("kas-a", ClassProxied) != 2 || got("kas-a", ClassProxyFailed) != 1 {
-		t.Errorf("kas-a forwarded %v served and %v failed, want 2 (with the seed) and 1", got("kas-a", ClassProxied), got("kas-a", ClassProxyFailed))
+	if got("kas-a", chain.ClassProxied) != 2 || got("kas-a", chain.ClassProxyFailed) != 1 {
+		t.Errorf("kas-a forwarded %v served and %v failed, want 2 (with the seed) and 1", got("kas-a", chain.ClassProxied), got("kas-a", chain.ClassProxyFailed))
 	}
-	if got("kas-b", ClassProxied)+got("kas-b", ClassProxyFailed) != 0 {
+	if got("kas-b", chain.ClassProxied)+got("kas-b", chain.ClassProxyFailed) != 0 {
 		t.Errorf("kas-b's local request counted as forwarded")
 	}
 }

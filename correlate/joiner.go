@@ -74,7 +74,7 @@ func stageBit(s string) uint8 {
 }
 
 // side is one apiserver's records of a request. Its strings and shared values are numbers in
-// the Joiner's tables (see compact.go): chains are many.
+// the Joiner's tables (see layout.go): chains are many.
 type side struct {
 	rr         int64 // requestReceivedTimestamp, Unix µs
 	done       int64 // stageTimestamp of the latest stage, Unix µs
@@ -129,7 +129,7 @@ type chainState struct {
 	self         ref    // this chain's slot
 	gen          uint32 // changes when the slot is freed (Correlator.undecided keeps it)
 	prev, next   ref    // LRU of open chains, or FIFO of recent final chains
-	pprev, pnext ref    // open chains in order of firstPos (see Joiner.byPos)
+	pprev, pnext ref    // open chains in order of firstPos (see Joiner.posHead)
 	backAt       int32  // 1 + its index in Joiner.back while it is there, else 0
 	sameID       ref    // other chains with the same auditID key
 
@@ -209,9 +209,9 @@ type Joiner struct {
 	more map[ref][]side
 	lru  list // open chains, least recently updated first
 	done list // recent final chains, oldest first
-	// byPos holds the chains in memory, open and recent final (which a late record can reopen),
+	// posHead..posTail list the chains in memory, open and recent final (which a late record can reopen),
 	// in order of the spool position of their first record, so that SafePosition reads the
-	// oldest without scanning every chain. A chain stays from when it is made until it is
+	// oldest without scanning every chain (through pprev, pnext). A chain stays from when it is made until it is
 	// forgotten. Positions only grow, so a new chain goes to the tail. A chain a split makes
 	// has an old position; walking the list to its place cost a walk past every younger chain,
 	// which after a burst (hundreds of thousands open at once) held the correlator's lock for
@@ -514,7 +514,7 @@ func (j *Joiner) newChain(r *record.Record, pos spool.Position, recv int64, key 
 	return c
 }
 
-// posInsert puts c among the chains in position order: at the tail of byPos when it is at least
+// posInsert puts c among the chains in position order: at the tail of the posHead list when it is at least
 // as young as the tail (always, for a new chain), else into back.
 func (j *Joiner) posInsert(c *chainState) {
 	if j.posTail != 0 && j.at(j.posTail).firstPos > c.firstPos {
@@ -760,7 +760,7 @@ func (j *Joiner) split(c *chainState, parts [][]int) []*chainState {
 		n.target = j.targets.retain(c.target)
 		n.firstPos, n.first, n.last, n.checked = c.firstPos, c.first, c.last, c.checked
 		n.evicted, n.held = c.evicted, c.held
-		n.reuse = c.reuse | reuseShared | reuseSplit
+		n.reuse = c.reuse&^reuseDropped | reuseShared | reuseSplit // the drops stay counted in c
 		n.sameID = j.chains.set(&j.slab, n.key, n.self)
 		var own []side
 		for _, i := range part {
@@ -818,7 +818,7 @@ func (j *Joiner) reopen(c *chainState) {
 }
 
 // hold takes back the finalisation of c, which Due has just returned: its verdict waits for
-// evidence the classifier does not have yet (Chain.undecided). It stays open for one more
+// evidence the classifier does not have yet (draft.undecided). It stays open for one more
 // chain window, once: the wait is bounded, and a chain is decided at its second due time
 // whatever is known then.
 func (j *Joiner) hold(c *chainState) bool {

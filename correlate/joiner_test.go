@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/peertrail/peertrail/chain"
 	"github.com/peertrail/peertrail/ingest/record"
 	"github.com/peertrail/peertrail/ingest/spool"
 )
@@ -88,7 +89,7 @@ func TestReusedAuditIDIsBounded(t *testing.T) {
 		h.settle()
 		// Every chain of the auditID has the finding (an auditID of more than one request);
 		// the one that took the drops counts them.
-		final := map[string]Chain{}
+		final := map[string]chain.Chain{}
 		for _, c := range h.sink.chains {
 			if c.AuditID == "flood" && c.Revision >= final[c.ID].Revision {
 				final[c.ID] = c
@@ -96,7 +97,7 @@ func TestReusedAuditIDIsBounded(t *testing.T) {
 		}
 		var flagged, counting int
 		for _, c := range final {
-			if c.HasFinding(FindingAuditIDReused) {
+			if c.HasFinding(chain.FindingAuditIDReused) {
 				flagged++
 			}
 			if c.Records > 1 {
@@ -109,7 +110,7 @@ func TestReusedAuditIDIsBounded(t *testing.T) {
 		if len(final) != MaxChainRecords || flagged != MaxChainRecords || counting != 1 {
 			t.Errorf("n=%d: %d flood chains written (%d flagged, %d counting drops), want %d, all flagged, one counting", n, len(final), flagged, counting, MaxChainRecords)
 		}
-		expect(t, h.chain("normal"), ClassLocal)
+		expect(t, h.chain("normal"), chain.ClassLocal)
 	}
 
 	// One request, many records (distinct stage times, so none is a duplicate at ingest).
@@ -124,7 +125,7 @@ func TestReusedAuditIDIsBounded(t *testing.T) {
 	h2.feed(recs)
 	h2.settle()
 	c := h2.chain("one")
-	expect(t, c, ClassLocal, FindingAuditIDReused)
+	expect(t, c, chain.ClassLocal, chain.FindingAuditIDReused)
 	if c.Records != 1000 || h2.co.j.Dropped != 1000-MaxChainRecords {
 		t.Errorf("records %d, dropped %d", c.Records, h2.co.j.Dropped)
 	}
@@ -147,7 +148,7 @@ func TestDropReclassifiesAFinalChainOnce(t *testing.T) {
 	}
 	h.feed(recs)
 	h.feed(pods("tick", t0.Add(40*time.Second)).records(sideOpts{apiserver: "kas-b", code: 200, received: t0.Add(41 * time.Second)}))
-	if c := h.chain("full"); c.Revision != 1 || c.HasFinding(FindingAuditIDReused) {
+	if c := h.chain("full"); c.Revision != 1 || c.HasFinding(chain.FindingAuditIDReused) {
 		t.Fatalf("full chain before the excess: revision %d, findings %v", c.Revision, c.Findings)
 	}
 	for k := range 5 {
@@ -155,7 +156,7 @@ func TestDropReclassifiesAFinalChainOnce(t *testing.T) {
 	}
 	h.settle()
 	c := h.chain("full")
-	if c.Revision != 2 || !c.HasFinding(FindingAuditIDReused) || c.Records != MaxChainRecords+5 {
+	if c.Revision != 2 || !c.HasFinding(chain.FindingAuditIDReused) || c.Records != MaxChainRecords+5 {
 		t.Fatalf("after the excess: revision %d, records %d, findings %v", c.Revision, c.Records, c.Findings)
 	}
 	if h.co.j.Reopened != 1 {

@@ -5,6 +5,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/peertrail/peertrail/chain"
 	"github.com/peertrail/peertrail/metrics"
 )
 
@@ -27,11 +28,6 @@ type correlateMetrics struct {
 	sinkErrors   prometheus.Counter
 	badFrames    prometheus.Counter
 }
-
-// ForwardedClasses are the classes of chains whose entry apiserver forwarded the request
-// (served by the peer, failed, one side's record missing, or forwarded more than once): what
-// the entry's own apiserver_rerouted_request_total counts.
-var ForwardedClasses = []Class{ClassProxied, ClassProxyFailed, ClassBroken, ClassLoop}
 
 // latencyBuckets span a loopback forward (sub-millisecond) to a slow cross-zone one.
 var latencyBuckets = []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}
@@ -112,7 +108,7 @@ func (co *Correlator) Collectors() []prometheus.Collector {
 	// the start.
 	if co.caps != nil {
 		for _, srv := range co.caps.Servers() {
-			for _, c := range ForwardedClasses {
+			for _, c := range chain.ForwardedClasses {
 				m.forwarded.WithLabelValues(srv.Name, string(c))
 			}
 		}
@@ -166,7 +162,7 @@ func (c memCollector) Collect(ch chan<- prometheus.Metric) {
 }
 
 // count adds a final chain to the counters.
-func (m *correlateMetrics) count(c *Chain) {
+func (m *correlateMetrics) count(c *chain.Chain) {
 	entry, peer := "", ""
 	if c.Entry != nil {
 		entry = c.Entry.APIServer
@@ -179,13 +175,13 @@ func (m *correlateMetrics) count(c *Chain) {
 		group, resource = metrics.GroupResourceOther, metrics.GroupResourceOther
 	}
 	m.chains.WithLabelValues(string(c.Class), entry, peer, group, resource).Inc()
-	if entry != "" && slices.Contains(ForwardedClasses, c.Class) {
+	if entry != "" && slices.Contains(chain.ForwardedClasses, c.Class) {
 		m.forwarded.WithLabelValues(entry, string(c.Class)).Inc()
 	}
 	for _, f := range c.Findings {
 		m.findings.WithLabelValues(string(f), entry, peer).Inc()
 	}
-	if c.Class == ClassProxied {
+	if c.Class == chain.ClassProxied {
 		m.overhead.WithLabelValues(entry, peer).Observe(max(c.ForwardingOverheadSeconds, 0))
 		m.proxiedDur.WithLabelValues(entry, peer).Observe(c.EntryDurationSeconds)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/peertrail/peertrail/chain"
 	"github.com/peertrail/peertrail/ingest/record"
 	"github.com/peertrail/peertrail/ingest/spool"
 )
@@ -21,14 +22,14 @@ type gateSink struct {
 	entered chan int
 	answer  chan error
 	mu      sync.Mutex
-	chains  []Chain
+	chains  []chain.Chain
 }
 
 func newGateSink() *gateSink {
 	return &gateSink{entered: make(chan int), answer: make(chan error)}
 }
 
-func (s *gateSink) WriteChains(ctx context.Context, cs []Chain) error {
+func (s *gateSink) WriteChains(ctx context.Context, cs []chain.Chain) error {
 	s.entered <- len(cs)
 	select {
 	case err := <-s.answer:
@@ -121,17 +122,17 @@ func TestReadersDoNotWaitForTheSink(t *testing.T) {
 	}
 	// The store is busy with the batch: every reader answers meanwhile.
 	stillAnswers(t, "Chain", func() {
-		if c, ok := co.Chain("slow-0"); !ok || c.State != StateFinal || c.Class != ClassLocal {
+		if c, ok := co.Chain("slow-0"); !ok || c.State != chain.StateFinal || c.Class != chain.ClassLocal {
 			t.Errorf("chain API during a slow write: %+v %v", c, ok)
 		}
 	})
 	stillAnswers(t, "List", func() {
-		if got := co.List(Filter{Limit: 10}); len(got) != 5 {
+		if got := co.List(chain.Filter{Limit: 10}); len(got) != 5 {
 			t.Errorf("List during a slow write: %d chains", len(got))
 		}
 	})
 	stillAnswers(t, "Recent", func() {
-		if tot := co.Recent(time.Hour); tot.Chains[ClassLocal] != 5 {
+		if tot := co.Recent(time.Hour); tot.Chains[chain.ClassLocal] != 5 {
 			t.Errorf("gate window during a slow write: %+v", tot.Chains)
 		}
 	})
@@ -239,7 +240,7 @@ type batchSink struct {
 	sizes []int
 }
 
-func (s *batchSink) WriteChains(ctx context.Context, cs []Chain) error {
+func (s *batchSink) WriteChains(ctx context.Context, cs []chain.Chain) error {
 	s.sizes = append(s.sizes, len(cs))
 	return s.memSink.WriteChains(ctx, cs)
 }
@@ -248,7 +249,7 @@ func (s *batchSink) WriteChains(ctx context.Context, cs []Chain) error {
 // chunk at a time (flushBatch), in the order they would be all at once, so the verdicts are
 // the same: a misleading 404 closing with the forwards that teach who serves its resource.
 func TestChunksKeepVerdicts(t *testing.T) {
-	run := func(batch int) (map[string]Class, []int) {
+	run := func(batch int) (map[string]chain.Class, []int) {
 		h := newHarness(t, DefaultJoinOptions())
 		sink := &batchSink{}
 		h.co.sink = sink
@@ -265,7 +266,7 @@ func TestChunksKeepVerdicts(t *testing.T) {
 		}
 		h.feed(recs...)
 		h.settle()
-		out := map[string]Class{}
+		out := map[string]chain.Class{}
 		for _, c := range sink.chains {
 			out[c.AuditID] = c.Class
 		}
@@ -286,7 +287,7 @@ func TestChunksKeepVerdicts(t *testing.T) {
 			t.Errorf("%s: %s in chunks of 2, %s at once", id, chunked[id], c)
 		}
 	}
-	if whole["404-0"] != ClassMisleading404 {
+	if whole["404-0"] != chain.ClassMisleading404 {
 		t.Errorf("404-0 is %s, want misleading_404", whole["404-0"])
 	}
 }
@@ -299,7 +300,7 @@ type stoppingSink struct {
 	batches int
 }
 
-func (s *stoppingSink) WriteChains(ctx context.Context, cs []Chain) error {
+func (s *stoppingSink) WriteChains(ctx context.Context, cs []chain.Chain) error {
 	s.batches++
 	if s.batches > 1 {
 		return ctx.Err()
@@ -365,17 +366,17 @@ func TestChainsGoToTheSinkOnceASecond(t *testing.T) {
 }
 
 // TestCloneOwnsItsSides: a sink that keeps a chain keeps its Clone, because the correlator
-// reuses the sides of the chains it handed over; the clone's roles point to its own sides.
+// reuses the sides of the chains it handed over; the clone's roles point to sides of its own.
 func TestCloneOwnsItsSides(t *testing.T) {
-	a, b, c := &Side{APIServer: "kas-a", Code: 200}, &Side{APIServer: "kas-b", Code: 200}, &Side{APIServer: "kas-c"}
-	ch := Chain{ID: "x", Entry: a, Peer: b, Others: []*Side{c}, sides: []*Side{a, b, c}}
+	a, b, c := &chain.Side{APIServer: "kas-a", Code: 200}, &chain.Side{APIServer: "kas-b", Code: 200}, &chain.Side{APIServer: "kas-c"}
+	ch := chain.Chain{ID: "x", Entry: a, Peer: b, Others: []*chain.Side{c}}
 	cl := ch.Clone()
-	*a, *b, *c = Side{}, Side{}, Side{} // the correlator reusing them
+	*a, *b, *c = chain.Side{}, chain.Side{}, chain.Side{} // the correlator reusing them
 	if cl.Entry.APIServer != "kas-a" || cl.Peer.APIServer != "kas-b" || cl.Others[0].APIServer != "kas-c" {
 		t.Fatalf("the clone changed with the original's sides: %+v %+v %+v", cl.Entry, cl.Peer, cl.Others[0])
 	}
-	if cl.Entry != cl.sides[0] || cl.Peer != cl.sides[1] || cl.Others[0] != cl.sides[2] {
-		t.Fatal("the clone's roles do not point to its own sides")
+	if cl.Entry == a || cl.Peer == b || cl.Others[0] == c {
+		t.Fatal("the clone's roles point to the original's sides")
 	}
 }
 
@@ -423,14 +424,14 @@ func TestRestartAfterALateRecordRebuildsTheChain(t *testing.T) {
 		return pos
 	}
 	committed := run(h.co, entries[:late])
-	if c := h.chain("late-entry"); c.Class != ClassBroken {
+	if c := h.chain("late-entry"); c.Class != chain.ClassBroken {
 		t.Fatalf("before the late record: %s %v", c.Class, c.Findings)
 	}
 	committed = max(committed, run(h.co, entries[late:]))
 	// A chain window later (within the late window), the reopened chain is final again.
 	h.co.now = func() time.Time { return t0.Add(90 * time.Second) }
 	committed = max(committed, run(h.co, nil))
-	if c := h.chain("late-entry"); c.Class != ClassProxied || c.Entry == nil || c.Entry.APIServer != "kas-a" {
+	if c := h.chain("late-entry"); c.Class != chain.ClassProxied || c.Entry == nil || c.Entry.APIServer != "kas-a" {
 		t.Fatalf("the running correlator: %s %v", c.Class, c.Findings)
 	}
 	if committed > entries[0].Pos {
@@ -447,13 +448,13 @@ func TestRestartAfterALateRecordRebuildsTheChain(t *testing.T) {
 	}
 	run(again.co, replay)
 	again.settle()
-	got := map[Class]int{}
+	got := map[chain.Class]int{}
 	for _, c := range again.sink.chains {
-		if c.AuditID == "late-entry" && c.State == StateFinal {
+		if c.AuditID == "late-entry" && c.State == chain.StateFinal {
 			got[c.Class]++
 		}
 	}
-	if c := again.chain("late-entry"); c.Class != ClassProxied || c.Entry == nil || c.Peer == nil {
+	if c := again.chain("late-entry"); c.Class != chain.ClassProxied || c.Entry == nil || c.Peer == nil {
 		t.Fatalf("after the restart: %s %v (final chains of the auditID written: %v)", c.Class, c.Findings, got)
 	}
 }

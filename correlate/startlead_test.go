@@ -3,6 +3,8 @@ package correlate
 import (
 	"testing"
 	"time"
+
+	"github.com/peertrail/peertrail/chain"
 )
 
 // TestEntryStartingJustBeforeItsFirstLoopbackRequest: a replaced apiserver can answer a client
@@ -19,8 +21,8 @@ func TestEntryStartingJustBeforeItsFirstLoopbackRequest(t *testing.T) {
 	old := podgroups("404-old-process", restart.Add(-5*time.Second))
 	h.feed(early.local("kas-b", 404, msgResourceNotFound), old.local("kas-b", 404, msgResourceNotFound))
 	h.settle()
-	expect(t, h.chain("404-just-before"), ClassMisleading404, FindingEntryStarting)
-	expect(t, h.chain("404-old-process"), ClassMisleading404)
+	expect(t, h.chain("404-just-before"), chain.ClassMisleading404, chain.FindingEntryStarting)
+	expect(t, h.chain("404-old-process"), chain.ClassMisleading404)
 }
 
 // TestBareNotFoundWhileStartingIsTheEntrysOwn: an apiserver that does not serve a resource
@@ -44,6 +46,6 @@ func TestBareNotFoundWhileStartingIsTheEntrysOwn(t *testing.T) {
 	late := podgroups("bare-404-serving", restart.Add(time.Second+StartingWindow+2*time.Second))
 	h.feed(early.entry("kas-a", 404), late.entry("kas-a", 404))
 	h.settle()
-	expect(t, h.chain("bare-404-starting"), ClassMisleading404, FindingEntryStarting)
-	expect(t, h.chain("bare-404-serving"), ClassBroken, FindingPeerAuditMissing)
+	expect(t, h.chain("bare-404-starting"), chain.ClassMisleading404, chain.FindingEntryStarting)
+	expect(t, h.chain("bare-404-serving"), chain.ClassBroken, chain.FindingPeerAuditMissing)
 }

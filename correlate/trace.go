@@ -19,6 +19,8 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/peertrail/peertrail/chain"
 )
 
 // Tracer turns every final chain into an OpenTelemetry trace: one trace per request, one span
@@ -128,7 +130,7 @@ func TraceID(auditID string) trace.TraceID {
 }
 
 // faultClasses are the classes whose trace has status Error.
-var faultClasses = map[Class]bool{ClassProxyFailed: true, ClassMisleading404: true, ClassBroken: true, ClassLoop: true}
+var faultClasses = map[chain.Class]bool{chain.ClassProxyFailed: true, chain.ClassMisleading404: true, chain.ClassBroken: true, chain.ClassLoop: true}
 
 // httpMethod is the HTTP method of a Kubernetes verb (a non-resource request's verb is the
 // method already, in lower case).
@@ -155,10 +157,10 @@ func httpMethod(verb string) string {
 
 // Emit records the chain as a trace: a span per side that exists, none for a chain without
 // sides.
-func (t *Tracer) Emit(ctx context.Context, c *Chain) {
+func (t *Tracer) Emit(ctx context.Context, c *chain.Chain) {
 	type role struct {
 		name string
-		side *Side
+		side *chain.Side
 	}
 	var sides []role
 	if c.Entry != nil {
@@ -263,7 +265,7 @@ func firstNonEmpty(ss ...string) string {
 
 // spanTimes are a side's span's start and end: its audit timestamps, the one it has for both
 // when a stage is missing, and when it has neither, when peertrail received the chain.
-func spanTimes(c *Chain, s *Side) (start, end time.Time) {
+func spanTimes(c *chain.Chain, s *chain.Side) (start, end time.Time) {
 	start, end = s.RequestReceived, s.Completed
 	if start.IsZero() {
 		start = end

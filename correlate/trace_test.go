@@ -18,6 +18,8 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	collectortrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/peertrail/peertrail/chain"
 )
 
 // TestProxiedChainBecomesATrace checks the trace of a proxied chain: one trace whose ID is the
@@ -92,17 +94,17 @@ func TestProxiedChainBecomesATrace(t *testing.T) {
 func TestEveryClassBecomesATrace(t *testing.T) {
 	at := t0.Add(time.Minute)
 	cases := []struct {
-		class   Class
+		class   chain.Class
 		records func(h *harness) string
 		sides   []string // span names, parent first
 		status  codes.Code
 	}{{
-		class:   ClassLocal,
+		class:   chain.ClassLocal,
 		records: func(h *harness) string { r := pods("l1", at); h.feed(r.local("kas-a", 200, "")); return r.id },
 		sides:   []string{"entry kas-a"},
 		status:  codes.Unset,
 	}, {
-		class: ClassProxied,
+		class: chain.ClassProxied,
 		records: func(h *harness) string {
 			r := podgroups("p1", at)
 			h.feed(r.entry("kas-a", 200), r.peer("kas-c", addrA, 200))
@@ -111,7 +113,7 @@ func TestEveryClassBecomesATrace(t *testing.T) {
 		sides:  []string{"entry kas-a", "peer kas-c"},
 		status: codes.Unset,
 	}, {
-		class: ClassProxyFailed,
+		class: chain.ClassProxyFailed,
 		records: func(h *harness) string {
 			learnPodgroupsOnC(h)
 			r := podgroups("f1", at)
@@ -121,7 +123,7 @@ func TestEveryClassBecomesATrace(t *testing.T) {
 		sides:  []string{"entry kas-a"},
 		status: codes.Error,
 	}, {
-		class: ClassMisleading404,
+		class: chain.ClassMisleading404,
 		records: func(h *harness) string {
 			learnPodgroupsOnC(h)
 			r := podgroups("m1", at)
@@ -131,7 +133,7 @@ func TestEveryClassBecomesATrace(t *testing.T) {
 		sides:  []string{"entry kas-a"},
 		status: codes.Error,
 	}, {
-		class: ClassBroken,
+		class: chain.ClassBroken,
 		records: func(h *harness) string {
 			r := podgroups("b1", at)
 			h.feed(r.peer("kas-c", addrA, 201))
@@ -140,7 +142,7 @@ func TestEveryClassBecomesATrace(t *testing.T) {
 		sides:  []string{"peer kas-c"},
 		status: codes.Error,
 	}, {
-		class: ClassLoop,
+		class: chain.ClassLoop,
 		records: func(h *harness) string {
 			r := podgroups("x1", at)
 			second := r.records(sideOpts{apiserver: "kas-b", sourceIPs: []string{client, addrA, addrC}, code: 200, objects: true, start: 3 * time.Millisecond, end: 10 * time.Millisecond})
@@ -150,7 +152,7 @@ func TestEveryClassBecomesATrace(t *testing.T) {
 		sides:  []string{"entry kas-a", "peer kas-c", "further kas-b"},
 		status: codes.Error,
 	}, {
-		class: ClassInternal,
+		class: chain.ClassInternal,
 		records: func(h *harness) string {
 			r := req{id: "i1", verb: "get", uri: "/apis", user: userAPIServer, groups: []string{"system:masters"}, at: at}
 			recs := r.records(sideOpts{apiserver: "kas-a", sourceIPs: []string{addrC}, code: 200, end: time.Millisecond})
@@ -163,7 +165,7 @@ func TestEveryClassBecomesATrace(t *testing.T) {
 		sides:  []string{"entry kas-a"},
 		status: codes.Unset,
 	}}
-	tested := map[Class]bool{}
+	tested := map[chain.Class]bool{}
 	for _, tc := range cases {
 		t.Run(string(tc.class), func(t *testing.T) {
 			rec := tracetest.NewSpanRecorder()
@@ -235,7 +237,7 @@ func TestEveryClassBecomesATrace(t *testing.T) {
 			}
 		})
 	}
-	for _, c := range Classes {
+	for _, c := range chain.Classes {
 		if !tested[c] {
 			t.Errorf("no trace test of class %s", c)
 		}
@@ -264,13 +266,13 @@ func TestReclassifiedChainIsTracedOnce(t *testing.T) {
 	// The chain window passes on the stream: other traffic 40 s later.
 	other := pods("other", t0.Add(40*time.Second))
 	h.feed(other.records(sideOpts{apiserver: "kas-b", sourceIPs: []string{client}, code: 200, received: t0.Add(41 * time.Second)}))
-	if c := h.chain(r.id); c.Class != ClassBroken || c.Revision != 1 {
+	if c := h.chain(r.id); c.Class != chain.ClassBroken || c.Revision != 1 {
 		t.Fatalf("before the late record: %s revision %d", c.Class, c.Revision)
 	}
 	// kas-a's webhook was backing off; its record arrives two minutes late.
 	h.feed(r.records(sideOpts{apiserver: "kas-a", sourceIPs: []string{client}, code: 200, end: 20 * time.Millisecond, received: t0.Add(2 * time.Minute)}))
 	h.settle()
-	if c := h.chain(r.id); c.Class != ClassProxied || c.Revision != 2 {
+	if c := h.chain(r.id); c.Class != chain.ClassProxied || c.Revision != 2 {
 		t.Fatalf("after the late record: %s revision %d", c.Class, c.Revision)
 	}
 	h.pastLateWindow()
@@ -286,7 +288,7 @@ func TestReclassifiedChainIsTracedOnce(t *testing.T) {
 	for _, s := range spans {
 		for _, a := range s.Attributes() {
 			switch {
-			case a.Key == "peertrail.chain.class" && a.Value.AsString() != string(ClassProxied),
+			case a.Key == "peertrail.chain.class" && a.Value.AsString() != string(chain.ClassProxied),
 				a.Key == "peertrail.chain.revision" && a.Value.AsInt64() != 2:
 				t.Errorf("%s: %s=%s, want the final verdict (proxied, revision 2)", s.Name(), a.Key, a.Value.String())
 			}

@@ -3,31 +3,16 @@ package correlate
 import (
 	"maps"
 	"time"
+
+	"github.com/peertrail/peertrail/chain"
 )
 
-// Totals are counts of final chains over a stretch of time.
-type Totals struct {
-	Chains    map[Class]int   `json:"chains"`
-	Findings  map[Finding]int `json:"findings"`
-	Forwarded int             `json:"forwarded"` // proxied and proxy_failed: every forwarding attempt
-	// Forwarded5xx are forwarding attempts the client got a 5xx for.
-	Forwarded5xx int `json:"forwarded_5xx"`
-	// ResourceRequests are chains of resource requests (every class but internal).
-	ResourceRequests int `json:"resource_requests"`
-	// Noise counts, per class, the chains a restart-noise finding (NoiseFindings) explains;
-	// Forwarded5xxNoise the forwarding 5xx among them. They are in Chains and Forwarded5xx
-	// too: the gate judges them by Episodes instead.
-	Noise             map[Class]int `json:"noise"`
-	Forwarded5xxNoise int           `json:"forwarded_5xx_noise"`
-	// Episodes are the restart-noise episodes with a chain in the stretch, oldest first.
-	Episodes []NoiseEpisode `json:"episodes"`
+func newTotals() chain.Totals {
+	return chain.Totals{Chains: map[chain.Class]int{}, Findings: map[chain.Finding]int{}, Noise: map[chain.Class]int{}}
 }
 
-func newTotals() Totals {
-	return Totals{Chains: map[Class]int{}, Findings: map[Finding]int{}, Noise: map[Class]int{}}
-}
-
-func (t *Totals) add(o *Totals) {
+// addTotals adds o's counts to t.
+func addTotals(t, o *chain.Totals) {
 	for k, v := range o.Chains {
 		t.Chains[k] += v
 	}
@@ -54,7 +39,7 @@ const (
 // Receipt time, not request time: an apiserver's clock may be off, and what the gate asks is
 // what peertrail learned recently.
 type window struct {
-	slots [windowSlots]Totals
+	slots [windowSlots]chain.Totals
 	stamp [windowSlots]int64 // the slot each holds (Unix seconds / slotSeconds)
 }
 
@@ -77,7 +62,7 @@ func (w *window) count(c *tally, by int) {
 	if c.noise {
 		s.Noise[c.class] += by
 	}
-	if c.class == ClassProxied || c.class == ClassProxyFailed {
+	if c.class == chain.ClassProxied || c.class == chain.ClassProxyFailed {
 		s.Forwarded += by
 		if c.code >= 500 {
 			s.Forwarded5xx += by
@@ -86,32 +71,32 @@ func (w *window) count(c *tally, by int) {
 			}
 		}
 	}
-	if c.resource && c.class != ClassInternal {
+	if c.resource && c.class != chain.ClassInternal {
 		s.ResourceRequests += by
 	}
 }
 
 // tally is what the window counts of a chain, kept with it to take back on reclassification.
 type tally struct {
-	class    Class
-	findings []Finding
+	class    chain.Class
+	findings []chain.Finding
 	code     int32
 	resource bool
 	noise    bool  // a restart-noise finding explains it
 	first    int64 // Unix seconds of the first receipt
 }
 
-func tallyOf(c *Chain) tally {
+func tallyOf(c *draft) tally {
 	return tally{class: c.Class, findings: c.Findings, code: c.Code, resource: c.Resource != "", noise: c.noiseOf != "", first: c.FirstReceived.Unix()}
 }
 
 // since sums the slots from from to now.
-func (w *window) since(from, now time.Time) Totals {
+func (w *window) since(from, now time.Time) chain.Totals {
 	out := newTotals()
 	lo, hi := from.Unix()/slotSeconds, now.Unix()/slotSeconds
 	for i := range w.slots {
 		if m := w.stamp[i]; m >= lo && m <= hi && m != 0 {
-			out.add(&w.slots[i])
+			addTotals(&out, &w.slots[i])
 		}
 	}
 	return out
@@ -119,7 +104,7 @@ func (w *window) since(from, now time.Time) Totals {
 
 // Recent returns the totals of the chains first received in the last d (at most two hours), as
 // classified when they became final.
-func (co *Correlator) Recent(d time.Duration) Totals {
+func (co *Correlator) Recent(d time.Duration) chain.Totals {
 	co.mu.Lock()
 	defer co.mu.Unlock()
 	now := co.now()
@@ -128,40 +113,23 @@ func (co *Correlator) Recent(d time.Duration) Totals {
 	return t
 }
 
-// NoiseEpisode is one stretch of restart noise: the chains one restart of one apiserver
-// explains (its process start for entry_starting, its silence for peer_down).
-type NoiseEpisode struct {
-	Finding Finding `json:"finding"`
-	// APIServer is the apiserver whose restart explains the chains: the starting entry, or
-	// the peer that was down.
-	APIServer string `json:"apiserver"`
-	// Since is when its process started (entry_starting) or its audit stream fell silent
-	// (peer_down).
-	Since time.Time `json:"since"`
-	// First and Last are the request times of the first and the last chain explained; their
-	// difference is how long the noise lasted.
-	First  time.Time `json:"first"`
-	Last   time.Time `json:"last"`
-	Chains int       `json:"chains"`
-	// Classes counts the explained chains by class.
-	Classes map[Class]int `json:"classes"`
-	// seen is when peertrail last counted a chain into it (the window is receipt time).
-	seen time.Time
-}
-
-// Duration is how long the noise lasted: from its first chain's request to its last's.
-func (e NoiseEpisode) Duration() time.Duration { return e.Last.Sub(e.First) }
-
 // maxEpisodes bounds the noise episodes kept: a rolling upgrade restarts each apiserver a
 // few times.
 const maxEpisodes = 256
 
 // noiseEpisodes are the recent noise episodes, oldest first.
-type noiseEpisodes struct{ list []NoiseEpisode }
+type noiseEpisodes struct{ list []episode }
 
-func (n *noiseEpisodes) add(c *Chain) {
-	f := FindingEntryStarting
-	for _, x := range NoiseFindings {
+// episode is a noise episode and when peertrail last counted a chain into it (the window is
+// receipt time).
+type episode struct {
+	chain.NoiseEpisode
+	seen time.Time
+}
+
+func (n *noiseEpisodes) add(c *draft) {
+	f := chain.FindingEntryStarting
+	for _, x := range chain.NoiseFindings {
 		if c.HasFinding(x) {
 			f = x
 		}
@@ -182,20 +150,20 @@ func (n *noiseEpisodes) add(c *Chain) {
 			return
 		}
 	}
-	n.list = append(n.list, NoiseEpisode{Finding: f, APIServer: c.noiseOf, Since: c.noiseSince.UTC(), First: t, Last: t,
-		Chains: 1, Classes: map[Class]int{c.Class: 1}, seen: c.LastReceived})
+	n.list = append(n.list, episode{chain.NoiseEpisode{Finding: f, APIServer: c.noiseOf, Since: c.noiseSince.UTC(), First: t, Last: t,
+		Chains: 1, Classes: map[chain.Class]int{c.Class: 1}}, c.LastReceived})
 	if len(n.list) > maxEpisodes {
 		n.list = n.list[len(n.list)-maxEpisodes:]
 	}
 }
 
 // since returns copies of the episodes that counted a chain received at or after from.
-func (n *noiseEpisodes) since(from time.Time) []NoiseEpisode {
-	out := []NoiseEpisode{}
+func (n *noiseEpisodes) since(from time.Time) []chain.NoiseEpisode {
+	out := []chain.NoiseEpisode{}
 	for _, e := range n.list {
 		if !e.seen.Before(from) {
 			e.Classes = maps.Clone(e.Classes)
-			out = append(out, e)
+			out = append(out, e.NoiseEpisode)
 		}
 	}
 	return out

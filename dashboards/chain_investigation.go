@@ -12,7 +12,7 @@ import (
 	"github.com/grafana/grafana-foundation-sdk/go/table"
 	"github.com/grafana/grafana-foundation-sdk/go/timeseries"
 
-	"github.com/peertrail/peertrail/correlate"
+	"github.com/peertrail/peertrail/chain"
 	"github.com/peertrail/peertrail/store/queries"
 )
 
@@ -44,18 +44,6 @@ func chTarget(i int, sql string, format int) cog.Builder[variants.Dataquery] {
 	})
 }
 
-// sqlList renders string values as a ClickHouse literal list: 'a', 'b'.
-func sqlList[T ~string](values ...T) string {
-	q := make([]string, len(values))
-	for i, v := range values {
-		q[i] = "'" + strings.ReplaceAll(string(v), "'", "''") + "'"
-	}
-	return strings.Join(q, ", ")
-}
-
-// what names a chain's target: core/v1/pods, or the URI of a non-resource request.
-const what = "if(resource = '', request_uri, concat(if(api_group = '', 'core', api_group), '/', api_version, '/', resource))"
-
 // auditIDLink opens this dashboard on the chain of the auditID in the cell.
 func auditIDLink() dashboard.DynamicConfigValue {
 	return dashboard.DynamicConfigValue{Id: "links", Value: []map[string]any{{
@@ -80,14 +68,11 @@ func ChainInvestigation() (dashboard.Dashboard, error) {
 	// The questions store/queries answers for the API, the CLI and `peertrail report` are asked
 	// here with the same text; a panel only picks and names the columns it shows.
 	q, err := namedQueries("audit_id_chain", "audit_id_records", "dashboard_chains_per_minute", "dashboard_forwarding_overhead",
-		"dashboard_findings_per_minute", "dashboard_requests_per_minute", "dashboard_errors_by_resource", "dashboard_request_latency")
+		"dashboard_findings_per_minute", "dashboard_requests_per_minute", "dashboard_errors_by_resource", "dashboard_request_latency",
+		"broken_chains", "proxy_failures", "misleading_404s", "identity_mismatches")
 	if err != nil {
 		return dashboard.Dashboard{}, err
 	}
-	proxied := string(correlate.ClassProxied)
-	failedOrBroken := sqlList(correlate.ClassBroken, correlate.ClassProxyFailed)
-	missing := sqlList(correlate.FindingPeerAuditMissing, correlate.FindingEntryAuditMissing)
-	identity := sqlList(correlate.FindingIdentityMismatch, correlate.FindingImpersonationFlattened)
 	return dashboard.NewDashboardBuilder("Chain investigation").
 		Uid(UIDChainInvestigation).
 		Description("peertrail's store: chains (one per request, as every apiserver that recorded it saw it) and the audit events behind them. Find the broken, failed and misleading ones, then open one chain by auditID.").
@@ -117,7 +102,7 @@ SELECT minute AS time,
 FROM peertrail.chains_per_minute
 WHERE $__timeFilter(minute) AND class = '%s'
 GROUP BY time, answered_by
-ORDER BY time, answered_by`, correlate.ClassMisleading404))).
+ORDER BY time, answered_by`, chain.ClassMisleading404))).
 		WithPanel(chGraph(graph{title: "Forwarding overhead p50 / p99 per minute", unit: "s",
 			description: "What the extra hop cost proxied requests, per minute and entry -> peer pair (t-digest states merged from the forwarding_overhead_per_minute rollup)."}, `
 SELECT minute AS time, pair, p50_seconds AS p50, p99_seconds AS p99
@@ -160,67 +145,35 @@ FROM
 )
 ORDER BY time, apiserver`)).
 		WithRow(dashboard.NewRowBuilder("Find the requests")).
-		WithPanel(chTable("Recent broken and failed chains", "Forwarded requests that failed (proxy_failed: the entry answered an error instead of reaching the peer) or lost one side's audit record (broken), newest first. Click an auditID to open its chain.",
-			full, 10, fmt.Sprintf(`
-SELECT
-    request_time,
-    audit_id,
-    class,
-    if(has_entry, entry_apiserver, '-') AS entry,
-    if(has_peer, peer_apiserver, '-') AS peer,
-    verb,
-    %s AS target,
-    code,
-    arrayStringConcat(findings, ',') AS finding_list,
-    if(entry_message != '', entry_message, peer_message) AS message,
-    explanation
-FROM peertrail.chains FINAL
-WHERE $__timeFilter(first_received)
-  AND (class IN (%s) OR hasAny(findings, [%s]))
-ORDER BY request_time DESC
-LIMIT 200`, what, failedOrBroken, missing))).
-		// GLOBAL LEFT JOIN: on a cluster (`peertrail schema --cluster`, Distributed tables) the
-		// served_by subquery runs once over every shard; a plain JOIN is refused there.
-		WithPanel(chTable("Misleading 404s by resource", "Requests answered 404 by an apiserver that does not serve the resource while another does; served_by lists the other apiservers that served it with a 2xx in the same time range: where the request should have gone.",
-			full, 8, fmt.Sprintf(`
-SELECT
-    c.api_group AS group,
-    c.api_version AS version,
-    c.resource AS resource,
-    c.entry_apiserver AS answered_404,
-    count() AS requests,
-    uniqExact(c.user_name) AS users,
-    min(c.request_time) AS first,
-    max(c.request_time) AS last,
-    arrayStringConcat(arrayFilter(x -> x != answered_404, any(s.served_by)), ', ') AS served_by,
-    any(c.audit_id) AS example_audit_id
-FROM peertrail.chains AS c FINAL
-GLOBAL LEFT JOIN
+		WithPanel(chTable("Broken chains", "Forwarded requests with a side missing (broken, or a missing audit record): a peer record without its entry record, or an entry record of a forwarding whose peer never reported. Newest first. Click an auditID to open its chain.",
+			half, 10, `
+SELECT request_time, audit_id, entry, peer, verb, what, code, finding_list, explanation
+FROM
 (
-    SELECT api_group, resource, arraySort(groupUniqArray(if(class = '%s', peer_apiserver, entry_apiserver))) AS served_by
-    FROM peertrail.chains FINAL
-    WHERE $__timeFilter(first_received) AND class IN (%s) AND code >= 200 AND code < 300
-    GROUP BY api_group, resource
-) AS s ON s.api_group = c.api_group AND s.resource = c.resource
-WHERE $__timeFilter(c.first_received) AND c.class = '%s'
-GROUP BY group, version, resource, answered_404
-ORDER BY requests DESC`, proxied, sqlList(correlate.ClassLocal, correlate.ClassProxied), correlate.ClassMisleading404))).
+`+q["broken_chains"]+`
+)`)).
+		WithPanel(chTable("Failed forwardings by entry apiserver", "Requests the entry tried to forward and answered with an error instead (503 while a killed peer's lease lives on, or when the peer's address is unknown), by entry apiserver, code and message.",
+			half, 10, `
+SELECT entry, code, message, requests, first, last, example_audit_id
+FROM
+(
+`+q["proxy_failures"]+`
+)`)).
+		WithPanel(chTable("Misleading 404s by resource", "Requests answered 404 by an apiserver that does not serve the resource while another does; served_by lists the other apiservers that served it with a 2xx in the same time range: where the request should have gone.",
+			full, 8, `
+SELECT group, version, resource, answered_404, requests, users, first, last,
+    arrayStringConcat(served_by, ', ') AS served_by, example_audit_id
+FROM
+(
+`+q["misleading_404s"]+`
+)`)).
 		WithPanel(chTable("Identity mismatches by user", "Forwarded requests whose peer recorded another identity than the entry: a UID lost (the peer lacks --requestheader-uid-headers), groups that differ, or impersonation flattened by the hop (the real actor only in the entry's record).",
-			full, 8, fmt.Sprintf(`
-SELECT
-    user_name AS user,
-    arrayStringConcat(arraySort(groupUniqArrayArray(arrayFilter(f -> f IN (%s), findings))), ',') AS finding_list,
-    count() AS requests,
-    arrayStringConcat(arraySort(groupUniqArray(real_user)), ',') AS real_users,
-    countIf(entry_user = peer_user AND entry_uid != '' AND peer_uid = '') AS uid_lost,
-    countIf(entry_user = peer_user AND arraySort(entry_groups) != arraySort(peer_groups)) AS groups_differ,
-    arrayStringConcat(arraySort(groupUniqArray(concat(entry_apiserver, ' -> ', peer_apiserver))), ', ') AS pairs,
-    any(audit_id) AS example_audit_id
-FROM peertrail.chains FINAL
-WHERE $__timeFilter(first_received) AND hasAny(findings, [%s])
-GROUP BY user
-ORDER BY requests DESC
-LIMIT 100`, identity, identity))).
+			full, 8, `
+SELECT user, finding_list, requests, real_users, example_real_user, uid_lost, groups_differ, pairs, example_audit_id
+FROM
+(
+`+q["identity_mismatches"]+`
+)`)).
 		WithRow(dashboard.NewRowBuilder("One chain: ${" + auditIDVar + "}")).
 		WithPanel(chTable("Chain", "How peertrail classified the request(s) with this auditID, both sides side by side (any time: the audit_ids lookup names the hours to read). A client can reuse an Audit-ID, so more than one chain may show.",
 			full, 6, `

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/peertrail/peertrail/store/storetest"
+	"github.com/peertrail/peertrail/test/storetest"
 )
 
 // clusterHelperEnv, set, makes TestChainInvestigationQueriesOnClusterLayout the subprocess that

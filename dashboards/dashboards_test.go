@@ -200,8 +200,9 @@ func TestMVPRolloutPanels(t *testing.T) {
 
 var byAuditID = regexp.MustCompile(`FROM peertrail\.(chains|events)( FINAL)?\s+WHERE audit_id =`)
 
-// The chain of an auditID and its records are asked once, in store/queries: the API (store's
-// ReadChain), `peertrail report` and this dashboard run that text. No other code of the
+// The chain of an auditID and its records, and the requests to look at (broken, failed,
+// misleading, identity), are asked once, in store/queries: the API (store's ReadChain),
+// `peertrail report` and this dashboard run that text. No other code of the
 // repository carries its own chain-by-auditID SQL or decodes chain rows.
 func TestChainSQLExistsOnce(t *testing.T) {
 	files, err := dashboards.Files()
@@ -213,7 +214,7 @@ func TestChainSQLExistsOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	with := map[string]string{"since": "$__fromTime", "until": "$__toTime", "audit_id": "${audit_id:sqlstring}"}
-	for _, name := range []string{"audit_id_chain", "audit_id_records"} {
+	for _, name := range []string{"audit_id_chain", "audit_id_records", "broken_chains", "proxy_failures", "misleading_404s", "identity_mismatches"} {
 		q, err := queries.Named(name)
 		if err != nil {
 			t.Fatal(err)

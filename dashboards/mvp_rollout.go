@@ -11,7 +11,7 @@ import (
 
 	"github.com/peertrail/peertrail/alerts"
 	"github.com/peertrail/peertrail/alerts/promql"
-	"github.com/peertrail/peertrail/correlate"
+	"github.com/peertrail/peertrail/chain"
 	"github.com/peertrail/peertrail/metrics"
 )
 
@@ -30,7 +30,7 @@ var (
 	byResource  = promql.Re(metrics.LabelResource, "$"+resourceVar)
 )
 
-func chains(classes ...correlate.Class) string {
+func chains(classes ...chain.Class) string {
 	ms := []promql.Matcher{byEntry, byResource}
 	if len(classes) > 0 {
 		names := make([]string, len(classes))
@@ -44,15 +44,15 @@ func chains(classes ...correlate.Class) string {
 
 // needsPeer are the classes of requests that only another apiserver could serve: forwarded
 // (proxied), forwarded and failed, or answered 404 instead of forwarded.
-var needsPeer = []correlate.Class{correlate.ClassProxied, correlate.ClassProxyFailed, correlate.ClassMisleading404}
+var needsPeer = []chain.Class{chain.ClassProxied, chain.ClassProxyFailed, chain.ClassMisleading404}
 
 // hitRate is the proxy hit rate: the share of resource requests that were proxied (served by
 // another apiserver than the one the client called).
 func hitRate(by ...string) string {
 	resourceRequests := promql.Sel(metrics.CorrelateChainsTotal, byEntry, byResource,
-		promql.Neq(metrics.LabelResource, ""), promql.Neq(metrics.LabelClass, string(correlate.ClassInternal)))
+		promql.Neq(metrics.LabelResource, ""), promql.Neq(metrics.LabelClass, string(chain.ClassInternal)))
 	return fmt.Sprintf("%s\n/\n%s",
-		promql.Sum(promql.Rate(chains(correlate.ClassProxied), rateWindow), by...),
+		promql.Sum(promql.Rate(chains(chain.ClassProxied), rateWindow), by...),
 		promql.Sum(promql.Rate(resourceRequests, rateWindow), by...))
 }
 
@@ -60,7 +60,7 @@ func hitRate(by ...string) string {
 // served.
 func forwardingSuccess(by ...string) string {
 	return fmt.Sprintf("%s\n/\n%s",
-		promql.Sum(promql.Rate(chains(correlate.ClassProxied), rateWindow), by...),
+		promql.Sum(promql.Rate(chains(chain.ClassProxied), rateWindow), by...),
 		promql.Sum(promql.Rate(chains(needsPeer...), rateWindow), by...))
 }
 
@@ -110,20 +110,20 @@ func MVPRollout() (dashboard.Dashboard, error) {
 			)).
 		WithPanel(graph{title: "Misleading 404s", bars: true, width: third,
 			description: "404 \"the server could not find the requested resource\" from an apiserver that does not serve the resource while another does (its peer stopping or gone, or MVP not active on the entry). See alert MVPMisleading404s."}.
-			prom(query{expr: counts(chains(correlate.ClassMisleading404), metrics.LabelEntryAPIServer, metrics.LabelGroup, metrics.LabelResource),
+			prom(query{expr: counts(chains(chain.ClassMisleading404), metrics.LabelEntryAPIServer, metrics.LabelGroup, metrics.LabelResource),
 				legend: "{{" + metrics.LabelEntryAPIServer + "}} {{" + metrics.LabelGroup + "}}/{{" + metrics.LabelResource + "}}"})).
 		WithPanel(graph{title: "Proxy failures", bars: true, width: third,
 			description: "Requests the entry tried to forward and answered with an error (503 \"error trying to reach service\" from a killed peer, \"Error getting ip and port info\")."}.
-			prom(query{expr: counts(chains(correlate.ClassProxyFailed), metrics.LabelEntryAPIServer, metrics.LabelGroup, metrics.LabelResource),
+			prom(query{expr: counts(chains(chain.ClassProxyFailed), metrics.LabelEntryAPIServer, metrics.LabelGroup, metrics.LabelResource),
 				legend: "{{" + metrics.LabelEntryAPIServer + "}} {{" + metrics.LabelGroup + "}}/{{" + metrics.LabelResource + "}}"})).
 		WithPanel(graph{title: "Broken chains", bars: true, width: third,
 			description: "Forwarded requests with one side's audit record missing (an apiserver killed before its audit webhook flushed). See alert MVPBrokenChains."}.
-			prom(query{expr: counts(chains(correlate.ClassBroken), metrics.LabelEntryAPIServer, metrics.LabelPeerAPIServer),
+			prom(query{expr: counts(chains(chain.ClassBroken), metrics.LabelEntryAPIServer, metrics.LabelPeerAPIServer),
 				legend: "entry {{" + metrics.LabelEntryAPIServer + "}} peer {{" + metrics.LabelPeerAPIServer + "}}"})).
 		WithPanel(graph{title: "Identity on the hop", bars: true, width: full, height: 7,
 			description: "Forwarded requests whose peer recorded another identity than the entry authenticated (identity_mismatch: a UID or groups lost) and impersonation flattened by the hop (expected MVP behaviour: the real actor is only in the entry's record)."}.
 			prom(query{expr: counts(promql.Sel(metrics.CorrelateFindingsTotal,
-				promql.OneOf(metrics.LabelFinding, string(correlate.FindingIdentityMismatch), string(correlate.FindingImpersonationFlattened)), byEntry),
+				promql.OneOf(metrics.LabelFinding, string(chain.FindingIdentityMismatch), string(chain.FindingImpersonationFlattened)), byEntry),
 				metrics.LabelFinding, metrics.LabelEntryAPIServer, metrics.LabelPeerAPIServer),
 				legend: "{{" + metrics.LabelFinding + "}} {{" + metrics.LabelEntryAPIServer + "}} -> {{" + metrics.LabelPeerAPIServer + "}}"})).
 		WithRow(dashboard.NewRowBuilder("kube-apiserver: the apiservers' own metrics")).
@@ -164,7 +164,7 @@ func MVPRollout() (dashboard.Dashboard, error) {
 		WithPanel(graph{title: "Failed forwards: peertrail vs the apiserver", unit: "reqps", width: third,
 			description: "Per apiserver, forwards that failed as peertrail's chains show them (proxy_failed) and as it counts them itself: rerouted requests answered 5xx, and " + metrics.KubePeerProxyErrorsTotal + " (1.36+)."}.
 			prom(
-				query{expr: promql.Sum(promql.Rate(alerts.PeertrailForwarded([]correlate.Class{correlate.ClassProxyFailed}, byAPIServer), rateWindow), metrics.LabelAPIServer), legend: "peertrail {{" + metrics.LabelAPIServer + "}}"},
+				query{expr: promql.Sum(promql.Rate(alerts.PeertrailForwarded([]chain.Class{chain.ClassProxyFailed}, byAPIServer), rateWindow), metrics.LabelAPIServer), legend: "peertrail {{" + metrics.LabelAPIServer + "}}"},
 				query{expr: promql.Sum(promql.Rate(promql.Sel(metrics.KubeReroutedRequestTotal, promql.Re(metrics.LabelCode, "5.."), byAPIServer), rateWindow), metrics.LabelAPIServer), legend: "apiserver 5xx {{" + metrics.LabelAPIServer + "}}"},
 				query{expr: promql.Sum(promql.Rate(promql.Sel(metrics.KubePeerProxyErrorsTotal, byAPIServer), rateWindow), metrics.LabelAPIServer), legend: "apiserver proxy errors {{" + metrics.LabelAPIServer + "}}"},
 			)).
@@ -173,7 +173,7 @@ func MVPRollout() (dashboard.Dashboard, error) {
 			prom(
 				query{expr: alerts.CrossCheckGap(alerts.PeertrailCount(alerts.CrossCheckWindow, alerts.ForwardedClasses...), alerts.APIServerCount(alerts.CrossCheckWindow, ""), 1),
 					legend: "forwarded {{" + metrics.LabelAPIServer + "}}"},
-				query{expr: alerts.CrossCheckGap(alerts.PeertrailCount(alerts.CrossCheckWindow, correlate.ClassProxyFailed), alerts.APIServerCount(alerts.CrossCheckWindow, "5.."), 1),
+				query{expr: alerts.CrossCheckGap(alerts.PeertrailCount(alerts.CrossCheckWindow, chain.ClassProxyFailed), alerts.APIServerCount(alerts.CrossCheckWindow, "5.."), 1),
 					legend: "failed {{" + metrics.LabelAPIServer + "}}"},
 			)).
 		WithRow(dashboard.NewRowBuilder("peertrail pipeline health")).

@@ -28,7 +28,7 @@ func dsRef(pluginType string) common.DataSourceRef {
 	return common.DataSourceRef{Type: ptr(pluginType), Uid: ptr("${" + datasourceVar + "}")}
 }
 
-// refIDs names the queries of one panel A, B, C...
+// refID names the queries of one panel A, B, C...
 func refID(i int) string { return string(rune('A' + i)) }
 
 // query is one Prometheus query of a panel.

@@ -15,8 +15,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/version"
 
-	"github.com/peertrail/peertrail/correlate"
-	"github.com/peertrail/peertrail/ingest"
+	"github.com/peertrail/peertrail/chain"
 	"github.com/peertrail/peertrail/metrics"
 )
 
@@ -86,9 +85,9 @@ func DefaultThresholds() Thresholds {
 // Sources are what the gate reads. Each is a small view of another component.
 type Sources struct {
 	// Recent returns the totals of chains in the last d.
-	Recent func(d time.Duration) correlate.Totals
+	Recent func(d time.Duration) chain.Totals
 	// APIServers returns the known apiservers (configured or seen) with their versions.
-	APIServers func() []correlate.ServerInfo
+	APIServers func() []chain.ServerInfo
 	// LastBatches returns when each apiserver's last audit batch was accepted.
 	LastBatches func() map[string]time.Time
 	// FirstBatches returns when each apiserver's first audit batch was accepted (since
@@ -102,8 +101,35 @@ type Sources struct {
 	// Agents returns what an aggregator knows of each of its agents (the HA layout), and
 	// StreamTime how far its correlator has joined; with Agents nil (one peertrail serve) the
 	// checks agents_caught_up and agent_spool are left out.
-	Agents     func() []ingest.AgentStatus
+	Agents     func() []Agent
 	StreamTime func() time.Time
+}
+
+// Agent is what an aggregator knows of one of its agents, as the gate reads it (server fills it
+// from the receiver's account of the agents).
+type Agent struct {
+	Name string
+	// Heard is when the agent's last request came (zero: not since this aggregator started);
+	// StoredTime when the newest frame stored here from it had been received by the agent.
+	Heard, StoredTime time.Time
+	// LagBytes is the agent's spool not stored here; LagSeconds how much older the newest frame
+	// stored here is than the agent's newest (-1 when not known).
+	LagBytes   int64
+	LagSeconds float64
+	// SpoolMaxBytes and Aggregators are the agent's own account of its spool and of each
+	// aggregator it ships to.
+	SpoolMaxBytes int64
+	Aggregators   []AgentAggregator
+}
+
+// AgentAggregator is an agent's account of one aggregator: its backlog in the agent's spool,
+// and the last time the agent gave up frames for it (GaveUpEvents events received from
+// GaveUpFrom to GaveUpTo; zero GaveUpLast: never).
+type AgentAggregator struct {
+	Name                             string
+	BacklogBytes                     int64
+	GaveUpEvents                     uint64
+	GaveUpLast, GaveUpFrom, GaveUpTo time.Time
 }
 
 // Check is one check's outcome.
@@ -190,7 +216,7 @@ func (g *Gate) Evaluate() Verdict {
 	}
 	v.Checks = append(v.Checks, c)
 
-	count := func(name string, class correlate.Class, max int, what string) {
+	count := func(name string, class chain.Class, max int, what string) {
 		n, explained := tot.Chains[class], 0
 		if noise.OK {
 			explained = tot.Noise[class]
@@ -202,9 +228,9 @@ func (g *Gate) Evaluate() Verdict {
 		}
 		v.Checks = append(v.Checks, Check{Name: name, OK: n <= max, Value: float64(n), Threshold: float64(max), Detail: detail})
 	}
-	count(metrics.CheckMisleading404, correlate.ClassMisleading404, g.t.MaxMisleading404, "misleading 404s")
-	count(metrics.CheckBrokenChains, correlate.ClassBroken, g.t.MaxBroken, "broken chains")
-	n := tot.Findings[correlate.FindingIdentityMismatch]
+	count(metrics.CheckMisleading404, chain.ClassMisleading404, g.t.MaxMisleading404, "misleading 404s")
+	count(metrics.CheckBrokenChains, chain.ClassBroken, g.t.MaxBroken, "broken chains")
+	n := tot.Findings[chain.FindingIdentityMismatch]
 	v.Checks = append(v.Checks, Check{Name: metrics.CheckIdentity, OK: n <= g.t.MaxIdentityMismatch, Value: float64(n), Threshold: float64(g.t.MaxIdentityMismatch),
 		Detail: fmt.Sprintf("%d identity mismatches in the last %s (limit %d)", n, g.t.Window, g.t.MaxIdentityMismatch)})
 
@@ -233,17 +259,17 @@ func (g *Gate) Evaluate() Verdict {
 // restartNoise judges the restart-noise episodes of the window by how long each lasted
 // against its budget (MaxEntryStarting, MaxPeerDown). Its value is the longest episode's
 // share of its budget (above 1 fails), so one threshold, 1, serves both budgets.
-func (g *Gate) restartNoise(eps []correlate.NoiseEpisode) Check {
+func (g *Gate) restartNoise(eps []chain.NoiseEpisode) Check {
 	c := Check{Name: metrics.CheckRestartNoise, Threshold: 1, OK: true}
 	var within, over []string
 	for _, e := range eps {
 		budget, what := g.t.MaxPeerDown, "forwards failed, or lost their audit, while it was down"
 		switch e.Finding {
-		case correlate.FindingEntryStarting:
+		case chain.FindingEntryStarting:
 			budget, what = g.t.MaxEntryStarting, "it answered 403, 5xx or misleading 404 while starting"
-		case correlate.FindingEntryStopping:
+		case chain.FindingEntryStopping:
 			budget, what = g.t.MaxEntryStarting, "it answered 5xx while stopping"
-		case correlate.FindingEntryDown:
+		case chain.FindingEntryDown:
 			what = "its forwards' audit was lost while it was down"
 		}
 		share := 2.0 // a negative budget: any noise is over it
@@ -279,7 +305,7 @@ func (g *Gate) restartNoise(eps []correlate.NoiseEpisode) Check {
 // and, when the sources say when its stream began, within as long as it was heard (at least
 // MaxIngestGap): anyone may make a name up in trial mode, and the silence of a name heard for
 // a moment is no evidence of a lost apiserver. forgotten are the others.
-func (g *Gate) watched(now time.Time, last map[string]time.Time, servers []correlate.ServerInfo) (watched map[string]bool, forgotten []string) {
+func (g *Gate) watched(now time.Time, last map[string]time.Time, servers []chain.ServerInfo) (watched map[string]bool, forgotten []string) {
 	watched = map[string]bool{}
 	for _, n := range g.src.Expected {
 		watched[n] = true
@@ -358,11 +384,11 @@ func (g *Gate) ingestGap(now time.Time, last map[string]time.Time, names map[str
 }
 
 // versionSkew checks the version-skew policy over the watched apiservers: their versions,
-// parsed with correlate.ParseVersion (so "v1.35.4+k3s1" and "v1.36.3-eks-4a1b2c3" compare as
+// parsed with chain.ParseVersion (so "v1.35.4+k3s1" and "v1.36.3-eks-4a1b2c3" compare as
 // 1.35 and 1.36), at most MaxMinorSkew minors apart. Apiservers of different major versions
 // are never within the policy. A version that does not parse, and an apiserver whose version
 // is not known, are named in the detail and left out of the comparison.
-func (g *Gate) versionSkew(servers []correlate.ServerInfo, watched map[string]bool) Check {
+func (g *Gate) versionSkew(servers []chain.ServerInfo, watched map[string]bool) Check {
 	c := Check{Name: metrics.CheckVersionSkew, Threshold: float64(g.t.MaxMinorSkew), OK: true}
 	var lo, hi *version.Version
 	var versions, unparsed, unknown []string
@@ -376,7 +402,7 @@ func (g *Gate) versionSkew(servers []correlate.ServerInfo, watched map[string]bo
 			unknown = append(unknown, s.Name)
 			continue
 		}
-		v, err := correlate.ParseVersion(s.Version)
+		v, err := chain.ParseVersion(s.Version)
 		if err != nil {
 			unparsed = append(unparsed, s.Name+"="+s.Version)
 			continue
@@ -420,7 +446,7 @@ func (g *Gate) versionSkew(servers []correlate.ServerInfo, watched map[string]bo
 // MaxAgentSilence, none with a backlog older than MaxAgentLag, and the correlator within
 // MaxAgentLag of the newest frame stored. Its value is how far behind the furthest is, in
 // seconds (past the threshold for an agent never heard from, or whose backlog's age is not known).
-func (g *Gate) agentsCaughtUp(now time.Time, agents []ingest.AgentStatus) Check {
+func (g *Gate) agentsCaughtUp(now time.Time, agents []Agent) Check {
 	c := Check{Name: metrics.CheckAgentsCaughtUp, Threshold: g.t.MaxAgentLag.Seconds(), OK: true}
 	past := g.t.MaxAgentLag.Seconds() + 1
 	var behind []string
@@ -467,15 +493,15 @@ func (g *Gate) agentsCaughtUp(now time.Time, agents []ingest.AgentStatus) Check 
 // aggregator that stayed away longer than its spool could hold: that aggregator's store and
 // chains lack them. Its value is the events given up in the window's episodes. A backlog over
 // half an agent's spool is reported without failing.
-func (g *Gate) agentSpool(now time.Time, agents []ingest.AgentStatus) Check {
+func (g *Gate) agentSpool(now time.Time, agents []Agent) Check {
 	c := Check{Name: metrics.CheckAgentSpool, OK: true}
 	var lost, filling []string
 	for _, a := range agents {
 		for _, ag := range a.Aggregators {
-			if sk := ag.Skipped; !sk.Last.IsZero() && now.Sub(sk.Last) <= g.t.Window {
+			if !ag.GaveUpLast.IsZero() && now.Sub(ag.GaveUpLast) <= g.t.Window {
 				lost = append(lost, fmt.Sprintf("agent %s gave up %d events for aggregator %s at %s (received %s to %s): its spool was full and that aggregator away, whose store lacks them",
-					a.Name, sk.Events, ag.Name, sk.Last.UTC().Format(time.RFC3339), sk.From.UTC().Format(time.RFC3339), sk.To.UTC().Format(time.RFC3339)))
-				c.Value += float64(sk.Events)
+					a.Name, ag.GaveUpEvents, ag.Name, ag.GaveUpLast.UTC().Format(time.RFC3339), ag.GaveUpFrom.UTC().Format(time.RFC3339), ag.GaveUpTo.UTC().Format(time.RFC3339)))
+				c.Value += float64(ag.GaveUpEvents)
 			}
 			if a.SpoolMaxBytes > 0 && 2*ag.BacklogBytes > a.SpoolMaxBytes {
 				filling = append(filling, fmt.Sprintf("agent %s holds %d%% of its spool for aggregator %s", a.Name, 100*ag.BacklogBytes/a.SpoolMaxBytes, ag.Name))

@@ -9,15 +9,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/peertrail/peertrail/correlate"
+	"github.com/peertrail/peertrail/chain"
 	"github.com/peertrail/peertrail/metrics"
 )
 
 var now = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
 
 type fixture struct {
-	tot      correlate.Totals
-	servers  []correlate.ServerInfo
+	tot      chain.Totals
+	servers  []chain.ServerInfo
 	last     map[string]time.Time
 	first    map[string]time.Time // nil: the sources do not say when streams began
 	expected []string
@@ -25,8 +25,8 @@ type fixture struct {
 
 func (f *fixture) gate() *Gate {
 	src := Sources{
-		Recent:      func(time.Duration) correlate.Totals { return f.tot },
-		APIServers:  func() []correlate.ServerInfo { return f.servers },
+		Recent:      func(time.Duration) chain.Totals { return f.tot },
+		APIServers:  func() []chain.ServerInfo { return f.servers },
 		LastBatches: func() map[string]time.Time { return f.last },
 		Expected:    f.expected,
 		Started:     now.Add(-time.Hour),
@@ -41,12 +41,12 @@ func (f *fixture) gate() *Gate {
 
 func healthy() *fixture {
 	return &fixture{
-		tot: correlate.Totals{
-			Chains:    map[correlate.Class]int{correlate.ClassProxied: 500, correlate.ClassLocal: 5000},
-			Findings:  map[correlate.Finding]int{},
+		tot: chain.Totals{
+			Chains:    map[chain.Class]int{chain.ClassProxied: 500, chain.ClassLocal: 5000},
+			Findings:  map[chain.Finding]int{},
 			Forwarded: 500, Forwarded5xx: 2, ResourceRequests: 5500,
 		},
-		servers: []correlate.ServerInfo{{Name: "kas-a", Version: "v1.35.4"}, {Name: "kas-b", Version: "v1.36.3"}},
+		servers: []chain.ServerInfo{{Name: "kas-a", Version: "v1.35.4"}, {Name: "kas-b", Version: "v1.36.3"}},
 		last:    map[string]time.Time{"kas-a": now.Add(-5 * time.Second), "kas-b": now.Add(-20 * time.Second)},
 	}
 }
@@ -74,16 +74,16 @@ func TestHealthyWindowProceeds(t *testing.T) {
 func TestEachCheckPauses(t *testing.T) {
 	cases := map[string]func(f *fixture){
 		metrics.CheckProxied5xxRatio: func(f *fixture) { f.tot.Forwarded5xx = 10 }, // 2% of 500
-		metrics.CheckMisleading404:   func(f *fixture) { f.tot.Chains[correlate.ClassMisleading404] = 1 },
-		metrics.CheckBrokenChains:    func(f *fixture) { f.tot.Chains[correlate.ClassBroken] = 3 },
-		metrics.CheckIdentity:        func(f *fixture) { f.tot.Findings[correlate.FindingIdentityMismatch] = 1 },
+		metrics.CheckMisleading404:   func(f *fixture) { f.tot.Chains[chain.ClassMisleading404] = 1 },
+		metrics.CheckBrokenChains:    func(f *fixture) { f.tot.Chains[chain.ClassBroken] = 3 },
+		metrics.CheckIdentity:        func(f *fixture) { f.tot.Findings[chain.FindingIdentityMismatch] = 1 },
 		metrics.CheckIngestGap:       func(f *fixture) { f.last["kas-b"] = now.Add(-5 * time.Minute) },
 		metrics.CheckVersionSkew: func(f *fixture) {
-			f.servers = append(f.servers, correlate.ServerInfo{Name: "kas-c", Version: "v1.37.2"})
+			f.servers = append(f.servers, chain.ServerInfo{Name: "kas-c", Version: "v1.37.2"})
 			f.last["kas-c"] = now
 		},
 		metrics.CheckRestartNoise: func(f *fixture) {
-			f.tot.Episodes = []correlate.NoiseEpisode{{Finding: correlate.FindingPeerDown, APIServer: "kas-c", First: now.Add(-time.Minute), Last: now.Add(-29 * time.Second), Chains: 40}}
+			f.tot.Episodes = []chain.NoiseEpisode{{Finding: chain.FindingPeerDown, APIServer: "kas-c", First: now.Add(-time.Minute), Last: now.Add(-29 * time.Second), Chains: 40}}
 		},
 	}
 	for name, breakIt := range cases {
@@ -154,7 +154,7 @@ func TestVersionSkewComparesParsedVersions(t *testing.T) {
 			f.servers, f.last = nil, map[string]time.Time{}
 			for i, v := range tc.versions {
 				name := fmt.Sprintf("kas-%d", i)
-				f.servers = append(f.servers, correlate.ServerInfo{Name: name, Version: v})
+				f.servers = append(f.servers, chain.ServerInfo{Name: name, Version: v})
 				f.last[name] = now
 			}
 			var c Check
@@ -178,7 +178,7 @@ func TestVersionSkewComparesParsedVersions(t *testing.T) {
 // configured.
 func TestRetiredApiserverIsForgotten(t *testing.T) {
 	retire := func(f *fixture, silentFor time.Duration) {
-		f.servers = append(f.servers, correlate.ServerInfo{Name: "kas-old", Version: "v1.34.9", LastSeen: now.Add(-silentFor)})
+		f.servers = append(f.servers, chain.ServerInfo{Name: "kas-old", Version: "v1.34.9", LastSeen: now.Add(-silentFor)})
 		f.last["kas-old"] = now.Add(-silentFor)
 	}
 	f := healthy()
@@ -219,8 +219,8 @@ func TestMadeUpNamesHoldTheGateNoLongerThanTheyWereHeard(t *testing.T) {
 			n := fmt.Sprintf("made-up-%d", i)
 			f.first[n], f.last[n] = now.Add(-silentFor-heardFor), now.Add(-silentFor)
 			if version != "" {
-				f.servers = append(f.servers, correlate.ServerInfo{Name: n, Version: version, LastSeen: now.Add(-silentFor),
-					History: []correlate.VersionEpoch{{Since: now.Add(-silentFor - heardFor), Version: version, Cause: correlate.CauseFirstSeen}}})
+				f.servers = append(f.servers, chain.ServerInfo{Name: n, Version: version, LastSeen: now.Add(-silentFor),
+					History: []chain.VersionEpoch{{Since: now.Add(-silentFor - heardFor), Version: version, Cause: chain.CauseFirstSeen}}})
 			}
 		}
 		return f
@@ -266,13 +266,13 @@ func noisy(peerDown, starting time.Duration) *fixture {
 	f := healthy()
 	f.tot.Forwarded5xx += 12
 	f.tot.Forwarded5xxNoise = 12
-	f.tot.Chains[correlate.ClassProxyFailed] = 12
-	f.tot.Chains[correlate.ClassBroken] = 2
-	f.tot.Chains[correlate.ClassMisleading404] = 3
-	f.tot.Noise = map[correlate.Class]int{correlate.ClassProxyFailed: 12, correlate.ClassBroken: 2, correlate.ClassMisleading404: 3}
-	f.tot.Episodes = []correlate.NoiseEpisode{
-		{Finding: correlate.FindingPeerDown, APIServer: "kas-c", Since: now.Add(-2 * time.Minute), First: now.Add(-2 * time.Minute), Last: now.Add(-2*time.Minute + peerDown), Chains: 14},
-		{Finding: correlate.FindingEntryStarting, APIServer: "kas-b", Since: now.Add(-time.Minute), First: now.Add(-55 * time.Second), Last: now.Add(-55*time.Second + starting), Chains: 5},
+	f.tot.Chains[chain.ClassProxyFailed] = 12
+	f.tot.Chains[chain.ClassBroken] = 2
+	f.tot.Chains[chain.ClassMisleading404] = 3
+	f.tot.Noise = map[chain.Class]int{chain.ClassProxyFailed: 12, chain.ClassBroken: 2, chain.ClassMisleading404: 3}
+	f.tot.Episodes = []chain.NoiseEpisode{
+		{Finding: chain.FindingPeerDown, APIServer: "kas-c", Since: now.Add(-2 * time.Minute), First: now.Add(-2 * time.Minute), Last: now.Add(-2*time.Minute + peerDown), Chains: 14},
+		{Finding: chain.FindingEntryStarting, APIServer: "kas-b", Since: now.Add(-time.Minute), First: now.Add(-55 * time.Second), Last: now.Add(-55*time.Second + starting), Chains: 5},
 	}
 	return f
 }
@@ -307,7 +307,7 @@ func TestRestartNoiseWithinBudgetProceeds(t *testing.T) {
 
 	// A persistent fault next to noise within budget still pauses at once.
 	f := noisy(8*time.Second, time.Second)
-	f.tot.Chains[correlate.ClassMisleading404]++
+	f.tot.Chains[chain.ClassMisleading404]++
 	if got := failing(f.gate().Evaluate()); len(got) != 1 || got[0] != metrics.CheckMisleading404 {
 		t.Fatalf("one misleading 404 not explained by a restart: failing %v", got)
 	}
@@ -318,7 +318,7 @@ func TestRestartNoiseWithinBudgetProceeds(t *testing.T) {
 func TestZeroBudgetTakesTheDefault(t *testing.T) {
 	f := noisy(8*time.Second, time.Second)
 	g := New(Thresholds{Window: 10 * time.Minute, MaxProxied5xxRatio: 0.01, MinForwarded: 20, MaxIngestGap: 2 * time.Minute, MaxMinorSkew: 1},
-		Sources{Recent: func(time.Duration) correlate.Totals { return f.tot }, APIServers: func() []correlate.ServerInfo { return f.servers },
+		Sources{Recent: func(time.Duration) chain.Totals { return f.tot }, APIServers: func() []chain.ServerInfo { return f.servers },
 			LastBatches: func() map[string]time.Time { return f.last }, Started: now.Add(-time.Hour)}, slog.New(slog.DiscardHandler))
 	g.now = func() time.Time { return now }
 	if v := g.Evaluate(); !v.Proceed {

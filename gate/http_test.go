@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/peertrail/peertrail/chain"
 	"github.com/peertrail/peertrail/correlate"
 	"github.com/peertrail/peertrail/metrics"
 )
@@ -24,7 +25,7 @@ func TestVersionInfoFromTheStart(t *testing.T) {
 	caps.NoteServer("kas-b", "v1.36.3", "", time.Time{})
 	caps.NoteServer("kas-c", "", "", time.Time{})
 	g := New(DefaultThresholds(), Sources{
-		Recent:      func(time.Duration) correlate.Totals { return correlate.Totals{} },
+		Recent:      func(time.Duration) chain.Totals { return chain.Totals{} },
 		APIServers:  caps.Servers,
 		LastBatches: func() map[string]time.Time { return nil },
 		Started:     time.Now(),

@@ -35,6 +35,7 @@ import (
 //
 //   - decode-only is the baseline the issue sets, behind the same HTTP server: it decodes each
 //     body with encoding/json into auditv1.EventList and answers 200.
+//
 //   - receiver is the whole acknowledged path (BenchmarkReceiver's) with the spool on disk,
 //     fsynced before each answer (the default policy), while the spool's own consumer, the
 //     duplicate index's persister, drains it.

@@ -115,6 +115,14 @@ const (
 	LabelAggregator = "aggregator"
 )
 
+// Values of LabelConsumer: the spool's consumers, by the names they commit their positions
+// under (dedup.ConsumerName, correlate.ConsumerName, store.ConsumerName).
+const (
+	ConsumerDedup     = "dedup"
+	ConsumerCorrelate = "correlate"
+	ConsumerStore     = "store"
+)
+
 // Values of LabelResult on IngestEventsTotal.
 const (
 	ResultAccepted  = "accepted"
@@ -153,6 +161,9 @@ const (
 	StoreHTTPQueriesTotal = "peertrail_store_http_queries_total"
 	// StoreHTTPQueryDurationSeconds is the time to answer one query of the HTTP interface.
 	StoreHTTPQueryDurationSeconds = "peertrail_store_http_query_duration_seconds"
+	// StoreHTTPStuckReads is how many reads of the HTTP interface the engine has not given
+	// back since they were killed (their slots are free; their connections are not).
+	StoreHTTPStuckReads = "peertrail_store_http_stuck_reads"
 )
 
 // Store label names and values.

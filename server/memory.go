@@ -12,11 +12,9 @@ import (
 )
 
 // Budget is how the process's memory is shared: the embedded engine's hard cap (its
-// max_server_memory_usage) and the Go runtime's soft limit. Without a soft limit Go lets the
-// heap grow to twice what was live at the last collection, and after a burst it kept that
-// much (over a gigabyte in peertrail bench) while the process sat idle; with one, the
-// collector runs more often as the heap nears it, which cost no measurable rate in the bench
-// (BENCHMARKS.md). It is soft: a live heap above it is never refused, only collected harder.
+// max_server_memory_usage) and the Go runtime's soft limit, without which Go keeps a burst's
+// heap while the process sits idle (BENCHMARKS.md, "Later the same day"). It is soft: a live
+// heap above it is never refused, only collected harder.
 type Budget struct {
 	// Total is what the process may use: config.File.MemoryLimit, or its cgroup's limit or
 	// the host's RAM.
@@ -32,11 +30,10 @@ type Budget struct {
 	EngineDecay time.Duration
 }
 
-// limitedDecay is Budget.EngineDecay under a limit. The engine's cap counts what it has
-// allocated, not the pages it freed and its allocator keeps for 5 s: at 10,000 events/s those
-// were 250-450 MB more on average, up to 700 MB, which a cgroup charges and cannot reclaim.
-// After 1 s they were 100-250 MB fewer, for 7-25% more CPU (BENCHMARKS.md): under a limit
-// memory comes before CPU, as with Go's soft limit.
+// limitedDecay is Budget.EngineDecay under a limit: the engine's cap counts what it has
+// allocated, not the freed pages its allocator keeps, which a cgroup charges all the same, so
+// under a limit memory comes before the CPU an earlier return costs, as with Go's soft limit
+// (BENCHMARKS.md, "A fourth session").
 const limitedDecay = time.Second
 
 // minGoLimit keeps a small Total from starving the receiver and the correlator.
@@ -65,11 +62,8 @@ func MemoryBudget(cfg config.File) Budget {
 // gcPercent is the Go collector's GOGC unless the environment sets one: it collects when the
 // heap has grown by an eighth of what was live, not by all of it (Go's default of 100). The
 // heap peertrail keeps live is mostly without pointers (the correlator's chains, the spool
-// frames the store writer holds), so a collection costs little: at 10,000 events/s the
-// collector took under 1% of serve's CPU. Four times as many collections (25 against 100)
-// moved neither its CPU nor the acknowledge latency beyond the noise, while Go held 120-220 MB
-// less; twice as many again (12 against 25), 20-40 MB less, again for no CPU or latency
-// beyond the noise (BENCHMARKS.md).
+// frames the store writer holds), so a collection costs little and more of them cost no
+// measurable CPU or latency while Go holds less (BENCHMARKS.md, "An eleventh session").
 const gcPercent = 12
 
 // applyGoLimit sets the runtime's soft memory limit to b.Go, unless GOMEMLIMIT is set, and the

@@ -30,6 +30,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/peertrail/peertrail/chainapi"
 	"github.com/peertrail/peertrail/config"
 	"github.com/peertrail/peertrail/correlate"
 	"github.com/peertrail/peertrail/gate"
@@ -199,8 +200,7 @@ func newServer(ctx context.Context, cfg config.File, log *slog.Logger, agent boo
 	}
 	if emb != nil {
 		// The engine's one-time work (loading, the schema, the SQL front's sessions) ran code
-		// of its library that the steady state does not: about 75 MB less RSS at 10,000
-		// events/s (BENCHMARKS.md, the eighth session).
+		// of its library that the steady state does not (BENCHMARKS.md, "An eighth session").
 		if err := emb.Engine().ReleaseLibraryPages(); err != nil {
 			log.Debug("engine library pages stay resident", "err", err)
 		}
@@ -347,10 +347,10 @@ func (s *Server) newGate(cfg config.File, started time.Time) {
 		expected[i] = a.Name
 	}
 	g := cfg.Gate
-	var agents func() []ingest.AgentStatus
+	var agents func() []gate.Agent
 	var streamTime func() time.Time
 	if len(cfg.Agents) > 0 {
-		agents, streamTime = s.receiver.Agents, s.correlator.StreamTime
+		agents, streamTime = func() []gate.Agent { return gateAgents(s.receiver.Agents()) }, s.correlator.StreamTime
 	}
 	s.gate = gate.New(gate.Thresholds{
 		Window: time.Duration(g.Window), MaxProxied5xxRatio: g.MaxProxied5xxRatio, MinForwarded: g.MinForwarded,
@@ -540,12 +540,12 @@ func (s *Server) apiRoutes(outer *http.ServeMux) {
 	if len(s.cfg.Agents) > 0 {
 		mux.HandleFunc("GET /api/v1/agents", s.agentsAPI)
 	}
-	var stored correlate.Stores
+	var stored chainapi.Stores
 	if s.store != nil {
-		stored = correlate.Stores{Chains: store.ReadChains(s.store), Chain: store.ReadChain(s.store), List: store.ListChains(s.store), Records: store.ReadRecords(s.store),
+		stored = chainapi.Stores{Chains: store.ReadChains(s.store), Chain: store.ReadChain(s.store), List: store.ListChains(s.store), Records: store.ReadRecords(s.store),
 			History: store.CapabilityHistory(s.store)}
 	}
-	correlate.NewStoredAPI(s.correlator, stored).Register(mux)
+	chainapi.New(s.correlator, s.correlator.Capabilities(), stored).Register(mux)
 	s.gate.Register(mux)
 }
 
@@ -748,4 +748,18 @@ func (s *Server) closeStores() error {
 		s.codec.Close()
 	}
 	return err
+}
+
+// gateAgents is the receiver's account of the agents as the gate reads it.
+func gateAgents(in []ingest.AgentStatus) []gate.Agent {
+	out := make([]gate.Agent, len(in))
+	for i, a := range in {
+		g := gate.Agent{Name: a.Name, Heard: a.Heard, StoredTime: a.StoredTime, LagBytes: a.LagBytes, LagSeconds: a.LagSeconds, SpoolMaxBytes: a.SpoolMaxBytes}
+		for _, ag := range a.Aggregators {
+			g.Aggregators = append(g.Aggregators, gate.AgentAggregator{Name: ag.Name, BacklogBytes: ag.BacklogBytes,
+				GaveUpEvents: ag.Skipped.Events, GaveUpLast: ag.Skipped.Last, GaveUpFrom: ag.Skipped.From, GaveUpTo: ag.Skipped.To})
+		}
+		out[i] = g
+	}
+	return out
 }

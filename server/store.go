@@ -35,9 +35,17 @@ func (s *Server) openStore(ctx context.Context, cfg config.File) (store.Store, *
 		return nil, nil, nil
 	case "", "embedded":
 		emb, err = store.OpenEmbedded(ctx, store.EmbeddedOptions{DataDir: filepath.Join(cfg.DataDir, "clickhouse"), LibPath: cfg.Store.LibPath, MaxMemory: s.budget.Engine,
-			DirtyPageDecay: s.budget.EngineDecay})
+			DirtyPageDecay: s.budget.EngineDecay, Confine: !cfg.Store.Unconfined})
 		if err != nil {
 			return nil, nil, fmt.Errorf("embedded store: %w (or run with --store none, or --store clickhouse and --clickhouse-dsn)", err)
+		}
+		switch {
+		case emb.Confined():
+			s.log.Info("embedded store: the engine's threads are confined (Landlock) to its directory and the system files it reads", "dir", filepath.Join(cfg.DataDir, "clickhouse"))
+		case cfg.Store.Unconfined:
+			s.log.Warn("embedded store: the engine's threads are not confined (--unconfined-engine): a fault in the engine can reach every file the process can")
+		default:
+			s.log.Warn("embedded store: this kernel has no Landlock, so the engine's threads are not confined: the SQL interface's allowlist is the only guard of the files the process can reach")
 		}
 		st = emb
 	case "clickhouse":

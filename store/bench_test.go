@@ -87,7 +87,7 @@ func freshBatches(b *testing.B) []record.Batch {
 
 // BenchmarkInsert compares, on the same kind of rows in the same run, the engine's own bulk
 // insert (RowBinary already encoded, one streaming insert) with the store writer end to end:
-// frames read from an on-disk spool by spool.Run, decoded (S2, then ingest/record's binary
+// frames read from an on-disk spool by Spool.Run, decoded (S2, then ingest/record's binary
 // record encoding), turned into rows, encoded and inserted by the Writer, positions committed.
 func BenchmarkInsert(b *testing.B) {
 	s := engine(b)

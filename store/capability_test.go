@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/peertrail/peertrail/chain"
 	"github.com/peertrail/peertrail/correlate"
 	"github.com/peertrail/peertrail/ingest/record"
 	"github.com/peertrail/peertrail/ingest/spool"
@@ -95,9 +96,9 @@ func TestCapabilityHistoryCreditsEachVersionInTheRestartMinute(t *testing.T) {
 	}
 
 	for id, want := range map[string]struct {
-		class          correlate.Class
+		class          chain.Class
 		entry, peerVer string
-	}{"cv-forwarded": {correlate.ClassProxied, "v1.35.4", "v1.36.3"}, "cv-served": {correlate.ClassLocal, "v1.36.3", ""}} {
+	}{"cv-forwarded": {chain.ClassProxied, "v1.35.4", "v1.36.3"}, "cv-served": {chain.ClassLocal, "v1.36.3", ""}} {
 		ch, err := store.ReadChain(s)(ctx, id)
 		if err != nil || ch == nil {
 			t.Fatalf("chain %s from the store: %v %v", id, ch, err)
@@ -153,9 +154,9 @@ func TestCapabilityHistoryCreditsEachVersionInTheRestartMinute(t *testing.T) {
 		t.Fatal(err)
 	}
 	late.Revision++
-	late.Class, late.LastReceived, late.Code = correlate.ClassProxyFailed, late.LastReceived.Add(time.Minute), 503
+	late.Class, late.LastReceived, late.Code = chain.ClassProxyFailed, late.LastReceived.Add(time.Minute), 503
 	late.Entry.Code = 503
-	if err := w.WriteChains(ctx, []correlate.Chain{*late}); err != nil {
+	if err := w.WriteChains(ctx, []chain.Chain{*late}); err != nil {
 		t.Fatal(err)
 	}
 	want[3] = "cv-b v1.36.3 forwarded scheduling.k8s.io/podgroups " + span + " 1"

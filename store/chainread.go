@@ -8,23 +8,24 @@ import (
 	"strings"
 	"time"
 
-	"github.com/peertrail/peertrail/correlate"
+	"github.com/peertrail/peertrail/chain"
 )
 
-// The chain read path: the chains table back into correlate.Chain, the inverse of ChainRow, and
+// The chain read path: the chains table back into chain.Chain, the inverse of ChainRow, and
 // the named queries that answer "the chain of this auditID", "the chains since" and "the
-// records of this chain". The API (through server), the CLI (through the API) and the chain
-// investigation dashboard (store/queries text, see NamedQuery.Grafana) read chains only here.
+// records of this chain". The chain API (through the lookups server gives it) and the CLI
+// (through the API) read chains only here; the chain investigation dashboard asks the same
+// named queries' text (queries.Query.Text).
 
 // ChainFromRow rebuilds the chain in row i of res, a query that selects the chains table's
 // columns by name (ChainColumns; version and request_time are not needed). It is the inverse of
 // ChainRow: what was written reads back equal, with times at the store's microseconds. A value
 // that does not parse is an error naming its column.
-func ChainFromRow(res *Result, i int) (*correlate.Chain, error) {
+func ChainFromRow(res *Result, i int) (*chain.Chain, error) {
 	d := rowDecoder{res: res, i: i}
-	c := &correlate.Chain{
+	c := &chain.Chain{
 		ID: d.str("id"), AuditID: d.str("audit_id"), Revision: int(d.uint("revision")), Evicted: d.bool("evicted"),
-		State: correlate.State(d.str("state")), Class: correlate.Class(d.str("class")), Explanation: d.str("explanation"),
+		State: chain.State(d.str("state")), Class: chain.Class(d.str("class")), Explanation: d.str("explanation"),
 		Verb: d.str("verb"), RequestURI: d.str("request_uri"), Group: d.str("api_group"), Version: d.str("api_version"),
 		Resource: d.str("resource"), Subresource: d.str("subresource"), Namespace: d.str("namespace"), Name: d.str("name"),
 		User: d.str("user_name"), RealUser: d.str("real_user"), Code: d.int32("code"),
@@ -33,9 +34,9 @@ func ChainFromRow(res *Result, i int) (*correlate.Chain, error) {
 		FirstReceived:             d.time("first_received"), LastReceived: d.time("last_received"),
 		Records: int(d.uint("records")),
 	}
-	c.Findings = []correlate.Finding{}
+	c.Findings = []chain.Finding{}
 	for _, f := range d.strs("findings") {
-		c.Findings = append(c.Findings, correlate.Finding(f))
+		c.Findings = append(c.Findings, chain.Finding(f))
 	}
 	c.Entry = d.side("entry")
 	c.Peer = d.side("peer")
@@ -47,7 +48,7 @@ func ChainFromRow(res *Result, i int) (*correlate.Chain, error) {
 		// Rows written before other_sides existed keep only each further apiserver and its code.
 		codes := d.int32s("other_codes")
 		for k, n := range names {
-			o := &correlate.Side{APIServer: n}
+			o := &chain.Side{APIServer: n}
 			if k < len(codes) {
 				o.Code = codes[k]
 			}
@@ -244,12 +245,12 @@ func (d *rowDecoder) extra(col string) map[string][]string {
 }
 
 // side reads the prefix's side ("entry", "peer"), nil when has_<prefix> is false.
-func (d *rowDecoder) side(prefix string) *correlate.Side {
+func (d *rowDecoder) side(prefix string) *chain.Side {
 	if !d.bool("has_" + prefix) {
 		return nil
 	}
 	p := prefix + "_"
-	return &correlate.Side{
+	return &chain.Side{
 		APIServer: d.str(p + "apiserver"), Code: d.int32(p + "code"), User: d.str(p + "user"), UID: d.str(p + "uid"),
 		Groups: d.strs(p + "groups"), Extra: d.extra(p + "extra"),
 		ImpersonatedUser: d.str(p + "impersonated_user"), ImpersonatedGroups: d.strs(p + "impersonated_groups"),
@@ -410,9 +411,9 @@ func (p *literalParser) quoted() (string, error) {
 }
 
 // ReadChain returns the most recent stored chain with auditID (the named query audit_id_chain),
-// or nil when the store holds none. It has the correlate.Lookup signature.
-func ReadChain(st Store) correlate.Lookup {
-	return func(ctx context.Context, auditID string) (*correlate.Chain, error) {
+// or nil when the store holds none. It has the chain.Lookup signature.
+func ReadChain(st Store) chain.Lookup {
+	return func(ctx context.Context, auditID string) (*chain.Chain, error) {
 		chains, err := runChains(ctx, st, "audit_id_chain", map[string]string{"audit_id": auditID})
 		if err != nil || len(chains) == 0 {
 			return nil, err
@@ -423,17 +424,17 @@ func ReadChain(st Store) correlate.Lookup {
 
 // ReadChains returns every stored chain with auditID (the named query audit_id_chain), oldest
 // first: more than one when clients gave the Audit-ID to several requests. It has the
-// correlate.ChainsLookup signature.
-func ReadChains(st Store) correlate.ChainsLookup {
-	return func(ctx context.Context, auditID string) ([]*correlate.Chain, error) {
+// chain.ChainsLookup signature.
+func ReadChains(st Store) chain.ChainsLookup {
+	return func(ctx context.Context, auditID string) ([]*chain.Chain, error) {
 		return runChains(ctx, st, "audit_id_chain", map[string]string{"audit_id": auditID})
 	}
 }
 
 // ListChains returns the stored chains that match f, newest first (the named query
-// chains_since). It has the correlate.ListLookup signature.
-func ListChains(st Store) correlate.ListLookup {
-	return func(ctx context.Context, f correlate.Filter) ([]*correlate.Chain, error) {
+// chains_since). It has the chain.ListLookup signature.
+func ListChains(st Store) chain.ListLookup {
+	return func(ctx context.Context, f chain.Filter) ([]*chain.Chain, error) {
 		params := map[string]string{
 			"since":      FormatTime(f.Since),
 			"limit":      strconv.Itoa(max(f.Limit, 1)),
@@ -455,7 +456,7 @@ func ListChains(st Store) correlate.ListLookup {
 	}
 }
 
-func runChains(ctx context.Context, st Store, query string, params map[string]string) ([]*correlate.Chain, error) {
+func runChains(ctx context.Context, st Store, query string, params map[string]string) ([]*chain.Chain, error) {
 	q, err := QueryNamed(query)
 	if err != nil {
 		return nil, err
@@ -464,7 +465,7 @@ func runChains(ctx context.Context, st Store, query string, params map[string]st
 	if err != nil {
 		return nil, err
 	}
-	out := make([]*correlate.Chain, len(res.Rows))
+	out := make([]*chain.Chain, len(res.Rows))
 	for i := range res.Rows {
 		if out[i], err = ChainFromRow(res, i); err != nil {
 			return nil, fmt.Errorf("store: query %s: %w", query, err)
@@ -475,9 +476,9 @@ func runChains(ctx context.Context, st Store, query string, params map[string]st
 
 // ReadRecords returns the stored audit events of chain c (the named query chain_events: the
 // events of its auditID, those peertrail received between the chain's first and last record),
-// in time order. It has the correlate.RecordsLookup signature.
-func ReadRecords(st Store) correlate.RecordsLookup {
-	return func(ctx context.Context, c *correlate.Chain) ([]correlate.StoredRecord, error) {
+// in time order. It has the chain.RecordsLookup signature.
+func ReadRecords(st Store) chain.RecordsLookup {
+	return func(ctx context.Context, c *chain.Chain) ([]chain.StoredRecord, error) {
 		q, err := QueryNamed("chain_events")
 		if err != nil {
 			return nil, err
@@ -487,10 +488,10 @@ func ReadRecords(st Store) correlate.RecordsLookup {
 			return nil, err
 		}
 		first, last := asStored(c.FirstReceived), asStored(c.LastReceived)
-		out := []correlate.StoredRecord{}
+		out := []chain.StoredRecord{}
 		for i := range res.Rows {
 			d := rowDecoder{res: res, i: i}
-			r := correlate.StoredRecord{APIServer: d.str("apiserver"), Stage: d.str("stage"), StageTimestamp: d.time("stage_timestamp"),
+			r := chain.StoredRecord{APIServer: d.str("apiserver"), Stage: d.str("stage"), StageTimestamp: d.time("stage_timestamp"),
 				ReceivedAt: d.time("received_at"), Event: json.RawMessage(d.str("raw"))}
 			if d.err != nil {
 				return nil, fmt.Errorf("store: query chain_events: row %d: %w", i, d.err)
@@ -508,9 +509,9 @@ func ReadRecords(st Store) correlate.RecordsLookup {
 }
 
 // CapabilityHistory returns the capability history between since and until (the named query
-// apiserver_capabilities). It has the correlate.HistoryLookup signature.
-func CapabilityHistory(st Store) correlate.HistoryLookup {
-	return func(ctx context.Context, since, until time.Time) ([]correlate.CapabilityRecord, error) {
+// apiserver_capabilities). It has the chain.HistoryLookup signature.
+func CapabilityHistory(st Store) chain.HistoryLookup {
+	return func(ctx context.Context, since, until time.Time) ([]chain.CapabilityRecord, error) {
 		q, err := QueryNamed("apiserver_capabilities")
 		if err != nil {
 			return nil, err
@@ -519,10 +520,10 @@ func CapabilityHistory(st Store) correlate.HistoryLookup {
 		if err != nil {
 			return nil, err
 		}
-		out := make([]correlate.CapabilityRecord, 0, len(res.Rows))
+		out := make([]chain.CapabilityRecord, 0, len(res.Rows))
 		for i := range res.Rows {
 			d := rowDecoder{res: res, i: i}
-			r := correlate.CapabilityRecord{
+			r := chain.CapabilityRecord{
 				APIServer: d.str("apiserver"), Version: d.str("version"), Role: d.str("role"),
 				Group: d.str("api_group"), APIVersion: d.str("api_version"), Resource: d.str("resource"),
 				From: d.time("first_minute"), Until: d.time("until_minute"),

@@ -13,11 +13,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/peertrail/peertrail/chain"
+	"github.com/peertrail/peertrail/chainapi"
 	"github.com/peertrail/peertrail/correlate"
 	"github.com/peertrail/peertrail/ingest/record"
 	"github.com/peertrail/peertrail/ingest/spool"
 	"github.com/peertrail/peertrail/store"
-	"github.com/peertrail/peertrail/store/storetest"
+	"github.com/peertrail/peertrail/test/storetest"
 )
 
 // A chain reads the same from the store as from memory: a chain of every class, read through
@@ -50,7 +52,7 @@ func TestChainReadsTheSameFromStoreAsFromMemory(t *testing.T) {
 		posts = append(posts, post{p.APIServer, p.ReceivedAt, recs})
 		last = maxT(last, p.ReceivedAt)
 	}
-	loopID := sc.Expect[string(correlate.ClassProxied)][0]
+	loopID := sc.Expect[string(chain.ClassProxied)][0]
 	var loop []record.Record
 	for _, p := range posts {
 		for _, r := range p.recs {
@@ -106,7 +108,7 @@ func TestChainReadsTheSameFromStoreAsFromMemory(t *testing.T) {
 
 	api := httptest.NewServer(func() http.Handler {
 		mux := http.NewServeMux()
-		correlate.NewStoredAPI(co, correlate.Stores{Chain: store.ReadChain(s), List: store.ListChains(s), Records: store.ReadRecords(s)}).Register(mux)
+		chainapi.New(co, co.Capabilities(), chainapi.Stores{Chain: store.ReadChain(s), List: store.ListChains(s), Records: store.ReadRecords(s)}).Register(mux)
 		return mux
 	}())
 	defer api.Close()
@@ -125,20 +127,20 @@ func TestChainReadsTheSameFromStoreAsFromMemory(t *testing.T) {
 		}
 	}
 	type records struct {
-		Chain   correlate.Chain          `json:"chain"`
-		Records []correlate.StoredRecord `json:"records"`
+		Chain   chain.Chain          `json:"chain"`
+		Records []chain.StoredRecord `json:"records"`
 	}
 
 	// One chain of every class, as the correlator classified them.
-	byClass := map[correlate.Class]string{}
-	for _, c := range co.List(correlate.Filter{Limit: 100000}) {
-		if c.State == correlate.StateFinal && byClass[c.Class] == "" && !strings.HasPrefix(c.AuditID, "tick-") {
+	byClass := map[chain.Class]string{}
+	for _, c := range co.List(chain.Filter{Limit: 100000}) {
+		if c.State == chain.StateFinal && byClass[c.Class] == "" && !strings.HasPrefix(c.AuditID, "tick-") {
 			byClass[c.Class] = c.AuditID
 		}
 	}
-	fromMemory := map[correlate.Class]correlate.Chain{}
-	recsFromMemory := map[correlate.Class]records{}
-	for _, class := range correlate.Classes {
+	fromMemory := map[chain.Class]chain.Chain{}
+	recsFromMemory := map[chain.Class]records{}
+	for _, class := range chain.Classes {
 		id := byClass[class]
 		if id == "" {
 			t.Errorf("the correlator made no %s chain of the scenario", class)
@@ -147,18 +149,18 @@ func TestChainReadsTheSameFromStoreAsFromMemory(t *testing.T) {
 		if _, ok := co.Chain(id); !ok {
 			t.Fatalf("%s chain %s is not in memory", class, id)
 		}
-		var c correlate.Chain
+		var c chain.Chain
 		get("/api/v1/chains/"+url.PathEscape(id), &c)
 		fromMemory[class] = c
 		var r records
 		get("/api/v1/chains/"+url.PathEscape(id)+"/records", &r)
 		recsFromMemory[class] = r
 	}
-	if c := fromMemory[correlate.ClassLoop]; len(c.Others) != 1 || c.Others[0].User == "" || len(c.Others[0].SourceIPs) < 2 {
+	if c := fromMemory[chain.ClassLoop]; len(c.Others) != 1 || c.Others[0].User == "" || len(c.Others[0].SourceIPs) < 2 {
 		t.Errorf("loop %s from memory: others %+v, want kas-b's record in full", c.AuditID, c.Others)
 	}
 
-	if c := fromMemory[correlate.ClassProxied]; c.Entry == nil || c.Peer == nil || c.Entry.APIServerVersion == "" || c.Peer.APIServerVersion == "" {
+	if c := fromMemory[chain.ClassProxied]; c.Entry == nil || c.Peer == nil || c.Entry.APIServerVersion == "" || c.Peer.APIServerVersion == "" {
 		t.Errorf("proxied %s from memory: entry %+v, peer %+v: want both with their apiserver's version", c.AuditID, c.Entry, c.Peer)
 	}
 
@@ -169,7 +171,7 @@ func TestChainReadsTheSameFromStoreAsFromMemory(t *testing.T) {
 		if _, ok := co.Chain(id); ok {
 			t.Fatalf("%s chain %s is still in memory an hour later", class, id)
 		}
-		var got correlate.Chain
+		var got chain.Chain
 		get("/api/v1/chains/"+url.PathEscape(id), &got)
 		for _, d := range diffFields("", reflect.ValueOf(want), reflect.ValueOf(got)) {
 			t.Errorf("%s chain %s, memory vs store: %s", class, id, d)
@@ -181,7 +183,7 @@ func TestChainReadsTheSameFromStoreAsFromMemory(t *testing.T) {
 			t.Errorf("%s chain %s: records from the store differ once it left memory", class, id)
 		}
 		sides := 0
-		for _, s := range append([]*correlate.Side{want.Entry, want.Peer}, want.Others...) {
+		for _, s := range append([]*chain.Side{want.Entry, want.Peer}, want.Others...) {
 			if s != nil {
 				sides += len(s.Stages)
 			}
@@ -202,14 +204,14 @@ func TestChainReadsTheSameFromStoreAsFromMemory(t *testing.T) {
 
 	// The list reads them back the same way.
 	var list struct {
-		Chains []correlate.Chain `json:"chains"`
+		Chains []chain.Chain `json:"chains"`
 	}
 	get("/api/v1/chains?since="+url.QueryEscape(begin.Format(time.RFC3339))+"&class=loop&limit=10000", &list)
 	var found bool
 	for _, c := range list.Chains {
-		if c.ID == fromMemory[correlate.ClassLoop].ID {
+		if c.ID == fromMemory[chain.ClassLoop].ID {
 			found = true
-			for _, d := range diffFields("", reflect.ValueOf(fromMemory[correlate.ClassLoop]), reflect.ValueOf(c)) {
+			for _, d := range diffFields("", reflect.ValueOf(fromMemory[chain.ClassLoop]), reflect.ValueOf(c)) {
 				t.Errorf("loop in the list from the store: %s", d)
 			}
 		}

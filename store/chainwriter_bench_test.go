@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/peertrail/peertrail/correlate"
+	"github.com/peertrail/peertrail/chain"
 	"github.com/peertrail/peertrail/ingest/record"
 	"github.com/peertrail/peertrail/store"
 )
@@ -143,7 +143,7 @@ var chainSeq struct {
 // freshChains makes benchChains final chains no earlier operation wrote, in this process or an
 // earlier one on the same data directory: each operation owns one minute, after the newest
 // first_received the chains table held when the process began and a day ahead of the tests'.
-func freshChains(b *testing.B) []correlate.Chain {
+func freshChains(b *testing.B) []chain.Chain {
 	b.Helper()
 	chainSeq.mu.Lock()
 	if chainSeq.start.IsZero() {
@@ -163,22 +163,22 @@ func freshChains(b *testing.B) []correlate.Chain {
 	apiservers := []string{"bench-chain-a", "bench-chain-b", "bench-chain-c", "bench-chain-d"}
 	resources := []string{"pods", "configmaps", "leases", "deployments", "secrets", "podgroups"}
 	groups := []string{"system:serviceaccounts", "system:serviceaccounts:kube-system", "system:authenticated"}
-	out := make([]correlate.Chain, benchChains)
+	out := make([]chain.Chain, benchChains)
 	for i := range out {
 		first := base.Add(time.Duration(i) * 200 * time.Microsecond) // 20 s of chains
 		auditID := fmt.Sprintf("%08x-%04x-4000-8000-%012x", uint32(base.Unix()), i%0x10000, i)
 		entryName := apiservers[i%len(apiservers)]
 		res := resources[i%len(resources)]
-		entry := &correlate.Side{
+		entry := &chain.Side{
 			APIServer: entryName, Code: 200, User: "system:serviceaccount:kube-system:replicaset-controller",
 			UID: "6f1c2d3e-0000-4000-8000-" + strconv.Itoa(100000000000+i%1000), Groups: groups,
 			SourceIPs: []string{"10.0.0." + strconv.Itoa(10+i%50)}, UserAgent: "kube-controller-manager/v1.34.1 (linux/amd64) kubernetes/abc1234/system:serviceaccount:kube-system:replicaset-controller",
 			RequestReceived: first.Add(-3 * time.Millisecond), Completed: first.Add(-time.Millisecond),
 			Stages: []string{"ResponseComplete"},
 		}
-		c := correlate.Chain{
+		c := chain.Chain{
 			ID:      auditID + "\x00" + entryName + "\x00" + strconv.FormatInt(entry.RequestReceived.UnixNano(), 10),
-			AuditID: auditID, State: correlate.StateFinal, Class: correlate.ClassLocal,
+			AuditID: auditID, State: chain.StateFinal, Class: chain.ClassLocal,
 			Explanation: entryName + " served the request itself (no peer record)",
 			Entry:       entry, Verb: "get", RequestURI: "/api/v1/namespaces/kube-system/" + res + "/obj-" + strconv.Itoa(i%5000),
 			Version: "v1", Resource: res, Namespace: "kube-system", Name: "obj-" + strconv.Itoa(i%5000),
@@ -195,7 +195,7 @@ func freshChains(b *testing.B) []correlate.Chain {
 			peer.Completed = entry.Completed.Add(-500 * time.Microsecond)
 			entry.Code = 200
 			c.Peer = &peer
-			c.Class = correlate.ClassProxied
+			c.Class = chain.ClassProxied
 			c.Group, c.Version, c.Resource = "scheduling.k8s.io", "v1alpha2", "podgroups"
 			c.RequestURI = "/apis/scheduling.k8s.io/v1alpha2/namespaces/kube-system/podgroups/obj-" + strconv.Itoa(i%5000)
 			c.Explanation = fmt.Sprintf("%s forwarded the request to %s, which answered 200 (roles: hop evidence)", entryName, peerName)

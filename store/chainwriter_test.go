@@ -6,14 +6,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/peertrail/peertrail/correlate"
+	"github.com/peertrail/peertrail/chain"
 	"github.com/peertrail/peertrail/metrics"
 	"github.com/peertrail/peertrail/store"
 )
 
 // chainsAfterStored are n final proxied chains of entry apiserver a, first received after every
 // chain the table holds (so a writer started now knows they cannot be stored).
-func chainsAfterStored(t *testing.T, s store.Store, a string, n int) []correlate.Chain {
+func chainsAfterStored(t *testing.T, s store.Store, a string, n int) []chain.Chain {
 	t.Helper()
 	newest, err := store.ParseTime(scalar(t, s, "SELECT max(first_received) FROM peertrail.chains", nil))
 	if err != nil {
@@ -24,11 +24,11 @@ func chainsAfterStored(t *testing.T, s store.Store, a string, n int) []correlate
 		base = newest
 	}
 	base = base.Truncate(time.Second).Add(time.Minute)
-	chains := make([]correlate.Chain, n)
+	chains := make([]chain.Chain, n)
 	for i := range chains {
 		// With nanoseconds, as a receiver's clock gives them; the table keeps microseconds.
 		at := base.Add(time.Duration(i)*time.Second + 345_678_901)
-		chains[i] = chainAt(fmt.Sprintf("%s-%04d", a, i), at, correlate.StateFinal, at.Add(2*time.Second))
+		chains[i] = chainAt(fmt.Sprintf("%s-%04d", a, i), at, chain.StateFinal, at.Add(2*time.Second))
 		chains[i].Entry.APIServer = a
 	}
 	return chains
@@ -45,8 +45,8 @@ func rollupByClass(t *testing.T, s store.Store, a string) map[string]string {
 	return out
 }
 
-func revised(chains []correlate.Chain, class correlate.Class) []correlate.Chain {
-	out := make([]correlate.Chain, len(chains))
+func revised(chains []chain.Chain, class chain.Class) []chain.Chain {
+	out := make([]chain.Chain, len(chains))
 	for i, c := range chains {
 		c.Revision, c.Class, c.LastReceived = 2, class, c.LastReceived.Add(30*time.Second)
 		out[i] = c
@@ -72,7 +72,7 @@ func TestWriteChainsReplayAfterRestart(t *testing.T) {
 	}
 	// Ten of them reopened by a late record, in this process: the record knows they are
 	// final, the store gives the rows to retract.
-	if err := w.WriteChains(ctx, revised(chains[:10], correlate.ClassBroken)); err != nil {
+	if err := w.WriteChains(ctx, revised(chains[:10], chain.ClassBroken)); err != nil {
 		t.Fatal(err)
 	}
 	if got := counter(t, w, metrics.StoreChainsLookedUpTotal, ""); got != 10 {
@@ -85,7 +85,7 @@ func TestWriteChainsReplayAfterRestart(t *testing.T) {
 	// A restart: the replay brings every chain again, some revised in between (20-24 now
 	// broken), and chains the first process never wrote (30-39).
 	w2 := store.NewWriter(s, codec, store.WriterOptions{})
-	replay := append(append(revised(chains[:10], correlate.ClassBroken), chains[10:20]...), revised(chains[20:25], correlate.ClassBroken)...)
+	replay := append(append(revised(chains[:10], chain.ClassBroken), chains[10:20]...), revised(chains[20:25], chain.ClassBroken)...)
 	replay = append(append(replay, chains[25:30]...), chains[30:]...)
 	if err := w2.WriteChains(ctx, replay); err != nil {
 		t.Fatal(err)
@@ -136,10 +136,10 @@ func TestWriteChainsLostAnswer(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.lostAnswers = 1
-	if err := w.WriteChains(ctx, revised(chains[:5], correlate.ClassBroken)); err == nil {
+	if err := w.WriteChains(ctx, revised(chains[:5], chain.ClassBroken)); err == nil {
 		t.Fatal("the lost answer was not reported")
 	}
-	if err := w.WriteChains(ctx, revised(chains[:5], correlate.ClassBroken)); err != nil {
+	if err := w.WriteChains(ctx, revised(chains[:5], chain.ClassBroken)); err != nil {
 		t.Fatal(err)
 	}
 	if got := rollupByClass(t, s, a); len(got) != 2 || got["broken"] != "5" || got["proxied"] != "15" {
@@ -167,7 +167,7 @@ func TestWriteChainsRecordBound(t *testing.T) {
 		t.Errorf("the writer remembers %v chains, want its bound, 10", got)
 	}
 	// Forgotten (0-19) and remembered (20-29), revised and replayed.
-	if err := w.WriteChains(ctx, append(revised(chains[:5], correlate.ClassBroken), revised(chains[25:], correlate.ClassBroken)...)); err != nil {
+	if err := w.WriteChains(ctx, append(revised(chains[:5], chain.ClassBroken), revised(chains[25:], chain.ClassBroken)...)); err != nil {
 		t.Fatal(err)
 	}
 	if err := w.WriteChains(ctx, chains[5:25]); err != nil {

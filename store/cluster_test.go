@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/peertrail/peertrail/store"
-	"github.com/peertrail/peertrail/store/storetest"
+	"github.com/peertrail/peertrail/test/storetest"
 )
 
 // Every shipped query runs unchanged on the cluster layout (`peertrail schema --cluster`:

@@ -27,6 +27,9 @@ type EmbeddedOptions struct {
 	// DirtyPageDecay is how soon the engine's allocator returns freed pages to the system
 	// (chdb.Options.DirtyPageDecay); 0 keeps the library's own.
 	DirtyPageDecay time.Duration
+	// Confine confines the engine's threads to DataDir and the system files they read, where
+	// the kernel has Landlock (chdb.Options.Confine; Confined says whether it did).
+	Confine bool
 }
 
 // Embedded is the Store backed by the ClickHouse engine inside this process (chDB). A process
@@ -46,12 +49,15 @@ func OpenEmbedded(ctx context.Context, opts EmbeddedOptions) (*Embedded, error) 
 		opts.MaxMemory = DefaultMaxMemory()
 	}
 	e, err := chdb.Open(ctx, chdb.Options{DataDir: opts.DataDir, LibPath: opts.LibPath,
-		MaxServerMemory: opts.MaxMemory, DirtyPageDecay: opts.DirtyPageDecay})
+		MaxServerMemory: opts.MaxMemory, DirtyPageDecay: opts.DirtyPageDecay, Confine: opts.Confine})
 	if err != nil {
 		return nil, fmt.Errorf("store: open the embedded ClickHouse engine: %w", err)
 	}
 	return &Embedded{engine: e, encoders: map[string]*rowEncoder{}}, nil
 }
+
+// Confined reports whether the kernel confines the engine's threads (EmbeddedOptions.Confine).
+func (s *Embedded) Confined() bool { return s.engine.Confined() }
 
 // Engine is the underlying engine, for the HTTP interface and benchmarks.
 func (s *Embedded) Engine() *chdb.Engine { return s.engine }
@@ -214,15 +220,13 @@ func insertStatement(table string, columns []Column) string {
 // insertSettings are the query settings of an insert into table. The engine's merge of each
 // inserted block by the table's sorting key (optimize_on_insert: a ReplacingMergeTree folding
 // the rows of one key within the block) copies every column of the block, and for these two
-// tables it buys nothing. The events writer stores each event once (before a redelivery it
-// looks up what may already be stored): without the pass the engine's own bulk insert into
-// events went from 25,000-31,000 to 39,000-42,000 events/s. An insert of chains may hold two
-// rows of one chain (a retraction and its new revision, or two revisions), but every reader of
-// the chains table already takes the highest version (FINAL, or LIMIT 1 BY id), as it must
-// across inserts, and the rollups count every row inserted either way (views see the block as
-// inserted): without the pass the writer wrote 1.4 times as many chains a second at 50,000 an
-// insert (BenchmarkChainWriter, BENCHMARKS.md). Rows of one key are still folded by the
-// tables' merges, as they are across inserts. Both stores take the clause (clickhouse-go
+// tables it buys nothing, at a cost in every insert (BENCHMARKS.md, "A sixth session" and "A
+// thirteenth session"). The events writer stores each event once (before a redelivery it looks
+// up what may already be stored). An insert of chains may hold two rows of one chain (a
+// retraction and its new revision, or two revisions), but every reader of the chains table
+// already takes the highest version (FINAL, or LIMIT 1 BY id), as it must across inserts, and
+// the rollups count every row inserted either way (views see the block as inserted). Rows of
+// one key are still folded by the tables' merges, as they are across inserts. Both stores take the clause (clickhouse-go
 // keeps a batch's SETTINGS; TestServerStoreAgainstEngine writes events through it).
 func insertSettings(table string) string {
 	if table == EventsTable || table == ChainsTable {
@@ -246,8 +250,8 @@ func quoteIdent(s string) string {
 	return "`" + identEscaper.Replace(s) + "`"
 }
 
-// identEscaper is built once: a Replacer built per identifier was 6% of what serve allocated
-// (every insert statement quotes each of its columns). It is never changed after.
+// identEscaper is built once, not per identifier (every insert statement quotes each of its
+// columns). It is never changed after.
 var identEscaper = strings.NewReplacer("\\", "\\\\", "`", "\\`")
 
 // embeddedError turns the engine's errors into this package's.

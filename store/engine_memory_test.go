@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/peertrail/peertrail/correlate"
+	"github.com/peertrail/peertrail/chain"
 	"github.com/peertrail/peertrail/simulate"
 	"github.com/peertrail/peertrail/store"
 )
@@ -46,7 +46,7 @@ func engineMemoryHelper(ctx context.Context, fail func(string, ...any) int) int 
 	at := time.Now().UTC().Truncate(time.Minute)
 	chains := make([][]any, 20_000)
 	for i := range chains {
-		c := chainAt(fmt.Sprintf("memory-%05d", i), at.Add(time.Duration(i)*time.Millisecond), correlate.StateFinal, at.Add(time.Minute))
+		c := chainAt(fmt.Sprintf("memory-%05d", i), at.Add(time.Duration(i)*time.Millisecond), chain.StateFinal, at.Add(time.Minute))
 		chains[i] = store.ChainRow(&c)
 	}
 	tables := []struct {

@@ -5,9 +5,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/peertrail/peertrail/correlate"
+	"github.com/peertrail/peertrail/chain"
 	"github.com/peertrail/peertrail/store"
-	"github.com/peertrail/peertrail/store/storetest"
+	"github.com/peertrail/peertrail/test/storetest"
 )
 
 // TestMisleading404sServedByNamesWhereToGo: served_by names the apiservers the request should
@@ -16,20 +16,20 @@ import (
 func TestMisleading404sServedByNamesWhereToGo(t *testing.T) {
 	s := engine(t)
 	at := time.Now().UTC().Add(-72 * time.Hour).Truncate(time.Hour) // a window of its own, apart from the scenario, within retention
-	chain := func(id string, class correlate.Class, entry, peer string, code int32, off time.Duration) correlate.Chain {
-		c := correlate.Chain{ID: id, AuditID: id, State: correlate.StateFinal, Class: class, Verb: "get",
+	final := func(id string, class chain.Class, entry, peer string, code int32, off time.Duration) chain.Chain {
+		c := chain.Chain{ID: id, AuditID: id, State: chain.StateFinal, Class: class, Verb: "get",
 			RequestURI: "/apis/widgets.example.com/v1/widgets", Group: "widgets.example.com", Version: "v1", Resource: "widgets",
 			User: "alice", Code: code, FirstReceived: at.Add(off), LastReceived: at.Add(off), Records: 2, Revision: 1,
-			Entry: &correlate.Side{APIServer: entry, Code: code, RequestReceived: at.Add(off), Completed: at.Add(off + time.Millisecond)}}
+			Entry: &chain.Side{APIServer: entry, Code: code, RequestReceived: at.Add(off), Completed: at.Add(off + time.Millisecond)}}
 		if peer != "" {
-			c.Peer = &correlate.Side{APIServer: peer, Code: code, RequestReceived: at.Add(off), Completed: at.Add(off + time.Millisecond)}
+			c.Peer = &chain.Side{APIServer: peer, Code: code, RequestReceived: at.Add(off), Completed: at.Add(off + time.Millisecond)}
 		}
 		return c
 	}
-	chains := []correlate.Chain{
-		chain("m404-1", correlate.ClassMisleading404, "kas-a", "", 404, time.Second),
-		chain("m404-2", correlate.ClassProxied, "kas-b", "kas-c", 200, 2*time.Second),
-		chain("m404-3", correlate.ClassLocal, "kas-a", "", 200, time.Minute), // kas-a after its upgrade
+	chains := []chain.Chain{
+		final("m404-1", chain.ClassMisleading404, "kas-a", "", 404, time.Second),
+		final("m404-2", chain.ClassProxied, "kas-b", "kas-c", 200, 2*time.Second),
+		final("m404-3", chain.ClassLocal, "kas-a", "", 200, time.Minute), // kas-a after its upgrade
 	}
 	if err := storetest.Write(context.Background(), s, nil, chains); err != nil {
 		t.Fatal(err)

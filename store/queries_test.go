@@ -10,10 +10,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/peertrail/peertrail/correlate"
+	"github.com/peertrail/peertrail/chain"
 	"github.com/peertrail/peertrail/ingest/record"
 	"github.com/peertrail/peertrail/store"
-	"github.com/peertrail/peertrail/store/storetest"
+	"github.com/peertrail/peertrail/test/storetest"
 )
 
 // scenarioBegin is the scenario's own window, three hours ago: no other test writes there
@@ -101,9 +101,9 @@ func sortedCopy(s []string) []string {
 func TestEveryShippedQuery(t *testing.T) {
 	sc := loadScenario(t)
 	win := scenarioWindow()
-	count := func(class correlate.Class) int { return len(sc.Expect[string(class)]) }
+	count := func(class chain.Class) int { return len(sc.Expect[string(class)]) }
 
-	proxiedID := sc.Expect[string(correlate.ClassProxied)][0]
+	proxiedID := sc.Expect[string(chain.ClassProxied)][0]
 
 	checks := map[string]func(t *testing.T, r *store.Result){
 		"chains_by_class": func(t *testing.T, r *store.Result) {
@@ -112,7 +112,7 @@ func TestEveryShippedQuery(t *testing.T) {
 				n, _ := strconv.Atoi(r.Value(i, "chains"))
 				got[r.Value(i, "class")] += n
 			}
-			for _, c := range correlate.Classes {
+			for _, c := range chain.Classes {
 				if got[string(c)] != count(c) {
 					t.Errorf("class %s: %d chains, want %d", c, got[string(c)], count(c))
 				}
@@ -130,8 +130,8 @@ func TestEveryShippedQuery(t *testing.T) {
 			}
 		},
 		"misleading_404s": func(t *testing.T, r *store.Result) {
-			if n := sumColumn(t, r, "requests"); n != count(correlate.ClassMisleading404) {
-				t.Errorf("%d misleading 404s, want %d", n, count(correlate.ClassMisleading404))
+			if n := sumColumn(t, r, "requests"); n != count(chain.ClassMisleading404) {
+				t.Errorf("%d misleading 404s, want %d", n, count(chain.ClassMisleading404))
 			}
 			for i := range r.Rows {
 				if r.Value(i, "resource") != "podgroups" || r.Value(i, "served_by") != "['kas-c']" {
@@ -143,7 +143,7 @@ func TestEveryShippedQuery(t *testing.T) {
 			}
 		},
 		"broken_chains": func(t *testing.T, r *store.Result) {
-			want := sortedCopy(sc.Expect[string(correlate.ClassBroken)])
+			want := sortedCopy(sc.Expect[string(chain.ClassBroken)])
 			if got := sortedCopy(column(t, r, "audit_id")); !slices.Equal(got, want) {
 				t.Errorf("broken auditIDs %v, want %v", got, want)
 			}
@@ -181,8 +181,8 @@ func TestEveryShippedQuery(t *testing.T) {
 			}
 		},
 		"proxy_failures": func(t *testing.T, r *store.Result) {
-			if n := sumColumn(t, r, "requests"); n != count(correlate.ClassProxyFailed) {
-				t.Errorf("%d failed forwardings, want %d", n, count(correlate.ClassProxyFailed))
+			if n := sumColumn(t, r, "requests"); n != count(chain.ClassProxyFailed) {
+				t.Errorf("%d failed forwardings, want %d", n, count(chain.ClassProxyFailed))
 			}
 			for i := range r.Rows {
 				if r.Value(i, "code") != "503" || !strings.Contains(r.Value(i, "message"), "remote server") && !strings.Contains(r.Value(i, "message"), "reach service") {
@@ -262,10 +262,10 @@ func TestEveryShippedQuery(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if c.Class != correlate.ClassMisleading404 || c.Entry == nil || c.Entry.APIServer != "kas-b" {
+				if c.Class != chain.ClassMisleading404 || c.Entry == nil || c.Entry.APIServer != "kas-b" {
 					t.Errorf("chain %s: %s from %v, want misleading_404s of kas-b only", c.ID, c.Class, c.Entry)
 				}
-				if slices.Contains(sc.Expect[string(correlate.ClassMisleading404)], c.AuditID) {
+				if slices.Contains(sc.Expect[string(chain.ClassMisleading404)], c.AuditID) {
 					n++
 				}
 			}
@@ -303,10 +303,10 @@ func TestEveryShippedQuery(t *testing.T) {
 		},
 		"dashboard_errors_by_resource": func(t *testing.T, r *store.Result) {
 			n503 := sumColumn(t, r, "server_errors")
-			if n503 != count(correlate.ClassProxyFailed) {
-				t.Errorf("%d 5xx, want %d", n503, count(correlate.ClassProxyFailed))
+			if n503 != count(chain.ClassProxyFailed) {
+				t.Errorf("%d 5xx, want %d", n503, count(chain.ClassProxyFailed))
 			}
-			if sumColumn(t, r, "not_found") < count(correlate.ClassMisleading404) {
+			if sumColumn(t, r, "not_found") < count(chain.ClassMisleading404) {
 				t.Errorf("fewer 404s than misleading 404s")
 			}
 		},
@@ -316,8 +316,8 @@ func TestEveryShippedQuery(t *testing.T) {
 			}
 		},
 		"dashboard_forwarding_overhead": func(t *testing.T, r *store.Result) {
-			if n := sumColumn(t, r, "proxied"); n != count(correlate.ClassProxied) {
-				t.Errorf("%d proxied, want %d", n, count(correlate.ClassProxied))
+			if n := sumColumn(t, r, "proxied"); n != count(chain.ClassProxied) {
+				t.Errorf("%d proxied, want %d", n, count(chain.ClassProxied))
 			}
 			for _, v := range column(t, r, "p50_seconds") {
 				if x, _ := strconv.ParseFloat(v, 64); x <= 0 || x > 0.2 {
@@ -331,7 +331,7 @@ func TestEveryShippedQuery(t *testing.T) {
 				n, _ := strconv.Atoi(r.Value(i, "chains"))
 				got[r.Value(i, "finding")] += n
 			}
-			for _, f := range correlate.Findings {
+			for _, f := range chain.Findings {
 				if want := len(sc.Expect["finding:"+string(f)]); got[string(f)] != want {
 					t.Errorf("finding %s: %d, want %d", f, got[string(f)], want)
 				}

@@ -15,9 +15,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/peertrail/peertrail/correlate"
+	"github.com/peertrail/peertrail/chain"
+	"github.com/peertrail/peertrail/chainapi"
 	"github.com/peertrail/peertrail/store"
-	"github.com/peertrail/peertrail/store/storetest"
+	"github.com/peertrail/peertrail/test/storetest"
 )
 
 var realDir = filepath.Join("..", storetest.RealDir)
@@ -138,7 +139,7 @@ func realCaptureHelper(ctx context.Context, fail func(string, ...any) int) int {
 		broken = append(broken, r.Value(i, "audit_id"))
 	}
 	sort.Strings(broken)
-	want := append([]string{}, c.Expect[string(correlate.ClassBroken)]...)
+	want := append([]string{}, c.Expect[string(chain.ClassBroken)]...)
 	sort.Strings(want)
 	check(slices.Equal(broken, want), "broken chains %v, want %v", broken, want)
 
@@ -212,7 +213,7 @@ func realCapabilityHistory(ctx context.Context, s store.Store, c *storetest.Capt
 	did := map[string]map[string]bool{} // version -> "role group/resource"
 	for _, r := range history {
 		check(r.Requests > 0 && r.From.Before(r.Until), "capability record %+v: no requests or an empty span", r)
-		check(!(r.APIServer == "kas-a" && r.Role == correlate.RoleServed && r.Resource == "podgroups"), "kas-a (1.35) served podgroups: %+v", r)
+		check(!(r.APIServer == "kas-a" && r.Role == chain.RoleServed && r.Resource == "podgroups"), "kas-a (1.35) served podgroups: %+v", r)
 		if r.APIServer != "kas-b" {
 			continue
 		}
@@ -245,7 +246,7 @@ func realCapabilityHistory(ctx context.Context, s store.Store, c *storetest.Capt
 
 	// The API's ?at= picks each apiserver's epoch that holds the time.
 	mux := http.NewServeMux()
-	correlate.NewStoredAPI(nil, correlate.Stores{History: store.CapabilityHistory(s)}).Register(mux)
+	chainapi.New(nil, nil, chainapi.Stores{History: store.CapabilityHistory(s)}).Register(mux)
 	api := httptest.NewServer(mux)
 	defer api.Close()
 	for _, tc := range []struct {
@@ -257,7 +258,7 @@ func realCapabilityHistory(ctx context.Context, s store.Store, c *storetest.Capt
 			return err
 		}
 		var doc struct {
-			History []correlate.CapabilityRecord `json:"history"`
+			History []chain.CapabilityRecord `json:"history"`
 		}
 		err = json.NewDecoder(resp.Body).Decode(&doc)
 		resp.Body.Close()

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/peertrail/peertrail/correlate"
+	"github.com/peertrail/peertrail/chain"
 	"github.com/peertrail/peertrail/ingest/record"
 	"github.com/peertrail/peertrail/store"
 )
@@ -49,10 +49,10 @@ func rollupUpgradeHelper(ctx context.Context, fail func(string, ...any) int) int
 		}
 	}
 	base := time.Now().UTC().Truncate(time.Hour).Add(-2 * time.Hour)
-	var chains []correlate.Chain
+	var chains []chain.Chain
 	for i := range 20 {
 		at := base.Add(time.Duration(i) * time.Second)
-		chains = append(chains, chainAt(fmt.Sprintf("upgrade-%02d", i), at, correlate.StateFinal, at.Add(2*time.Second)))
+		chains = append(chains, chainAt(fmt.Sprintf("upgrade-%02d", i), at, chain.StateFinal, at.Add(2*time.Second)))
 	}
 	// Inserted with the columns of that schema (other_sides came with 0005, the sides'
 	// versions with 0011).
@@ -96,10 +96,10 @@ func rollupUpgradeHelper(ctx context.Context, fail func(string, ...any) int) int
 		return fail("%v", err)
 	}
 	w := store.NewWriter(s, codec, store.WriterOptions{})
-	var late []correlate.Chain
+	var late []chain.Chain
 	for _, c := range chains[:5] {
-		c.Revision, c.Class, c.LastReceived = 2, correlate.ClassBroken, c.LastReceived.Add(time.Minute)
-		c.Peer, c.Findings = nil, []correlate.Finding{correlate.FindingPeerAuditMissing}
+		c.Revision, c.Class, c.LastReceived = 2, chain.ClassBroken, c.LastReceived.Add(time.Minute)
+		c.Peer, c.Findings = nil, []chain.Finding{chain.FindingPeerAuditMissing}
 		late = append(late, c)
 	}
 	if err := w.WriteChains(ctx, late); err != nil {

@@ -1,9 +1,12 @@
 package store
 
 import (
+	"context"
 	"encoding/binary"
 	"fmt"
+	"io"
 	"math"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -267,4 +270,111 @@ func appendMap[V any](b []byte, m map[string]V, val valueEncoder) ([]byte, error
 		}
 	}
 	return b, nil
+}
+
+// The rows of the writers (eventrows.go, chainwriter.go) streamed to the engine as it reads
+// them, and the RowBinary values they share.
+
+// rowBinaryStreamer is a Store that takes RowBinary from a reader (the embedded engine).
+type rowBinaryStreamer interface {
+	insertRowBinaryStream(ctx context.Context, table string, columns []Column, r io.Reader) error
+}
+
+// insertStream streams rs into table in one insert, encoding it in a buffer of w.rows.
+func (w *Writer) insertStream(ctx context.Context, s rowBinaryStreamer, table string, columns []Column, rs *rowStream) error {
+	buf, _ := w.rows.Get()
+	rs.buf = buf[:0]
+	err := s.insertRowBinaryStream(ctx, table, columns, rs)
+	w.rows.Put(rs.buf[:0])
+	return err
+}
+
+// insertRowBinaryStream streams r, RowBinary for columns, into table in one insert.
+func (s *Embedded) insertRowBinaryStream(ctx context.Context, table string, columns []Column, r io.Reader) error {
+	_, err := s.engine.Insert(ctx, insertStatement(table, columns), "RowBinary", r)
+	return embeddedError("insert", err)
+}
+
+// rowStream is an io.Reader of n RowBinary rows, row appending the i-th, encoded a chunk at a
+// time as it is read (the chains' and the events' streams). A unit that row appends may be
+// several rows (a spool frame's) or none.
+type rowStream struct {
+	n    int
+	row  func(b []byte, i int) []byte
+	next int
+	buf  []byte
+	off  int
+	// err, once row sets it, ends the stream with it.
+	err error
+}
+
+func (r *rowStream) Read(p []byte) (int, error) {
+	for r.off == len(r.buf) {
+		if r.next == r.n {
+			return 0, io.EOF
+		}
+		r.buf, r.off = r.buf[:0], 0
+		for r.next < r.n && len(r.buf) < rowReaderChunk && r.err == nil {
+			r.buf = r.row(r.buf, r.next)
+			r.next++
+		}
+		if r.err != nil {
+			return 0, r.err
+		}
+	}
+	n := copy(p, r.buf[r.off:])
+	r.off += n
+	return n, nil
+}
+
+// done reports whether every row was read.
+func (r *rowStream) done() bool { return r.next == r.n && r.off == len(r.buf) }
+
+func rbString(b []byte, s string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(s)))
+	return append(b, s...)
+}
+
+func rbBool(b []byte, x bool) []byte {
+	if x {
+		return append(b, 1)
+	}
+	return append(b, 0)
+}
+
+func rbStrings(b []byte, ss []string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(ss)))
+	for _, s := range ss {
+		b = rbString(b, s)
+	}
+	return b
+}
+
+// rbTime is DateTime64(6): microseconds since 1970, as the generic encoder computes them (the
+// zero time is 0, the column default).
+func rbTime(b []byte, t time.Time) []byte {
+	var ticks int64
+	if !t.IsZero() {
+		ticks = t.UnixNano() / 1000
+	}
+	return binary.LittleEndian.AppendUint64(b, uint64(ticks))
+}
+
+// rbExtra is a Map(String, Array(String)) with its keys sorted, as mapEncoder writes it, so
+// that equal maps are equal bytes. Extras are rare and small; sorting them allocates.
+func rbExtra(b []byte, m map[string][]string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(m)))
+	if len(m) == 0 {
+		return b
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		b = rbString(b, k)
+		b = rbStrings(b, m[k])
+	}
+	return b
 }

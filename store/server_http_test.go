@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/peertrail/peertrail/correlate"
+	"github.com/peertrail/peertrail/chain"
 	"github.com/peertrail/peertrail/store"
 	"github.com/peertrail/peertrail/store/sqlhttp"
 )
@@ -120,12 +120,12 @@ func TestServerStoreAgainstEngine(t *testing.T) {
 
 	// Chains through clickhouse-go, a side missing (zero times) included.
 	base := time.Now().UTC().Truncate(time.Hour).Add(-14 * time.Hour)
-	var chains []correlate.Chain
+	var chains []chain.Chain
 	for i := range 10 {
-		c := chainAt("server-chain-"+strconv.Itoa(i), base.Add(time.Duration(i)*time.Second), correlate.StateFinal, base.Add(time.Duration(i+2)*time.Second))
+		c := chainAt("server-chain-"+strconv.Itoa(i), base.Add(time.Duration(i)*time.Second), chain.StateFinal, base.Add(time.Duration(i+2)*time.Second))
 		c.Entry.APIServer = "server-chains-a"
 		if i%2 == 0 {
-			c.Peer, c.Class = nil, correlate.ClassMisleading404
+			c.Peer, c.Class = nil, chain.ClassMisleading404
 		}
 		chains = append(chains, c)
 	}

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/peertrail/peertrail/correlate"
+	"github.com/peertrail/peertrail/chain"
 	"github.com/peertrail/peertrail/ingest/record"
 	"github.com/peertrail/peertrail/ingest/spool"
 	"github.com/peertrail/peertrail/store"
@@ -124,10 +124,10 @@ func TestTwoAggregatorsShareOneServerStore(t *testing.T) {
 
 	// Chains: both aggregators judged the same requests alike (same id, same version).
 	base := time.Now().UTC().Truncate(time.Hour).Add(-15 * time.Hour)
-	var chains []correlate.Chain
+	var chains []chain.Chain
 	for i := range 200 {
 		at := base.Add(time.Duration(i) * 100 * time.Millisecond)
-		c := chainAt(fmt.Sprintf("shared-chain-%04d", i), at, correlate.StateFinal, at.Add(2*time.Second))
+		c := chainAt(fmt.Sprintf("shared-chain-%04d", i), at, chain.StateFinal, at.Add(2*time.Second))
 		c.Entry.APIServer = "shared-chains-a"
 		chains = append(chains, c)
 	}
@@ -147,10 +147,10 @@ func TestTwoAggregatorsShareOneServerStore(t *testing.T) {
 		t.Fatalf("chains written by both: %s rows, %s under FINAL, %s counted by the rollup; want 200 each", rowsAll, final, counted)
 	}
 	// At the same moment, neither sees the other's: rows twice until merged, once under FINAL.
-	var more []correlate.Chain
+	var more []chain.Chain
 	for i := range 50 {
 		at := base.Add(30*time.Minute + time.Duration(i)*100*time.Millisecond)
-		c := chainAt(fmt.Sprintf("shared-race-%04d", i), at, correlate.StateFinal, at.Add(2*time.Second))
+		c := chainAt(fmt.Sprintf("shared-race-%04d", i), at, chain.StateFinal, at.Add(2*time.Second))
 		c.Entry.APIServer = "shared-race-a"
 		more = append(more, c)
 	}

@@ -24,6 +24,12 @@ import (
 // Database is the ClickHouse database that holds every peertrail table.
 const Database = "peertrail"
 
+// Table names, database-qualified.
+const (
+	EventsTable = Database + ".events"
+	ChainsTable = Database + ".chains"
+)
+
 // Store is one ClickHouse engine holding the peertrail database.
 //
 // Concurrency: a Store is safe for use by several goroutines at once. The embedded engine runs

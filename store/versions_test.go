@@ -6,16 +6,16 @@ import (
 	"testing"
 	"time"
 
-	"github.com/peertrail/peertrail/correlate"
+	"github.com/peertrail/peertrail/chain"
 	"github.com/peertrail/peertrail/ingest/record"
 	"github.com/peertrail/peertrail/store"
-	"github.com/peertrail/peertrail/store/storetest"
+	"github.com/peertrail/peertrail/test/storetest"
 )
 
 // TestVersionRollupOfAnyBinary: the dashboard's "Apiserver versions" panel (the
 // apiserver_versions query over the rollup of migration 0004) learns each apiserver's version
 // from its own loopback calls whatever its binary is called, and agrees with the correlator
-// (correlate.AgentVersion) on the version of every real-world agent; calls that only look like
+// (chain.AgentVersion) on the version of every real-world agent; calls that only look like
 // an apiserver's own (a forwarded copy, peer discovery, a kubelet) teach it nothing.
 func TestVersionRollupOfAnyBinary(t *testing.T) {
 	s := engine(t)
@@ -67,7 +67,7 @@ func TestVersionRollupOfAnyBinary(t *testing.T) {
 		got[r.Value(i, "apiserver")] += r.Value(i, "version")
 	}
 	for a, agent := range own {
-		want, err := correlate.AgentVersion(agent)
+		want, err := chain.AgentVersion(agent)
 		if err != nil {
 			t.Fatalf("the correlator refuses %q: %v", agent, err)
 		}

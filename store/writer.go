@@ -6,21 +6,19 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sort"
-	"strconv"
 	"sync"
 	"time"
 
 	"github.com/zeebo/xxh3"
 
-	"github.com/peertrail/peertrail/correlate"
 	"github.com/peertrail/peertrail/ingest/record"
 	"github.com/peertrail/peertrail/ingest/spool"
 	"github.com/peertrail/peertrail/internal/bufpool"
+	"github.com/peertrail/peertrail/metrics"
 )
 
 // ConsumerName is the writer's spool consumer name; register it in spool.Options.Consumers.
-const ConsumerName = "store"
+const ConsumerName = metrics.ConsumerStore
 
 // WriterOptions tune a Writer; zero values take defaults.
 type WriterOptions struct {
@@ -77,7 +75,7 @@ func (o *WriterOptions) defaults() {
 // folds duplicates by its sorting key, as a backstop for anything else.)
 //
 // A Writer assumes it is the only writer of the events table. Consume must be called from
-// one goroutine (spool.Run does); WriteChains may be called concurrently with it.
+// one goroutine (Spool.Run does); WriteChains may be called concurrently with it.
 type Writer struct {
 	store   Store
 	codec   *record.Codec
@@ -86,12 +84,12 @@ type Writer struct {
 	metrics *writerMetrics
 
 	// Consume's state (one goroutine). The writer gathers frames, not records: a frame's
-	// payload (S2-compressed) is about a tenth of its decoded records with their strings and
-	// raw JSON, and a flush decodes one frame at a time as the engine reads the rows.
+	// payload (S2-compressed) is a fraction of its decoded records with their strings and raw
+	// JSON, and a flush decodes one frame at a time as the engine reads the rows.
 	frames []pendingFrame
 	// payloads holds the gathered frames' payloads one after another, each frame's at the
-	// same offset whatever array holds it now; its memory serves the next insert's. A copy of
-	// its own for each frame was a tenth of all the process allocated at a steady rate.
+	// same offset whatever array holds it now; its memory serves the next insert's, rather
+	// than a copy of its own for each frame.
 	payloads []byte
 	pending  int                 // records in frames
 	bufFrom  spool.Position      // Pos of the first entry with records in frames
@@ -509,228 +507,6 @@ func arrayLiteral(ss []string) string {
 		b = append(b, QuoteString(s)...)
 	}
 	return string(append(b, ']'))
-}
-
-// WriteChains writes chains into the chains table; it is the correlator's sink. It is
-// idempotent: a chain version the table already holds (the same id with a version at least as
-// high, see ChainVersion, and as many records) is not written again; a chain that joined more
-// records than the row the table holds is written one revision above it, whatever revision it
-// came with (a replay after a restart numbers revisions afresh). When a chain supersedes a final row the table
-// holds (a late record reopened and reclassified it, or a replay after a restart), the same
-// insert writes that row again as StateRetracted: the rollups count it -1 where they counted
-// it, so they count each chain once, in its final class. Safe for concurrent use.
-//
-// What the table holds of a chain is known without asking it for the chains this writer wrote
-// and for those first received after the newest first receipt the table held when it started
-// (see writtenChains); the store is asked only about the rest: replays after a restart, final
-// rows a later revision supersedes (whose row the retraction repeats), and what a failed insert
-// may have left. Like the events, this assumes the writer is the only writer of the table.
-func (w *Writer) WriteChains(ctx context.Context, chains []correlate.Chain) error {
-	if len(chains) == 0 {
-		return nil
-	}
-	w.chainMu.Lock()
-	defer w.chainMu.Unlock()
-	rec := w.written
-
-	// The newest version of each chain in this batch.
-	keys := make([]chainKey, len(chains))
-	latest := make(map[chainKey]int, len(chains))
-	for i := range chains {
-		c := &chains[i]
-		if c.ID == "" {
-			return fmt.Errorf("store: chain of auditID %q has no id", c.AuditID)
-		}
-		keys[i] = rec.key(c.ID)
-		if j, ok := latest[keys[i]]; !ok || ChainVersion(c) > ChainVersion(&chains[j]) {
-			latest[keys[i]] = i
-		}
-	}
-	if !rec.known {
-		newest, err := w.newestChainReceived(ctx)
-		if err != nil {
-			return fmt.Errorf("store: find where the chains table ends: %w", err)
-		}
-		rec.setFloor(newest)
-	}
-	// Decide each chain from the record, or set it aside to ask the store.
-	write := make([]*correlate.Chain, 0, len(latest))
-	var lookup []int
-	for i := range chains {
-		c := &chains[i]
-		if latest[keys[i]] != i {
-			continue
-		}
-		v, ok := rec.version(keys[i])
-		switch {
-		case ok && v >= ChainVersion(c):
-			continue // written already
-		case ok && !versionFinal(v):
-			write = append(write, c) // over an open row, which no rollup counted
-		case ok || rec.mayBeStored(c.FirstReceived):
-			lookup = append(lookup, i)
-		default:
-			write = append(write, c) // first received after anything the table can hold
-		}
-	}
-	if len(lookup) > 0 {
-		w.chainMetrics.lookedUp.Add(float64(len(lookup)))
-		stored, err := w.storedChainVersions(ctx, chains, lookup)
-		if err != nil {
-			return err
-		}
-		for _, i := range lookup {
-			c := &chains[i]
-			prev, ok := stored[c.ID]
-			if ok && prev.version >= ChainVersion(c) {
-				if int(prev.records) >= c.Records {
-					rec.put(keys[i], prev.version, c.FirstReceived)
-					continue
-				}
-				// The stored row lacks records this one joined: a replay after a restart
-				// joins in one pass, at a lower revision, the records a correlator had joined
-				// over several (and two aggregators number their revisions apart). It
-				// supersedes the row, one revision above it.
-				c.Revision = int(min(prev.version>>54, 1<<10-2)) + 1
-			}
-			if prev.final != nil {
-				r := *prev.final
-				r.State = StateRetracted
-				write = append(write, &r)
-			}
-			write = append(write, c)
-		}
-	}
-	written, retracted := 0, 0
-	var newest time.Time
-	for _, c := range write {
-		if c.State == StateRetracted {
-			retracted++
-			continue
-		}
-		written++
-		if c.LastReceived.After(newest) {
-			newest = c.LastReceived
-		}
-	}
-	if skipped := len(chains) - written; skipped > 0 {
-		w.metrics.rowsSkipped.WithLabelValues("chains").Add(float64(skipped))
-	}
-	defer w.chainMetrics.observe(rec)
-	if len(write) == 0 {
-		return nil
-	}
-	start := time.Now()
-	err := w.insertChains(ctx, write)
-	w.metrics.insertDuration.WithLabelValues("chains").Observe(time.Since(start).Seconds())
-	if err != nil {
-		// Some of it may have landed: what the table holds of these chains is unknown until
-		// it is read again.
-		for _, c := range write {
-			if c.State != StateRetracted {
-				rec.forget(rec.key(c.ID))
-			}
-		}
-		rec.unsure()
-		w.metrics.insertErrors.WithLabelValues("chains").Inc()
-		return fmt.Errorf("store: insert %d chains: %w", len(write), err)
-	}
-	for _, c := range write {
-		if c.State != StateRetracted {
-			rec.put(rec.key(c.ID), ChainVersion(c), c.FirstReceived)
-		}
-	}
-	w.metrics.chainsRetracted.Add(float64(retracted))
-	w.metrics.rowsWritten.WithLabelValues("chains").Add(float64(len(write)))
-	w.metrics.newest.WithLabelValues("chains").Set(float64(newest.UnixNano()) / 1e9)
-	return nil
-}
-
-// newestChainReceived is max(first_received) of the chains table (zero when empty), answered
-// from the parts' partition min/max (the table is partitioned by it).
-func (w *Writer) newestChainReceived(ctx context.Context) (time.Time, error) {
-	return w.newestIn(ctx, ChainsTable, "first_received")
-}
-
-// chainLookupChunk bounds the chains whose stored versions one query looks up: the ids travel
-// as a query parameter, which the HTTP protocol puts in the URL (ClickHouse accepts 1 MiB).
-const chainLookupChunk = 5000
-
-// StateRetracted is the state of a chain row the writer writes again when a newer version
-// supersedes it: the rollups take back what they counted of it.
-const StateRetracted correlate.State = "retracted"
-
-// storedChain is what the table holds of a chain: its highest version, how many records that row
-// joined, and that row when it is final (what the rollups counted).
-type storedChain struct {
-	version uint64
-	records uint32
-	final   *correlate.Chain
-}
-
-// storedChainVersions returns what the table holds of the chains at idx (which it sorts).
-func (w *Writer) storedChainVersions(ctx context.Context, chains []correlate.Chain, idx []int) (map[string]storedChain, error) {
-	// In order of first receipt, so that each chunk spans a short time range.
-	sort.Slice(idx, func(a, b int) bool { return chains[idx[a]].FirstReceived.Before(chains[idx[b]].FirstReceived) })
-	out := make(map[string]storedChain, len(idx))
-	for len(idx) > 0 {
-		n := min(len(idx), chainLookupChunk)
-		if err := w.lookupChainVersions(ctx, chains, idx[:n], out); err != nil {
-			return nil, err
-		}
-		idx = idx[n:]
-	}
-	return out, nil
-}
-
-func (w *Writer) lookupChainVersions(ctx context.Context, chains []correlate.Chain, idx []int, out map[string]storedChain) error {
-	var lo, hi time.Time
-	ids := make([]string, 0, len(idx))
-	auditIDs := map[string]bool{}
-	for _, i := range idx {
-		c := &chains[i]
-		ids = append(ids, c.ID)
-		auditIDs[c.AuditID] = true
-		if lo.IsZero() || c.FirstReceived.Before(lo) {
-			lo = c.FirstReceived
-		}
-		if c.FirstReceived.After(hi) {
-			hi = c.FirstReceived
-		}
-	}
-	aids := make([]string, 0, len(auditIDs))
-	for a := range auditIDs {
-		aids = append(aids, a)
-	}
-	// The conditions follow the sorting key (hour of first_received, audit_id, id), so this
-	// reads only the granules of these chains.
-	res, err := w.store.Query(ctx, `SELECT * FROM `+ChainsTable+`
-WHERE first_received >= {lo:DateTime64(6, 'UTC')} AND first_received <= {hi:DateTime64(6, 'UTC')}
-  AND audit_id IN {audit_ids:Array(String)} AND id IN {ids:Array(String)}
-ORDER BY version DESC
-LIMIT 1 BY id`,
-		map[string]string{"lo": FormatTime(lo), "hi": FormatTime(hi), "audit_ids": arrayLiteral(aids), "ids": arrayLiteral(ids)})
-	if err != nil {
-		return fmt.Errorf("store: look up stored chain versions: %w", err)
-	}
-	for i := range res.Rows {
-		v, err := strconv.ParseUint(res.Value(i, "version"), 10, 64)
-		if err != nil {
-			return fmt.Errorf("store: stored chain version %q: %w", res.Value(i, "version"), err)
-		}
-		n, err := strconv.ParseUint(res.Value(i, "records"), 10, 32)
-		if err != nil {
-			return fmt.Errorf("store: stored chain records %q: %w", res.Value(i, "records"), err)
-		}
-		sc := storedChain{version: v, records: uint32(n)}
-		if correlate.State(res.Value(i, "state")) == correlate.StateFinal {
-			if sc.final, err = ChainFromRow(res, i); err != nil {
-				return fmt.Errorf("store: stored chain: %w", err)
-			}
-		}
-		out[res.Value(i, "id")] = sc
-	}
-	return nil
 }
 
 // Pending is how many records wait in memory for the next flush.

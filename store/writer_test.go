@@ -12,7 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
-	"github.com/peertrail/peertrail/correlate"
+	"github.com/peertrail/peertrail/chain"
 	"github.com/peertrail/peertrail/ingest/record"
 	"github.com/peertrail/peertrail/ingest/spool"
 	"github.com/peertrail/peertrail/metrics"
@@ -630,7 +630,7 @@ func TestChainsTableFoldsVersionsOfOneInsert(t *testing.T) {
 	at := time.Now().UTC().Truncate(time.Hour).Add(-20*time.Hour + 345_678_901)
 	var rows [][]any
 	for i := range 20 {
-		c := chainAt(fmt.Sprintf("fold-chain-%02d", i), at.Add(time.Duration(i)*time.Second), correlate.StateFinal, at.Add(time.Minute))
+		c := chainAt(fmt.Sprintf("fold-chain-%02d", i), at.Add(time.Duration(i)*time.Second), chain.StateFinal, at.Add(time.Minute))
 		// Sides of their own: other tests count the chains of chainAt's apiservers.
 		entry, peer := *c.Entry, *c.Peer
 		entry.APIServer, peer.APIServer = "fold-chains-a", "fold-chains-c"
@@ -666,11 +666,11 @@ func TestChainsTableFoldsVersionsOfOneInsert(t *testing.T) {
 }
 
 // chainAt is a final chain of a proxied request received at t.
-func chainAt(id string, t time.Time, state correlate.State, last time.Time) correlate.Chain {
-	entry := &correlate.Side{APIServer: "chains-a", Code: 200, User: "alice", RequestReceived: t, Completed: t.Add(5 * time.Millisecond), Stages: []string{"RequestReceived", "ResponseComplete"}}
-	peer := &correlate.Side{APIServer: "chains-c", Code: 200, User: "alice", RequestReceived: t.Add(time.Millisecond), Completed: t.Add(4 * time.Millisecond), Stages: []string{"RequestReceived", "ResponseComplete"}, HasObjects: true}
-	return correlate.Chain{
-		ID: id + "/chains-a/" + strconv.FormatInt(t.UnixMicro(), 10), AuditID: id, State: state, Class: correlate.ClassProxied,
+func chainAt(id string, t time.Time, state chain.State, last time.Time) chain.Chain {
+	entry := &chain.Side{APIServer: "chains-a", Code: 200, User: "alice", RequestReceived: t, Completed: t.Add(5 * time.Millisecond), Stages: []string{"RequestReceived", "ResponseComplete"}}
+	peer := &chain.Side{APIServer: "chains-c", Code: 200, User: "alice", RequestReceived: t.Add(time.Millisecond), Completed: t.Add(4 * time.Millisecond), Stages: []string{"RequestReceived", "ResponseComplete"}, HasObjects: true}
+	return chain.Chain{
+		ID: id + "/chains-a/" + strconv.FormatInt(t.UnixMicro(), 10), AuditID: id, State: state, Class: chain.ClassProxied,
 		Entry: entry, Peer: peer, Verb: "get", Group: "scheduling.k8s.io", Version: "v1alpha2", Resource: "podgroups",
 		User: "alice", Code: 200, EntryDurationSeconds: 0.005, PeerDurationSeconds: 0.003, ForwardingOverheadSeconds: 0.002,
 		FirstReceived: t.Add(time.Second), LastReceived: last, Records: 4,
@@ -689,17 +689,17 @@ func TestWriteChainsIdempotent(t *testing.T) {
 	}
 	t.Cleanup(func() { s.Exec(context.Background(), "SYSTEM START MERGES peertrail.chains") })
 	base := time.Now().UTC().Truncate(time.Hour).Add(-12 * time.Hour)
-	var open, final []correlate.Chain
+	var open, final []chain.Chain
 	for i := range 50 {
 		at := base.Add(time.Duration(i) * time.Second)
 		id := fmt.Sprintf("chain-test-%04d", i)
-		o := chainAt(id, at, correlate.StateOpen, at.Add(time.Second))
-		o.Peer, o.Class, o.Records = nil, correlate.ClassBroken, 2
+		o := chainAt(id, at, chain.StateOpen, at.Add(time.Second))
+		o.Peer, o.Class, o.Records = nil, chain.ClassBroken, 2
 		open = append(open, o)
-		final = append(final, chainAt(id, at, correlate.StateFinal, at.Add(2*time.Second)))
+		final = append(final, chainAt(id, at, chain.StateFinal, at.Add(2*time.Second)))
 	}
 	w := store.NewWriter(s, codec, store.WriterOptions{})
-	for _, batch := range [][]correlate.Chain{open, final, final, open} {
+	for _, batch := range [][]chain.Chain{open, final, final, open} {
 		if err := w.WriteChains(ctx, batch); err != nil {
 			t.Fatal(err)
 		}
@@ -726,9 +726,9 @@ func TestWriteChainsIdempotent(t *testing.T) {
 	}
 	// A late record reopened some chains: the correlator finalises them again with revision 2
 	// (and another class). Chains FINAL has revision 2; the rollup still counts each once.
-	var reopened []correlate.Chain
+	var reopened []chain.Chain
 	for _, c := range final[:10] {
-		c.Revision, c.Class, c.LastReceived = 2, correlate.ClassBroken, c.LastReceived.Add(30*time.Second)
+		c.Revision, c.Class, c.LastReceived = 2, chain.ClassBroken, c.LastReceived.Add(30*time.Second)
 		reopened = append(reopened, c)
 	}
 	for range 2 {
@@ -758,7 +758,7 @@ func TestWriteChainsIdempotent(t *testing.T) {
 		t.Errorf("%s chains FINAL rows not final", got)
 	}
 	// Within one batch, the newest version of a chain wins.
-	mixed := []correlate.Chain{final[0], open[0]}
+	mixed := []chain.Chain{final[0], open[0]}
 	mixed[0].ID, mixed[1].ID = "mixed", "mixed"
 	if err := w.WriteChains(ctx, mixed); err != nil {
 		t.Fatal(err)
@@ -770,13 +770,13 @@ func TestWriteChainsIdempotent(t *testing.T) {
 
 func TestChainVersionOrder(t *testing.T) {
 	at := time.Now()
-	open := chainAt("v", at, correlate.StateOpen, at.Add(time.Second))
-	final := chainAt("v", at, correlate.StateFinal, at.Add(time.Second))
-	later := chainAt("v", at, correlate.StateOpen, at.Add(2*time.Second))
-	rev2 := chainAt("v", at, correlate.StateFinal, at.Add(time.Second))
+	open := chainAt("v", at, chain.StateOpen, at.Add(time.Second))
+	final := chainAt("v", at, chain.StateFinal, at.Add(time.Second))
+	later := chainAt("v", at, chain.StateOpen, at.Add(2*time.Second))
+	rev2 := chainAt("v", at, chain.StateFinal, at.Add(time.Second))
 	rev2.Revision = 2
 	rev2.LastReceived = at // even with an earlier last record (clock trouble), a revision wins
-	order := []correlate.Chain{open, final, later, rev2}
+	order := []chain.Chain{open, final, later, rev2}
 	for i := 1; i < len(order); i++ {
 		if store.ChainVersion(&order[i-1]) >= store.ChainVersion(&order[i]) {
 			t.Fatalf("version %d: %d, not above the one before (%d)", i, store.ChainVersion(&order[i]), store.ChainVersion(&order[i-1]))
@@ -801,9 +801,9 @@ func TestWriteChainsOddAuditIDs(t *testing.T) {
 		t.Run(n, func(t *testing.T) {
 			base := time.Now().UTC().Truncate(time.Hour).Add(-15 * time.Hour)
 			apiserver := "odd-" + n
-			var chains []correlate.Chain
+			var chains []chain.Chain
 			for i, id := range odd {
-				c := chainAt(id, base.Add(time.Duration(i)*time.Second), correlate.StateFinal, base.Add(time.Duration(i+2)*time.Second))
+				c := chainAt(id, base.Add(time.Duration(i)*time.Second), chain.StateFinal, base.Add(time.Duration(i+2)*time.Second))
 				c.ID = n + "/" + c.ID
 				c.Entry.APIServer = apiserver
 				chains = append(chains, c)
@@ -843,10 +843,10 @@ func TestWriteChainsLargeBatch(t *testing.T) {
 	defer server.Close()
 	base := time.Now().UTC().Truncate(time.Hour).Add(-16 * time.Hour)
 	const n = 12_000
-	chains := make([]correlate.Chain, n)
+	chains := make([]chain.Chain, n)
 	for i := range chains {
 		at := base.Add(time.Duration(i) * 200 * time.Millisecond)
-		chains[i] = chainAt(fmt.Sprintf("large-%06d-4a1b2c3d-0000-4000-8000-00000000abcd", i), at, correlate.StateFinal, at.Add(2*time.Second))
+		chains[i] = chainAt(fmt.Sprintf("large-%06d-4a1b2c3d-0000-4000-8000-00000000abcd", i), at, chain.StateFinal, at.Add(2*time.Second))
 		chains[i].Entry.APIServer = "large-a"
 	}
 	w := store.NewWriter(server, codec, store.WriterOptions{})
@@ -884,19 +884,19 @@ func TestReplayedChainWithMoreRecordsSupersedes(t *testing.T) {
 	ctx := context.Background()
 	codec := newCodec(t)
 	at := time.Now().UTC().Truncate(time.Hour).Add(-9 * time.Hour)
-	alone := chainAt("replayed-more", at, correlate.StateFinal, at.Add(time.Second))
+	alone := chainAt("replayed-more", at, chain.StateFinal, at.Add(time.Second))
 	alone.ID = "replayed-more-id"
-	alone.Entry, alone.Class, alone.Records, alone.Revision = nil, correlate.ClassLocal, 1, 2
+	alone.Entry, alone.Class, alone.Records, alone.Revision = nil, chain.ClassLocal, 1, 2
 	alone.Peer.APIServer = "replay-c"
 	before := store.NewWriter(s, codec, store.WriterOptions{})
-	if err := before.WriteChains(ctx, []correlate.Chain{alone}); err != nil {
+	if err := before.WriteChains(ctx, []chain.Chain{alone}); err != nil {
 		t.Fatal(err)
 	}
-	both := chainAt("replayed-more", at, correlate.StateFinal, at.Add(time.Second))
+	both := chainAt("replayed-more", at, chain.StateFinal, at.Add(time.Second))
 	both.ID, both.Revision, both.Records = "replayed-more-id", 1, 2
 	both.Peer.APIServer = "replay-c"
 	after := store.NewWriter(s, codec, store.WriterOptions{}) // the restarted process
-	if err := after.WriteChains(ctx, []correlate.Chain{both}); err != nil {
+	if err := after.WriteChains(ctx, []chain.Chain{both}); err != nil {
 		t.Fatal(err)
 	}
 	res := query(t, s, "SELECT class, revision, records FROM peertrail.chains FINAL WHERE id = 'replayed-more-id'", nil)
@@ -908,7 +908,7 @@ func TestReplayedChainWithMoreRecordsSupersedes(t *testing.T) {
 		t.Fatalf("chains_per_minute: %v, want the chain counted once, as proxied", counted.Rows)
 	}
 	// The same chain again, as many records, a lower revision: written already.
-	if err := store.NewWriter(s, codec, store.WriterOptions{}).WriteChains(ctx, []correlate.Chain{both}); err != nil {
+	if err := store.NewWriter(s, codec, store.WriterOptions{}).WriteChains(ctx, []chain.Chain{both}); err != nil {
 		t.Fatal(err)
 	}
 	if n, _ := strconv.Atoi(scalar(t, s, "SELECT count() FROM peertrail.chains WHERE id = 'replayed-more-id' AND state = 'final'", nil)); n > 2 {

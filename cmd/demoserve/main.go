@@ -3,7 +3,7 @@
 // store and serves its ClickHouse HTTP interface, so that `peertrail sql` and `peertrail report`
 // (and Grafana, curl) can be tried and documented without a live control plane (INVESTIGATION.md
 // is its output). `peertrail demo` is the user's demo; this one loads the test captures
-// (store/storetest), which is why it lives beside peertrail's command rather than in it:
+// (test/storetest), which is why it lives beside peertrail's command rather than in it:
 //
 //	go run ./cmd/demoserve -listen 127.0.0.1:8123 &
 //	peertrail report --since 24h
@@ -36,7 +36,7 @@ import (
 	"github.com/peertrail/peertrail/ingest/spool"
 	"github.com/peertrail/peertrail/store"
 	"github.com/peertrail/peertrail/store/sqlhttp"
-	"github.com/peertrail/peertrail/store/storetest"
+	"github.com/peertrail/peertrail/test/storetest"
 )
 
 func main() {

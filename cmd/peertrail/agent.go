@@ -83,7 +83,7 @@ Settings come from flags and an optional YAML file (--config), as serve's:
 			}
 			// As serve: an acknowledgement that becomes runnable gets a P of its own at once,
 			// rather than waiting for the shippers or the collector to yield one.
-			if procs, set := widenScheduler(); set {
+			if procs, set := server.WidenScheduler(); set {
 				log.Debug("Go scheduler widened", "gomaxprocs", procs)
 			}
 			srv, err := server.NewAgent(cmd.Context(), cfg, log)

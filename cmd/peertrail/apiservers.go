@@ -10,7 +10,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/peertrail/peertrail/correlate"
+	"github.com/peertrail/peertrail/chain"
+	"github.com/peertrail/peertrail/internal/termsafe"
 )
 
 func newAPIServersCommand(_ *globalFlags) *cobra.Command {
@@ -73,16 +74,16 @@ only: give a reader's token (--token-file, or $PEERTRAIL_TOKEN) or certificate.`
 				return err
 			}
 			var doc struct {
-				At      *time.Time                   `json:"at"`
-				Since   time.Time                    `json:"since"`
-				Until   time.Time                    `json:"until"`
-				History []correlate.CapabilityRecord `json:"history"`
+				At      *time.Time               `json:"at"`
+				Since   time.Time                `json:"since"`
+				Until   time.Time                `json:"until"`
+				History []chain.CapabilityRecord `json:"history"`
 			}
 			if err := json.Unmarshal(body, &doc); err != nil {
 				return fmt.Errorf("decode the capability history: %w", err)
 			}
 			if resourceOnly != "" {
-				var kept []correlate.CapabilityRecord
+				var kept []chain.CapabilityRecord
 				for _, r := range doc.History {
 					if r.Resource == resourceOnly {
 						kept = append(kept, r)
@@ -114,8 +115,9 @@ only: give a reader's token (--token-file, or $PEERTRAIL_TOKEN) or certificate.`
 				if version == "" {
 					version = "-"
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\n", r.APIServer, version, r.Role,
-					correlate.GVR{Group: r.Group, Version: r.APIVersion, Resource: r.Resource},
+				// Versions come from user agents, which a client chooses where names are not configured.
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\n", termsafe.String(r.APIServer), termsafe.String(version), r.Role,
+					termsafe.String(chain.GVR{Group: r.Group, Version: r.APIVersion, Resource: r.Resource}.String()),
 					r.From.Format(time.RFC3339), r.Until.Format(time.RFC3339), r.Requests)
 			}
 			return tw.Flush()

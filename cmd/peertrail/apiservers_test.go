@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/peertrail/peertrail/correlate"
+	"github.com/peertrail/peertrail/chain"
 )
 
 // peertrail apiservers asks /api/v1/apiservers for the capability history (?at= or ?since=)
@@ -22,10 +22,10 @@ func TestAPIServersPrintsTheHistory(t *testing.T) {
 			return
 		}
 		gotQuery, gotAuth = r.URL.RawQuery, r.Header.Get("Authorization")
-		json.NewEncoder(w).Encode(map[string]any{"at": t0, "since": t0.Add(-time.Hour), "until": t0.Add(time.Hour), "history": []correlate.CapabilityRecord{
-			{APIServer: "kas-b", Version: "v1.35.4", Role: correlate.RoleForwarded, Group: "scheduling.k8s.io", APIVersion: "v1alpha2", Resource: "podgroups", From: t0, Until: t0.Add(time.Minute), Requests: 4},
-			{APIServer: "kas-c", Version: "v1.36.3", Role: correlate.RoleServed, Group: "scheduling.k8s.io", APIVersion: "v1alpha2", Resource: "podgroups", From: t0, Until: t0.Add(2 * time.Minute), Requests: 9},
-			{APIServer: "kas-c", Version: "v1.36.3", Role: correlate.RoleServed, Group: "", APIVersion: "v1", Resource: "configmaps", From: t0, Until: t0.Add(time.Minute), Requests: 1},
+		json.NewEncoder(w).Encode(map[string]any{"at": t0, "since": t0.Add(-time.Hour), "until": t0.Add(time.Hour), "history": []chain.CapabilityRecord{
+			{APIServer: "kas-b", Version: "v1.35.4", Role: chain.RoleForwarded, Group: "scheduling.k8s.io", APIVersion: "v1alpha2", Resource: "podgroups", From: t0, Until: t0.Add(time.Minute), Requests: 4},
+			{APIServer: "kas-c", Version: "v1.36.3", Role: chain.RoleServed, Group: "scheduling.k8s.io", APIVersion: "v1alpha2", Resource: "podgroups", From: t0, Until: t0.Add(2 * time.Minute), Requests: 9},
+			{APIServer: "kas-c", Version: "v1.36.3", Role: chain.RoleServed, Group: "", APIVersion: "v1", Resource: "configmaps", From: t0, Until: t0.Add(time.Minute), Requests: 1},
 		}})
 	}))
 	defer srv.Close()

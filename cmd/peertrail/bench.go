@@ -57,7 +57,7 @@ It prints the accepted rate (acknowledged events per second of sending) and the 
 rate (events per second from the first batch sent to the last chain final; a chain is final a
 --chain-window after its last record, 30 s by default, as deployed), the acknowledge latency,
 the server's CPU seconds, peak RSS and mean RSS over the last minute of the load (what a
-steady --rate holds; from /proc), bytes per event on disk (system.parts),
+steady --rate holds; from /proc), bytes per event on disk (system.tables),
 and ceilings measured in the same run on the same batches, the server stopped: decoding alone
 (an HTTP server in this process that decodes each body and answers 200), once with the
 receiver's own decoder and once with encoding/json into the audit.k8s.io/v1 EventList of

@@ -12,7 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/peertrail/peertrail/correlate"
+	"github.com/peertrail/peertrail/chain"
 	"github.com/peertrail/peertrail/internal/termsafe"
 )
 
@@ -66,7 +66,7 @@ or $PEERTRAIL_TOKEN) or certificate (--client-cert, --client-key).`,
 			if records {
 				return printChainRecords(cmd.OutOrStdout(), body)
 			}
-			var ans correlate.ChainAnswer
+			var ans chain.ChainAnswer
 			if err := json.Unmarshal(body, &ans); err != nil || ans.Chain == nil {
 				return fmt.Errorf("decode chain: %w", err)
 			}
@@ -83,12 +83,12 @@ or $PEERTRAIL_TOKEN) or certificate (--client-cert, --client-key).`,
 
 // printChains prints the answer of GET /api/v1/chains/{auditID}: every chain of the auditID,
 // oldest first, or with one (--chain) that one in full and the others in a line each.
-func printChains(w io.Writer, ans *correlate.ChainAnswer, one bool) {
+func printChains(w io.Writer, ans *chain.ChainAnswer, one bool) {
 	if ans.Warning != "" {
 		fmt.Fprintf(w, "warning: %s\n\n", termsafe.String(ans.Warning))
 	}
-	all := append(append([]*correlate.Chain{}, ans.OtherChains...), ans.Chain)
-	correlate.SortChains(all)
+	all := append(append([]*chain.Chain{}, ans.OtherChains...), ans.Chain)
+	chain.SortChains(all)
 	n := len(all)
 	if n == 1 {
 		printChain(w, ans.Chain)
@@ -117,7 +117,7 @@ func printChains(w io.Writer, ans *correlate.ChainAnswer, one bool) {
 }
 
 // chainLine is one chain in a line: its ID, class, request and who answered.
-func chainLine(c *correlate.Chain) string {
+func chainLine(c *chain.Chain) string {
 	who := "-"
 	if s := c.Entry; s != nil {
 		who = s.APIServer
@@ -128,7 +128,7 @@ func chainLine(c *correlate.Chain) string {
 		c.FirstReceived.Format("2006-01-02T15:04:05.000000Z07:00")))
 }
 
-func printChain(w io.Writer, c *correlate.Chain) {
+func printChain(w io.Writer, c *chain.Chain) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	findings := "none"
 	if len(c.Findings) > 0 {
@@ -152,12 +152,12 @@ func printChain(w io.Writer, c *correlate.Chain) {
 	row("findings", "%s", findings)
 	row("why", "%s", c.Explanation)
 	row("request", "%s %s", c.Verb, c.RequestURI)
-	row("resource", "%s", correlate.GVR{Group: c.Group, Version: c.Version, Resource: c.Resource})
+	row("resource", "%s", chain.GVR{Group: c.Group, Version: c.Version, Resource: c.Resource})
 	row("user", "%s", user)
 	row("client got", "%d", c.Code)
 	for _, s := range []struct {
 		role string
-		side *correlate.Side
+		side *chain.Side
 	}{{"entry", c.Entry}, {"peer", c.Peer}} {
 		if s.side == nil {
 			row(s.role, "(no record)")
@@ -169,14 +169,14 @@ func printChain(w io.Writer, c *correlate.Chain) {
 	for _, o := range c.Others {
 		row("also", "%s%s answered %d, sourceIPs %v", o.APIServer, onVersion(o), o.Code, o.SourceIPs)
 	}
-	if c.Class == correlate.ClassProxied {
+	if c.Class == chain.ClassProxied {
 		row("forwarding overhead", "%s", time.Duration(c.ForwardingOverheadSeconds*float64(time.Second)).Round(time.Microsecond))
 	}
 	tw.Flush()
 }
 
 // onVersion is " (v1.36.3)", the version the side's apiserver ran then, or "" when unknown.
-func onVersion(s *correlate.Side) string {
+func onVersion(s *chain.Side) string {
 	if s.APIServerVersion == "" {
 		return ""
 	}

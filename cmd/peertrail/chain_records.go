@@ -7,7 +7,7 @@ import (
 	"io"
 	"strings"
 
-	"github.com/peertrail/peertrail/correlate"
+	"github.com/peertrail/peertrail/chain"
 	"github.com/peertrail/peertrail/internal/termsafe"
 )
 
@@ -17,9 +17,9 @@ import (
 // not escape U+202E): each line is escaped as printChain's values are.
 func printChainRecords(w io.Writer, body []byte) error {
 	var r struct {
-		Chain             correlate.Chain          `json:"chain"`
-		ChainsWithAuditID int                      `json:"chains_with_audit_id"`
-		Records           []correlate.StoredRecord `json:"records"`
+		Chain             chain.Chain          `json:"chain"`
+		ChainsWithAuditID int                  `json:"chains_with_audit_id"`
+		Records           []chain.StoredRecord `json:"records"`
 	}
 	if err := json.Unmarshal(body, &r); err != nil {
 		return fmt.Errorf("decode chain records: %w", err)

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/peertrail/peertrail/correlate"
+	"github.com/peertrail/peertrail/chain"
 )
 
 // peertrail chain --records asks /api/v1/chains/{auditID}/records and prints the chain, then
@@ -25,10 +25,10 @@ func TestChainRecordsPrintsTheRawEvents(t *testing.T) {
 			return
 		}
 		json.NewEncoder(w).Encode(map[string]any{
-			"chain": correlate.Chain{ID: id + "/kas-b", AuditID: id, State: correlate.StateFinal, Class: correlate.ClassProxyFailed,
-				Findings: []correlate.Finding{correlate.FindingPeerDown}, Verb: "create", Resource: "podgroups", Code: 503,
-				Entry: &correlate.Side{APIServer: "kas-b", Code: 503, Stages: []string{"RequestReceived", "ResponseComplete"}}},
-			"records": []correlate.StoredRecord{
+			"chain": chain.Chain{ID: id + "/kas-b", AuditID: id, State: chain.StateFinal, Class: chain.ClassProxyFailed,
+				Findings: []chain.Finding{chain.FindingPeerDown}, Verb: "create", Resource: "podgroups", Code: 503,
+				Entry: &chain.Side{APIServer: "kas-b", Code: 503, Stages: []string{"RequestReceived", "ResponseComplete"}}},
+			"records": []chain.StoredRecord{
 				{APIServer: "kas-b", Stage: "RequestReceived", StageTimestamp: t0, ReceivedAt: t0.Add(time.Second),
 					Event: json.RawMessage(`{"auditID":"` + id + `","stage":"RequestReceived","verb":"create"}`)},
 				{APIServer: "kas-b", Stage: "ResponseComplete", StageTimestamp: t0.Add(2 * time.Millisecond), ReceivedAt: t0.Add(time.Second),
@@ -60,8 +60,8 @@ func TestChainRecordsPrintsTheRawEvents(t *testing.T) {
 		t.Fatal(err)
 	}
 	var doc struct {
-		Chain   correlate.Chain          `json:"chain"`
-		Records []correlate.StoredRecord `json:"records"`
+		Chain   chain.Chain          `json:"chain"`
+		Records []chain.StoredRecord `json:"records"`
 	}
 	if err := json.Unmarshal([]byte(out), &doc); err != nil || doc.Chain.AuditID != id || len(doc.Records) != 2 {
 		t.Errorf("chain --records -o json: %v\n%s", err, out)

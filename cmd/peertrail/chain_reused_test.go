@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/peertrail/peertrail/correlate"
+	"github.com/peertrail/peertrail/chain"
 )
 
 // peertrail chain of an auditID a client gave to two requests (a DELETE of a Secret, then a
@@ -17,20 +17,20 @@ import (
 func TestChainPrintsEveryChainOfAnAuditID(t *testing.T) {
 	t0 := time.Date(2026, 12, 5, 9, 0, 0, 0, time.UTC)
 	const id = "x\x1b]0;owned\x07"
-	del := &correlate.Chain{ID: "c-delete", AuditID: id, State: correlate.StateFinal, Class: correlate.ClassLocal,
-		Findings: []correlate.Finding{correlate.FindingAuditIDReused}, Verb: "delete", RequestURI: "/api/v1/namespaces/team/secrets/db",
+	del := &chain.Chain{ID: "c-delete", AuditID: id, State: chain.StateFinal, Class: chain.ClassLocal,
+		Findings: []chain.Finding{chain.FindingAuditIDReused}, Verb: "delete", RequestURI: "/api/v1/namespaces/team/secrets/db",
 		Version: "v1", Resource: "secrets", Code: 200, FirstReceived: t0,
-		Entry: &correlate.Side{APIServer: "kas-a", Code: 200, UserAgent: "evil\u202eagent", Stages: []string{"ResponseComplete"}}}
-	get := &correlate.Chain{ID: "c-get", AuditID: id, State: correlate.StateFinal, Class: correlate.ClassLocal,
-		Findings: []correlate.Finding{correlate.FindingAuditIDReused}, Verb: "get", RequestURI: "/api/v1/namespaces/team/configmaps/c\x1b[2Jm",
+		Entry: &chain.Side{APIServer: "kas-a", Code: 200, UserAgent: "evil\u202eagent", Stages: []string{"ResponseComplete"}}}
+	get := &chain.Chain{ID: "c-get", AuditID: id, State: chain.StateFinal, Class: chain.ClassLocal,
+		Findings: []chain.Finding{chain.FindingAuditIDReused}, Verb: "get", RequestURI: "/api/v1/namespaces/team/configmaps/c\x1b[2Jm",
 		Version: "v1", Resource: "configmaps", Code: 200, FirstReceived: t0.Add(time.Minute),
-		Entry: &correlate.Side{APIServer: "kas-a", Code: 200, Stages: []string{"ResponseComplete"}}}
+		Entry: &chain.Side{APIServer: "kas-a", Code: 200, Stages: []string{"ResponseComplete"}}}
 	var asked []string
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		asked = append(asked, r.URL.RequestURI())
-		ans := correlate.ChainAnswer{Chain: get, ChainsWithAuditID: 2, OtherChains: []*correlate.Chain{del}}
+		ans := chain.ChainAnswer{Chain: get, ChainsWithAuditID: 2, OtherChains: []*chain.Chain{del}}
 		if r.URL.Query().Get("chain") == "c-delete" {
-			ans = correlate.ChainAnswer{Chain: del, ChainsWithAuditID: 2, OtherChains: []*correlate.Chain{get}}
+			ans = chain.ChainAnswer{Chain: del, ChainsWithAuditID: 2, OtherChains: []*chain.Chain{get}}
 		}
 		json.NewEncoder(w).Encode(ans)
 	}))
@@ -71,7 +71,7 @@ func TestChainPrintsEveryChainOfAnAuditID(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var ans correlate.ChainAnswer
+	var ans chain.ChainAnswer
 	if err := json.Unmarshal([]byte(out), &ans); err != nil || ans.Chain == nil || ans.RequestURI != get.RequestURI || ans.ChainsWithAuditID != 2 ||
 		len(ans.OtherChains) != 1 || ans.OtherChains[0].Entry.UserAgent != "evil\u202eagent" {
 		t.Errorf("-o json is not the answer exact: %v\n%s", err, out)

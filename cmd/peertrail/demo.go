@@ -18,8 +18,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/peertrail/peertrail/chain"
 	"github.com/peertrail/peertrail/config"
-	"github.com/peertrail/peertrail/correlate"
 	"github.com/peertrail/peertrail/gate"
 	"github.com/peertrail/peertrail/server"
 	"github.com/peertrail/peertrail/simulate"
@@ -182,7 +182,7 @@ func runDemo(ctx context.Context, f *demoFlags, out, errOut io.Writer) error {
 	// An example to look at: a misleading 404 peertrail recognised as one, else a forwarded
 	// request, else any (a short run may have none of the first).
 	example := "<auditID>"
-	for _, class := range []correlate.Class{correlate.ClassMisleading404, correlate.ClassProxied, ""} {
+	for _, class := range []chain.Class{chain.ClassMisleading404, chain.ClassProxied, ""} {
 		if c, err := listChains(ctx, reader, srv.URL(), class); err == nil && len(c) > 0 {
 			example = c[0].AuditID
 			break
@@ -386,12 +386,12 @@ func demoGate(ctx context.Context, out io.Writer, c *http.Client, base string) e
 	return nil
 }
 
-func listChains(ctx context.Context, c *http.Client, base string, class correlate.Class) ([]*correlate.Chain, error) {
+func listChains(ctx context.Context, c *http.Client, base string, class chain.Class) ([]*chain.Chain, error) {
 	body, err := apiGet(ctx, c, base, "/api/v1/chains?limit=1&class="+string(class))
 	if err != nil {
 		return nil, err
 	}
-	var l struct{ Chains []*correlate.Chain }
+	var l struct{ Chains []*chain.Chain }
 	return l.Chains, json.Unmarshal(body, &l)
 }
 

@@ -10,6 +10,8 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+
+	"github.com/peertrail/peertrail/internal/termsafe"
 )
 
 // The exit statuses of every command (documented in the root command's help and README.md).
@@ -117,7 +119,8 @@ func oneLine(s string) string {
 	if i := strings.IndexByte(s, '\n'); i >= 0 {
 		s = strings.TrimSpace(s[:i]) + " …"
 	}
-	return s
+	// An error can quote what a client chose (an engine error quotes the stored value).
+	return termsafe.String(s)
 }
 
 // unreachable recognises an error of a request that reached no server (refused, no such host,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/peertrail/peertrail/internal/termsafe"
 	"io"
 	"strings"
 	"sync"
@@ -210,7 +211,8 @@ func printVerdict(out io.Writer, v gate.Verdict) {
 		if !c.OK {
 			mark = "FAIL"
 		}
-		fmt.Fprintf(tw, "  %s\t%s\t%s\n", mark, c.Name, c.Detail)
+		// Details name apiservers and versions, which a client chooses where they are not configured.
+		fmt.Fprintf(tw, "  %s\t%s\t%s\n", mark, c.Name, termsafe.String(c.Detail))
 	}
 	tw.Flush()
 }

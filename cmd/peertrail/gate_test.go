@@ -14,9 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/peertrail/peertrail/correlate"
+	"github.com/peertrail/peertrail/chain"
 	"github.com/peertrail/peertrail/gate"
-	"github.com/peertrail/peertrail/ingest"
 )
 
 // TestGateAndChainReachATLSServe: serve listens with TLS by default, so gate and chain must
@@ -24,10 +23,10 @@ import (
 func TestGateAndChainReachATLSServe(t *testing.T) {
 	broken := 0
 	g := gate.New(gate.DefaultThresholds(), gate.Sources{
-		Recent: func(time.Duration) correlate.Totals {
-			return correlate.Totals{Chains: map[correlate.Class]int{correlate.ClassBroken: broken}, Findings: map[correlate.Finding]int{}}
+		Recent: func(time.Duration) chain.Totals {
+			return chain.Totals{Chains: map[chain.Class]int{chain.ClassBroken: broken}, Findings: map[chain.Finding]int{}}
 		},
-		APIServers:  func() []correlate.ServerInfo { return nil },
+		APIServers:  func() []chain.ServerInfo { return nil },
 		LastBatches: func() map[string]time.Time { return map[string]time.Time{"kas-a": time.Now()} },
 		Started:     time.Now(),
 	}, slog.New(slog.DiscardHandler))
@@ -69,18 +68,18 @@ func TestGateAndChainReachATLSServe(t *testing.T) {
 // the aggregators caught up with their agents (real gates with agent sources, over HTTP).
 func TestGateOverSeveralAggregators(t *testing.T) {
 	type agg struct {
-		agents []ingest.AgentStatus
+		agents []gate.Agent
 		broken int
 	}
 	start := func(a *agg) string {
 		g := gate.New(gate.DefaultThresholds(), gate.Sources{
-			Recent: func(time.Duration) correlate.Totals {
-				return correlate.Totals{Chains: map[correlate.Class]int{correlate.ClassBroken: a.broken}, Findings: map[correlate.Finding]int{}}
+			Recent: func(time.Duration) chain.Totals {
+				return chain.Totals{Chains: map[chain.Class]int{chain.ClassBroken: a.broken}, Findings: map[chain.Finding]int{}}
 			},
-			APIServers:  func() []correlate.ServerInfo { return nil },
+			APIServers:  func() []chain.ServerInfo { return nil },
 			LastBatches: func() map[string]time.Time { return map[string]time.Time{"kas-a": time.Now()} },
 			Started:     time.Now(),
-			Agents:      func() []ingest.AgentStatus { return a.agents },
+			Agents:      func() []gate.Agent { return a.agents },
 			StreamTime:  time.Now,
 		}, slog.New(slog.DiscardHandler))
 		mux := http.NewServeMux()
@@ -89,11 +88,11 @@ func TestGateOverSeveralAggregators(t *testing.T) {
 		t.Cleanup(srv.Close)
 		return srv.URL
 	}
-	caughtUp := func() []ingest.AgentStatus {
-		return []ingest.AgentStatus{{Name: "node-a", Heard: time.Now(), StoredTime: time.Now()}}
+	caughtUp := func() []gate.Agent {
+		return []gate.Agent{{Name: "node-a", Heard: time.Now(), StoredTime: time.Now()}}
 	}
-	behind := func() []ingest.AgentStatus {
-		return []ingest.AgentStatus{{Name: "node-a", Heard: time.Now().Add(-time.Minute), LagSeconds: -1, LagBytes: 100}}
+	behind := func() []gate.Agent {
+		return []gate.Agent{{Name: "node-a", Heard: time.Now().Add(-time.Minute), LagSeconds: -1, LagBytes: 100}}
 	}
 	a, b := &agg{agents: caughtUp()}, &agg{agents: behind()}
 	ua, ub := start(a), start(b)
@@ -142,5 +141,18 @@ func TestGateOverSeveralAggregators(t *testing.T) {
 	if err != nil || json.Unmarshal([]byte(out), &doc) != nil || !doc.Proceed || len(doc.Servers) != 2 ||
 		!doc.Servers[0].CaughtUp || doc.Servers[1].CaughtUp || doc.Servers[1].Verdict == nil || doc.Servers[1].Verdict.Proceed {
 		t.Fatalf("gate -o json over two servers: %v %+v\n%s", err, doc, out)
+	}
+}
+
+// What a client chose reaches the operator's terminal escaped: a gate detail naming an
+// apiserver version taken from a user agent, and an error quoting a stored value.
+func TestVerdictAndErrorsEscapeForTheTerminal(t *testing.T) {
+	var b strings.Builder
+	printVerdict(&b, gate.Verdict{Verdict: "pause", Checks: []gate.Check{{Name: "version_skew", Detail: "kas-x runs v1.36.0\x1b]0;owned\x07\u202e"}}})
+	if strings.ContainsAny(b.String(), "\x1b\x07\u202e") {
+		t.Errorf("the verdict printed a control character: %q", b.String())
+	}
+	if s := oneLine("Code: 6. DB::Exception: Cannot parse 'a\x1b[2J\u009b'"); strings.ContainsAny(s, "\x1b\u009b") {
+		t.Errorf("an error printed a control character: %q", s)
 	}
 }

@@ -11,11 +11,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/peertrail/peertrail/correlate"
+	"github.com/peertrail/peertrail/chain"
 	"github.com/peertrail/peertrail/store"
 	"github.com/peertrail/peertrail/store/chdb"
 	"github.com/peertrail/peertrail/store/queries"
-	"github.com/peertrail/peertrail/store/storetest"
+	"github.com/peertrail/peertrail/test/storetest"
 )
 
 // TestReportSources: the report's queries read the rare chains from report_chains and the
@@ -44,20 +44,20 @@ func TestReportSources(t *testing.T) {
 	}
 	// Reclassify: a later revision of some misleading 404s and broken chains turns them into
 	// proxied chains without findings, and of some proxied chains into broken ones.
-	var again []correlate.Chain
-	turned := map[correlate.Class]int{}
+	var again []chain.Chain
+	turned := map[chain.Class]int{}
 	for _, c := range sc.Chains {
-		if c.State != correlate.StateFinal || turned[c.Class] >= 3 {
+		if c.State != chain.StateFinal || turned[c.Class] >= 3 {
 			continue
 		}
 		r := c
 		r.Revision++
 		r.LastReceived = r.LastReceived.Add(time.Second)
 		switch c.Class {
-		case correlate.ClassMisleading404, correlate.ClassBroken:
-			r.Class, r.Findings = correlate.ClassProxied, nil
-		case correlate.ClassProxied:
-			r.Class = correlate.ClassBroken
+		case chain.ClassMisleading404, chain.ClassBroken:
+			r.Class, r.Findings = chain.ClassProxied, nil
+		case chain.ClassProxied:
+			r.Class = chain.ClassBroken
 		default:
 			continue
 		}
@@ -122,7 +122,7 @@ func TestReportSources(t *testing.T) {
 				if name == "chains_by_class" && (col.Name == "p50_ms" || col.Name == "p99_ms") {
 					// A reclassified chain's duration stays in the digest of its first class
 					// (migration 0006): compare the classes no chain left or joined.
-					if turned[correlate.Class(want.Rows[i][0])] == 0 && want.Rows[i][0] != string(correlate.ClassProxied) && !closeEnough(g, w) {
+					if turned[chain.Class(want.Rows[i][0])] == 0 && want.Rows[i][0] != string(chain.ClassProxied) && !closeEnough(g, w) {
 						t.Errorf("%s row %d %s: %s, want about %s", name, i, col.Name, g, w)
 					}
 					continue

@@ -2,8 +2,6 @@ package main
 
 import (
 	"fmt"
-	"os"
-	"runtime"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -112,7 +110,7 @@ line wins over the file. The file also lists the apiservers:
 			if err := preflight(cfg); err != nil {
 				return err
 			}
-			if procs, set := widenScheduler(); set {
+			if procs, set := server.WidenScheduler(); set {
 				log.Debug("Go scheduler widened", "gomaxprocs", procs)
 			}
 			srv, err := server.New(cmd.Context(), cfg, log)
@@ -204,6 +202,8 @@ func bindStoreFlags(f *pflag.FlagSet, cfg *config.File) {
 	f.IntVar(&cfg.Store.SQLMaxConcurrentQueries, "sql-max-concurrent-queries", 0, "SQL queries that run at once, beside the store writer; more wait up to 10s, then get 503 (default 2)")
 	f.Var(&cfg.Store.SQLMaxQueryMemory, "sql-max-query-memory", "memory one SQL query may use, enforced by the engine (default 1Gi, or less when the engine's cap is small: the reads at once take at most half of it)")
 	f.Var(&cfg.Store.SQLMaxExecutionTime, "sql-max-execution-time", "time one SQL query may run before the engine stops it (default 30s; a client may ask for less)")
+	f.BoolVar(&cfg.Store.Unconfined, "unconfined-engine", false, "leave the embedded engine's threads free to reach the whole file system and the network (by default, where the\n"+
+		"kernel has Landlock, they reach only <data-dir>/clickhouse and the system files the engine reads: not the credentials)")
 	f.Var(&cfg.Store.MaxMemory, "store-max-memory", "memory the embedded engine may use in all, writer and queries together, a hard cap (default: half of --memory-limit)")
 	f.Var(&cfg.Store.Retention, "retention", "how long events and chains are kept in the store (TTL)")
 	f.StringVar(&cfg.Store.DSN, "clickhouse-dsn", "", "ClickHouse server to use with --store clickhouse: clickhouse://host:9000 (native protocol), http(s)://host:8123 (HTTP); ?secure=true for TLS")
@@ -255,20 +255,4 @@ func applyConfigFile(fs *pflag.FlagSet, path string, cfg *config.File) error {
 		}
 	}
 	return cfg.Validate()
-}
-
-// widenScheduler gives the Go scheduler twice as many Ps as the CPUs it would use, unless
-// $GOMAXPROCS says otherwise, and reports the number it set. With one P per CPU, a webhook
-// request that becomes runnable while the correlator, the store writer and the garbage
-// collector hold every P waits for one of them to yield, up to Go's 10 ms time slice; with more
-// Ps its goroutine runs on a thread of its own at once and the kernel, which favours a thread
-// that has just woken, shares the CPUs. Measured at 10k events/s on 2 CPUs with the embedded
-// store: acknowledge p99 29-32 ms instead of 43-103 ms (BENCHMARKS.md).
-func widenScheduler() (int, bool) {
-	if os.Getenv("GOMAXPROCS") != "" {
-		return runtime.GOMAXPROCS(0), false
-	}
-	n := 2 * runtime.GOMAXPROCS(0)
-	runtime.GOMAXPROCS(n)
-	return n, true
 }

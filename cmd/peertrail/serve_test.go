@@ -3,7 +3,6 @@ package main
 import (
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -71,19 +70,5 @@ func TestConfigFileErrors(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("config %q: error %v, want one mentioning %q", text, err, want)
 		}
-	}
-}
-
-func TestWidenScheduler(t *testing.T) {
-	before := runtime.GOMAXPROCS(0)
-	defer runtime.GOMAXPROCS(before)
-
-	t.Setenv("GOMAXPROCS", "3")
-	if n, set := widenScheduler(); set || n != before || runtime.GOMAXPROCS(0) != before {
-		t.Fatalf("with $GOMAXPROCS set: %d (set %v), GOMAXPROCS now %d, want %d untouched", n, set, runtime.GOMAXPROCS(0), before)
-	}
-	os.Unsetenv("GOMAXPROCS") // restored by t.Setenv's cleanup
-	if n, set := widenScheduler(); !set || n != 2*before || runtime.GOMAXPROCS(0) != 2*before {
-		t.Fatalf("without $GOMAXPROCS: %d (set %v), GOMAXPROCS now %d, want %d", n, set, runtime.GOMAXPROCS(0), 2*before)
 	}
 }

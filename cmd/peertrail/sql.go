@@ -168,9 +168,11 @@ the serving process answers. With --clickhouse-dsn it queries a ClickHouse serve
 
 The interface asks for a password: --clickhouse-password-file, $CLICKHOUSE_PASSWORD, or by
 default data/sql-password, which serve makes up when it is given none (its --data-dir). It runs
-exactly one read statement (SELECT, WITH, SHOW, DESCRIBE, EXISTS, EXPLAIN) on a read-only
-connection of the engine, within serve's memory, time and row limits; a SETTINGS clause that
-changes a setting is refused.
+exactly one read statement (SELECT and WITH, DESCRIBE, EXPLAIN, SHOW DATABASES, SHOW TABLES) on a
+read-only connection of the engine, within serve's memory, time, row and result-size limits, and
+only what its allowlist admits: the tables of the peertrail database and system.tables, columns,
+databases, functions and one; the functions reviewed in store/sqlhttp/functions.txt; no table
+function and no SETTINGS clause (SECURITY.md).
 
 The tables are in the database peertrail (the default database of the serve endpoint):
 events, chains, audit_ids and the per-minute rollups events_per_minute, request_latency_per_minute,

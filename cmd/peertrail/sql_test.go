@@ -17,7 +17,7 @@ import (
 	"github.com/peertrail/peertrail/store"
 	"github.com/peertrail/peertrail/store/chdb"
 	"github.com/peertrail/peertrail/store/sqlhttp"
-	"github.com/peertrail/peertrail/store/storetest"
+	"github.com/peertrail/peertrail/test/storetest"
 )
 
 // runCLI runs the root command with args and returns its output.

@@ -369,12 +369,10 @@ func (ix *Index) Expire(now time.Time) {
 	ix.Seal(now)
 }
 
-// Seal turns every minute's map into a run, the current minute's too: a map costs about 31
-// bytes a key and a run 9, and at 10,000 events/s a minute's map held 21 MB of the Go heap
-// (more while it was sorted: the map, its keys and the run at once). Every call but the
-// first of a minute merges what came since into the minute's run, so a minute is one run,
-// kept in memory while the clock is in it (it is merged again at the next call) and spilled
-// once it is over. A Seal called while another is sorting returns at once; the next call
+// Seal turns every minute's map into a run, the current minute's too: a run costs a fraction of
+// a map's bytes a key (BENCHMARKS.md, "An eleventh session"). Every call but the first of a
+// minute merges what came since into the minute's run, so a minute is one run, kept in memory
+// while the clock is in it (it is merged again at the next call) and spilled once it is over. A Seal called while another is sorting returns at once; the next call
 // seals what it left. Expire calls it.
 func (ix *Index) Seal(now time.Time) {
 	current := minuteOf(now)

@@ -16,10 +16,11 @@ import (
 	"github.com/peertrail/peertrail/ingest/record"
 	"github.com/peertrail/peertrail/ingest/spool"
 	"github.com/peertrail/peertrail/internal/fsutil"
+	"github.com/peertrail/peertrail/metrics"
 )
 
 // ConsumerName is the spool consumer name of the Persister.
-const ConsumerName = "dedup"
+const ConsumerName = metrics.ConsumerDedup
 
 // Key files: the magic, then the keys, 16 bytes each. Version 1 put their count (a uvarint)
 // after the magic, which meant holding a minute's keys until the minute was over; version 2

@@ -225,8 +225,8 @@ func readRecords(r *reader, recs []Record, keys int) ([]Record, error) {
 // FrameReader decodes frames into memory it keeps from one frame to the next, for a consumer
 // that turns each record into something else before it reads the next frame (the events
 // writer makes each a row for the engine): once that memory has grown to the frames, decoding
-// allocates nothing. Decoding every frame into fresh strings, lists, maps and raw JSON was half
-// of all the process allocated, and so half of what its collector ran for.
+// allocates nothing, where fresh strings, lists, maps and raw JSON for every frame were what
+// most of the collector's work was for (BENCHMARKS.md, "A fourteenth session").
 //
 // The records a Decode returns alias that memory, their strings, lists, maps and Raw included:
 // they are valid until the next Decode, which overwrites them; whatever must outlive it must

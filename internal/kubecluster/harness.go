@@ -14,25 +14,25 @@
 // tails are printed when the test fails. PEERTRAIL_E2E_KEEP=<dir> keeps the
 // directory of every run (see TempDir).
 //
-// Typical use:
+// Typical use (test/e2e/harness gives the end-to-end tests the same names):
 //
-//	pki, _ := harness.NewPKI(harness.TempDir(t) + "/pki")
-//	rec, _ := harness.StartRecorder(pki.ServerCA, "") // or your own receiver
-//	c, err := harness.Start(ctx, t, harness.Config{
+//	pki, _ := kubecluster.NewPKI(kubecluster.TempDir(t) + "/pki")
+//	rec, _ := kubecluster.StartRecorder(pki.ServerCA, "") // or your own receiver
+//	c, err := kubecluster.Start(ctx, t, kubecluster.Config{
 //		PKI: pki,
-//		Servers: []harness.ServerConfig{
-//			{Name: "kas-a", Version: harness.OldVersion},
-//			{Name: "kas-c", Version: harness.NewVersion,
+//		Servers: []kubecluster.ServerConfig{
+//			{Name: "kas-a", Version: kubecluster.OldVersion},
+//			{Name: "kas-c", Version: kubecluster.NewVersion,
 //				FeatureGates:  map[string]bool{"GenericWorkload": true},
 //				RuntimeConfig: map[string]string{"scheduling.k8s.io/v1alpha2": "true"}},
 //		},
-//		Webhook: &harness.WebhookConfig{URL: rec.WebhookURL}, // batch, max wait 1s
+//		Webhook: &kubecluster.WebhookConfig{URL: rec.WebhookURL}, // batch, max wait 1s
 //	})
 //	if err != nil { t.Fatal(err) }
 //	err = c.WaitPeerProxy(ctx, "kas-a", "/apis/scheduling.k8s.io/v1alpha2/podgroups")
 //	cfg, _ := c.UserConfig("kas-a", "alice", "team-a") // rest.Config; also AdminConfig, ImpersonateConfig
 //	c.StopGraceful("kas-c"); c.Kill("kas-c"); c.StartServer(ctx, "kas-c", "")
-//	c.ReplaceServer(ctx, "kas-a", harness.NewVersion) // a rolling-upgrade step
+//	c.ReplaceServer(ctx, "kas-a", kubecluster.NewVersion) // a rolling-upgrade step
 package kubecluster
 
 import (

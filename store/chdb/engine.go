@@ -82,6 +82,11 @@ var process struct {
 	mu      sync.Mutex
 	open    bool   // an Engine is open
 	libPath string // the library loaded into this process, "" before the first Open
+	// rules confine the engine's threads once an Open asked for it, and confinedTo are the
+	// directories they may write: the engine's threads outlive an Engine and Landlock cannot
+	// be lifted, so every later Open of the process is confined the same way, to them.
+	rules      *ruleset
+	confinedTo []string
 }
 
 // Options configure Open.
@@ -110,6 +115,11 @@ type Options struct {
 	// LogLevel is the engine log's level: fatal, critical, error, warning, notice, information,
 	// debug or trace. Empty means DefaultLogLevel.
 	LogLevel string
+	// Confine confines the engine's threads with Landlock, where the kernel has it (see
+	// Engine.Confined): they may read the library and the system files the engine needs, read
+	// and write DataDir and the log file's directory, and nothing else of the file system,
+	// and make no TCP connection. The rest of the process is not confined. It needs DataDir.
+	Confine bool
 	// DirtyPageDecay is how long the engine's allocator keeps the pages the engine freed
 	// before it returns them to the OS (jemalloc's dirty_decay_ms; see allocatorConf). 0
 	// keeps the library's own, 5 s. It takes effect when the library is loaded, at the first
@@ -132,11 +142,10 @@ const allocatorConfEnv = "JE_MALLOC_CONF"
 // allocatorConf sets the allocator's options for the library about to be loaded, unless the
 // operator set allocatorConfEnv: theirs wins, whole.
 //
-// Why: at a steady 10,000 events/s the engine had 135-210 MB allocated but 320-440 MB
-// resident on average, the difference being pages it had freed and jemalloc kept for reuse
-// for 5 s (its dirty pages): every insert and merge frees what it used. A decay of 1 s held
-// 100-250 MB less, for 7-25% more CPU in the process, the page faults that take the pages
-// again (BENCHMARKS.md); so it is a choice for a process short of memory, not a default.
+// Why: every insert and merge frees what it used, and jemalloc keeps freed pages resident for
+// 5 s (its dirty pages); a shorter decay holds less for more CPU, the page faults that take
+// the pages again (BENCHMARKS.md, "A fourth session"), so it is a choice for a process short
+// of memory, not a default.
 func allocatorConf(decay time.Duration) {
 	if decay <= 0 || os.Getenv(allocatorConfEnv) != "" {
 		return
@@ -187,16 +196,17 @@ func logArgs(file, level string) []string {
 // and releases the process-wide slot, after which Open may be called again —
 // with the same library file. Methods on a closed Engine return ErrClosed.
 type Engine struct {
-	sem     chan struct{} // one token: held while a statement runs or while closing
-	thread  *thread       // runs every C call
-	idle    *idler        // moves the engine's own threads to SCHED_IDLE; nil when not at nice
-	api     *api
-	conn    unsafe.Pointer // chdb_connection * returned by chdb_connect; nil once closed
-	handle  unsafe.Pointer // *conn, the chdb_connection the query calls take
-	libPath string
-	dataDir string
-	logFile string // "" when the engine keeps no log
-	version string
+	sem      chan struct{} // one token: held while a statement runs or while closing
+	thread   *thread       // runs every C call
+	idle     *idler        // moves the engine's own threads to SCHED_IDLE; nil when not at nice
+	confined *ruleset      // every call thread's Landlock ruleset (the process's); nil when not confined
+	api      *api
+	conn     unsafe.Pointer // chdb_connection * returned by chdb_connect; nil once closed
+	handle   unsafe.Pointer // *conn, the chdb_connection the query calls take
+	libPath  string
+	dataDir  string
+	logFile  string // "" when the engine keeps no log
+	version  string
 	// chunk is Insert's read buffer, kept between inserts (under sem): a fresh megabyte per
 	// insert was most of what the store's writers allocated.
 	chunk []byte
@@ -228,14 +238,31 @@ func Open(ctx context.Context, opts Options) (*Engine, error) {
 	if nice == 0 {
 		nice = DefaultNice
 	}
+	if err := keepsConfinement(opts); err != nil {
+		return nil, err
+	}
+	if opts.Confine && process.rules == nil {
+		rs, err := confine(libPath, &opts)
+		if err != nil {
+			return nil, err
+		}
+		if rs.enforced() {
+			process.rules, process.confinedTo = rs, []string{opts.DataDir, filepath.Dir(opts.LogFile)}
+		}
+	}
+	rs := process.rules
 	// The engine starts its threads while it loads and connects, so both happen on its thread.
 	idle := newIdler(nice)
-	t := startThread(nice, idle)
+	t, err := startThread(nice, idle, rs)
+	if err != nil {
+		return nil, err
+	}
 	e, err := open(ctx, t, libPath, opts)
 	if err != nil {
 		t.stop()
 		return nil, err
 	}
+	e.confined = rs
 	if t.nice > 0 {
 		// Without a nice value of their own, the engine's threads cannot be told from the
 		// runtime's.
@@ -245,6 +272,51 @@ func Open(ctx context.Context, opts Options) (*Engine, error) {
 	process.open = true
 	return e, nil
 }
+
+// confine builds the engine's ruleset for opts (made absolute, its directories created, as
+// the ruleset names them).
+func confine(libPath string, opts *Options) (*ruleset, error) {
+	if opts.DataDir == "" {
+		return nil, errors.New("chdb: Confine needs a DataDir")
+	}
+	var err error
+	if opts.DataDir, err = filepath.Abs(opts.DataDir); err != nil {
+		return nil, fmt.Errorf("chdb: data directory %q: %w", opts.DataDir, err)
+	}
+	if opts.LogFile == "" {
+		opts.LogFile = filepath.Join(opts.DataDir, DefaultLogFile)
+	}
+	if opts.LogFile, err = filepath.Abs(opts.LogFile); err != nil {
+		return nil, fmt.Errorf("chdb: log file %q: %w", opts.LogFile, err)
+	}
+	for _, d := range []string{opts.DataDir, filepath.Dir(opts.LogFile)} {
+		if err := os.MkdirAll(d, 0o750); err != nil {
+			return nil, fmt.Errorf("chdb: %w", err)
+		}
+	}
+	return confinement(libPath, opts.DataDir, filepath.Dir(opts.LogFile))
+}
+
+// keepsConfinement refuses an Open outside the directories an earlier Open of the process
+// confined the engine's threads to.
+func keepsConfinement(opts Options) error {
+	if process.confinedTo == nil {
+		return nil
+	}
+	dir, err := filepath.Abs(opts.DataDir)
+	if opts.DataDir != "" && err == nil {
+		for _, d := range process.confinedTo {
+			if rel, err := filepath.Rel(d, dir); err == nil && rel != ".." && !strings.HasPrefix(rel, "../") {
+				return nil
+			}
+		}
+	}
+	return fmt.Errorf("chdb: this process's engine threads are confined to %v since its first Open (Landlock cannot be lifted, and the engine's threads outlive an Engine): open the engine there, or leave the process's first Open unconfined", process.confinedTo)
+}
+
+// Confined reports whether the kernel confines the engine's threads (Options.Confine on a
+// kernel with Landlock).
+func (e *Engine) Confined() bool { return e.confined.enforced() }
 
 // open is the part of Open that runs with process.mu held and the engine's thread started.
 func open(ctx context.Context, t *thread, libPath string, opts Options) (*Engine, error) {
@@ -501,7 +573,7 @@ func (e *Engine) Exec(ctx context.Context, sql, format string, params map[string
 		if params == nil {
 			res = e.api.queryN(e.handle, strPtr(sql), uintptr(len(sql)), strPtr(format), uintptr(len(format)))
 		} else {
-			res = queryWithParams(e.api, e.handle, sql, format, params)
+			res = queryWithParams(e.api.queryWithParamsN, e.handle, sql, format, params)
 		}
 		runtime.KeepAlive(sql)
 		runtime.KeepAlive(format)
@@ -510,8 +582,11 @@ func (e *Engine) Exec(ctx context.Context, sql, format string, params map[string
 	return r, err
 }
 
-// queryWithParams calls chdb_query_with_params_n on the connection handle.
-func queryWithParams(a *api, handle unsafe.Pointer, sql, format string, params map[string]string) unsafe.Pointer {
+// queryWithParams calls call (chdb_query_with_params_n or its streaming form) on the connection
+// handle.
+func queryWithParams(call func(conn unsafe.Pointer, q *byte, qlen uintptr, f *byte, flen uintptr,
+	names **byte, nameLens *uintptr, values **byte, valueLens *uintptr, count uintptr) unsafe.Pointer,
+	handle unsafe.Pointer, sql, format string, params map[string]string) unsafe.Pointer {
 	names := make([]string, 0, len(params))
 	for k := range params {
 		names = append(names, k)
@@ -529,7 +604,7 @@ func queryWithParams(a *api, handle unsafe.Pointer, sql, format string, params m
 		namePtrs[i], nameLens[i] = strPtr(k), uintptr(len(k))
 		valPtrs[i], valLens[i] = strPtr(vals[i]), uintptr(len(vals[i]))
 	}
-	res := a.queryWithParamsN(handle, strPtr(sql), uintptr(len(sql)), strPtr(format), uintptr(len(format)),
+	res := call(handle, strPtr(sql), uintptr(len(sql)), strPtr(format), uintptr(len(format)),
 		&namePtrs[0], &nameLens[0], &valPtrs[0], &valLens[0], uintptr(n))
 	runtime.KeepAlive(names)
 	runtime.KeepAlive(vals)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"unsafe"
 
 	"github.com/ebitengine/purego"
@@ -105,6 +106,13 @@ type api struct {
 
 	// Optional: nil when the library does not export it (before chDB 26.7.2).
 	classifyQueryN func(conn unsafe.Pointer, q *byte, qlen uintptr, db *byte, dblen uintptr, out *queryAnalysisV1) int32
+
+	// Streaming reads (Session.Stream); optional like classifyQueryN, all four or none.
+	streamQueryN           func(conn unsafe.Pointer, q *byte, qlen uintptr, f *byte, flen uintptr) unsafe.Pointer
+	streamQueryWithParamsN func(conn unsafe.Pointer, q *byte, qlen uintptr, f *byte, flen uintptr,
+		names **byte, nameLens *uintptr, values **byte, valueLens *uintptr, count uintptr) unsafe.Pointer
+	streamFetchResult func(conn unsafe.Pointer, stream unsafe.Pointer) unsafe.Pointer
+	streamCancelQuery func(conn unsafe.Pointer, stream unsafe.Pointer)
 }
 
 // dlopen loads the library. The handle is never dlclosed: unloading a library
@@ -166,6 +174,26 @@ func bindAPI(h uintptr, path string) (*api, error) {
 	}
 	if sym, err := purego.Dlsym(h, "chdb_classify_query_n"); err == nil && sym != 0 {
 		purego.RegisterFunc(&a.classifyQueryN, sym)
+	}
+	stream := []struct {
+		fptr any
+		name string
+	}{
+		{&a.streamQueryN, "chdb_stream_query_n"},
+		{&a.streamQueryWithParamsN, "chdb_stream_query_with_params_n"},
+		{&a.streamFetchResult, "chdb_stream_fetch_result"},
+		{&a.streamCancelQuery, "chdb_stream_cancel_query"},
+	}
+	syms := make([]uintptr, len(stream))
+	for i, b := range stream {
+		if sym, err := purego.Dlsym(h, b.name); err == nil {
+			syms[i] = sym
+		}
+	}
+	if !slices.Contains(syms, 0) {
+		for i, b := range stream {
+			purego.RegisterFunc(b.fptr, syms[i])
+		}
 	}
 	return a, nil
 }

@@ -116,6 +116,8 @@ func runHelper(mode string) int {
 		return 1
 	}
 	switch mode {
+	case "confined":
+		return confinedHelper(ctx, fail)
 	case "stream-inserts":
 		if err := streamInserts(); err != nil {
 			return fail("%v", err)

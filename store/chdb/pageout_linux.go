@@ -15,10 +15,9 @@ import (
 // releaseLibraryPages asks the kernel to page out what is resident of the library's read-only
 // mappings (its code and constant data) in this process, with MADV_PAGEOUT: the pages no other
 // process maps leave the process (the page cache may keep some, unmapped, until the kernel wants
-// the memory); the writable mappings are left alone. Measured with chDB 26.7.3 in peertrail
-// serve at 10,000 events/s: about 180 MB of the library's 566 MB was resident, and after a
-// page-out 45 s into the load it held 70 MB to the end of the run. It needs Linux 5.4; on an
-// older kernel it fails and changes nothing.
+// the memory); the writable mappings are left alone. What only loading ran stays out for the
+// rest of the run (BENCHMARKS.md, "An eighth session"). It needs Linux 5.4; on an older
+// kernel it fails and changes nothing.
 func releaseLibraryPages(libPath string) error {
 	fi, err := os.Stat(libPath)
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"runtime"
 	"strings"
 	"time"
@@ -70,7 +71,11 @@ func (e *Engine) OpenSession(ctx context.Context, opts SessionOptions) (*Session
 		}
 		args = append(args, "--"+kv[0]+"="+kv[1])
 	}
-	s := &Session{e: e, args: args, init: opts.Init, sem: make(chan struct{}, 1), thread: startThread(e.thread.nice, e.idle)}
+	t, err := startThread(e.thread.nice, e.idle, e.confined)
+	if err != nil {
+		return nil, err
+	}
+	s := &Session{e: e, args: args, init: opts.Init, sem: make(chan struct{}, 1), thread: t}
 	if err := s.connect(); err != nil {
 		s.thread.stop()
 		return nil, err
@@ -146,6 +151,96 @@ func (s *Session) Exec(ctx context.Context, sql, format string, params map[strin
 	if format == "" {
 		format = DefaultFormat
 	}
+	return s.run(ctx, onCancel, grace, func(handle unsafe.Pointer) (*Result, error) {
+		var res unsafe.Pointer
+		if params == nil {
+			res = s.e.api.queryN(handle, strPtr(sql), uintptr(len(sql)), strPtr(format), uintptr(len(format)))
+		} else {
+			res = queryWithParams(s.e.api.queryWithParamsN, handle, sql, format, params)
+		}
+		runtime.KeepAlive(sql)
+		runtime.KeepAlive(format)
+		return collect(s.e.api, res, "query", sql)
+	})
+}
+
+// Stream is Exec for output of unknown size: it hands the output to each chunk by chunk (with
+// the chunk's rows) as the engine formats it, so no more than a chunk is ever held here, and
+// stops the statement as soon as each returns an error: io.EOF ends the statement early as a
+// success, any other is returned. Each chunk is formatted on its own: a format with a header
+// (the *WithNames formats) repeats it in every chunk, and a document format (JSON, XML) writes
+// one document a chunk, so a caller that passes them on must join them. each is called on
+// the engine's thread and must not keep the slice. The Result has no Data; its row and byte
+// counts are the chunks' sums, and Elapsed is measured here.
+func (s *Session) Stream(ctx context.Context, sql, format string, params map[string]string, each func(chunk []byte, rows uint64) error, onCancel func(), grace time.Duration) (*Result, error) {
+	a := s.e.api
+	if a.streamQueryN == nil {
+		return nil, fmt.Errorf("%w: it does not export the streaming query functions", ErrIncompatibleLibrary)
+	}
+	if strings.IndexByte(sql, 0) >= 0 {
+		return nil, ErrNULInQuery
+	}
+	if format == "" {
+		format = DefaultFormat
+	}
+	return s.run(ctx, onCancel, grace, func(handle unsafe.Pointer) (*Result, error) {
+		start := time.Now()
+		var stream unsafe.Pointer
+		if params == nil {
+			stream = a.streamQueryN(handle, strPtr(sql), uintptr(len(sql)), strPtr(format), uintptr(len(format)))
+		} else {
+			stream = queryWithParams(a.streamQueryWithParamsN, handle, sql, format, params)
+		}
+		runtime.KeepAlive(sql)
+		runtime.KeepAlive(format)
+		if stream == nil {
+			return nil, engineError("query", sql, errNilResult.Error())
+		}
+		defer a.destroyResult(stream)
+		if msg := a.resultError(stream); msg != "" {
+			return nil, engineError("query", sql, msg)
+		}
+		r := &Result{}
+		for {
+			chunk := a.streamFetchResult(handle, stream)
+			if chunk == nil {
+				return nil, engineError("query", sql, errNilResult.Error())
+			}
+			if msg := a.resultError(chunk); msg != "" {
+				a.destroyResult(chunk)
+				return nil, engineError("query", sql, msg)
+			}
+			n := a.resultLength(chunk)
+			if n == 0 {
+				a.destroyResult(chunk)
+				break
+			}
+			rows := a.resultRowsRead(chunk)
+			r.RowsRead += rows
+			r.BytesRead += a.resultBytesRead(chunk)
+			r.StorageRowsRead += a.resultStorageRows(chunk)
+			r.StorageBytesRead += a.resultStorageBytes(chunk)
+			var err error
+			if buf := a.resultBuffer(chunk); buf != nil {
+				err = each(unsafe.Slice(buf, n), rows)
+			}
+			a.destroyResult(chunk)
+			if err != nil {
+				a.streamCancelQuery(handle, stream)
+				if err == io.EOF {
+					break
+				}
+				return nil, err
+			}
+		}
+		r.Elapsed = time.Since(start)
+		return r, nil
+	})
+}
+
+// run runs one statement's C calls (fn, given the connection handle) on the Session's thread,
+// with Exec's cancellation and reset rules.
+func (s *Session) run(ctx context.Context, onCancel func(), grace time.Duration, fn func(handle unsafe.Pointer) (*Result, error)) (*Result, error) {
 	if err := s.acquire(ctx); err != nil {
 		return nil, err
 	}
@@ -156,15 +251,7 @@ func (s *Session) Exec(ctx context.Context, sql, format string, params map[strin
 	done := make(chan outcome, 1)
 	handle := s.handle
 	go s.thread.do(func() {
-		var res unsafe.Pointer
-		if params == nil {
-			res = s.e.api.queryN(handle, strPtr(sql), uintptr(len(sql)), strPtr(format), uintptr(len(format)))
-		} else {
-			res = queryWithParams(s.e.api, handle, sql, format, params)
-		}
-		runtime.KeepAlive(sql)
-		runtime.KeepAlive(format)
-		r, err := collect(s.e.api, res, "query", sql)
+		r, err := fn(handle)
 		done <- outcome{r, err}
 	})
 	finish := func(o outcome, cancelled bool) {

@@ -9,9 +9,9 @@ const DefaultNice = 10
 // before the engine starts. Threads inherit their creator's nice value, so every thread the
 // engine starts from there (its query pipelines, merges, materialized views, flushes) runs
 // below the rest of the process: under load the scheduler gives the webhook's acknowledgements
-// the cores first, and the store's work, which can wait, the rest. Measured: the embedded
-// store's inserts take about one core at 10k events/s, and at the same priority they put
-// acknowledgements at the back of the run queue (BENCHMARKS.md).
+// the cores first, and the store's work, which can wait, the rest: at the same priority the
+// store's inserts put acknowledgements at the back of the run queue (BENCHMARKS.md, "Under
+// load").
 //
 // Only the calls into the engine go to the thread, with the copying of their arguments and
 // results: longer Go work there (encoding an insert's data) would hold one of the runtime's Ps
@@ -25,10 +25,11 @@ type thread struct {
 }
 
 // startThread starts the thread with nice value nice (none when nice <= 0), exempt from idle's
-// sweeps (idle may be nil).
-func startThread(nice int, idle *idler) *thread {
+// sweeps (idle may be nil), confined by rs (nil: not confined).
+func startThread(nice int, idle *idler, rs *ruleset) (*thread, error) {
 	t := &thread{jobs: make(chan func())}
 	started := make(chan int)
+	failed := make(chan error)
 	var run func()
 	run = func() {
 		runtime.LockOSThread()
@@ -42,6 +43,10 @@ func startThread(nice int, idle *idler) *thread {
 		// Never unlocked: an unprivileged thread cannot lower its nice value again, so it must
 		// not go back to the runtime's pool; it exits with this goroutine. (The runtime never
 		// clones a locked thread for a new one of its own.)
+		if err := rs.restrictThread(); err != nil {
+			failed <- err
+			return
+		}
 		if idle != nil {
 			idle.exempt(threadID())
 		}
@@ -55,8 +60,12 @@ func startThread(nice int, idle *idler) *thread {
 		}
 	}
 	go run()
-	t.nice = <-started
-	return t
+	select {
+	case t.nice = <-started:
+		return t, nil
+	case err := <-failed:
+		return nil, err
+	}
 }
 
 // do runs fn on the thread and returns when it is done.

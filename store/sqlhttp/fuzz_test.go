@@ -14,10 +14,11 @@ import (
 	"github.com/peertrail/peertrail/store/sqlhttp"
 )
 
-// FuzzSQLInterfaceOnlyReads feeds the SQL interface arbitrary query text and one arbitrary
-// setting, and checks against the engine itself that nothing but reads ever ran: the tables,
-// their rows, the databases, mutations, functions and the files of a watched directory are
-// what they were, and the next request gets exactly its own answer.
+// FuzzSQLInterfaceOnlyReads feeds the SQL interface arbitrary query text, one arbitrary setting
+// and an arbitrary output format, and checks against the engine itself that nothing but reads
+// ever ran: the tables, their rows, the databases, mutations, functions, the files of a watched
+// directory and their contents, and the working directory are what they were; no secret file
+// was read; and the next request gets exactly its own answer.
 func FuzzSQLInterfaceOnlyReads(f *testing.F) {
 	watch := f.TempDir()
 	secret := filepath.Join(watch, "secret")
@@ -39,16 +40,31 @@ func FuzzSQLInterfaceOnlyReads(f *testing.F) {
 		"KILL QUERY WHERE 1 ASYNC",
 		"SET readonly = 0",
 		"SELECT number FROM numbers(300000) WHERE throwIf(number = 250000) = 0",
+		"SELECT file('" + secret + "')",
+		"SELECT count(), countIf(length(trace) > 0) FROM system.stack_trace",
+		"SELECT 1 AS `a\nFunction numbers`, file('" + secret + "')",
+		"SELECT 1 IN system.processes",
+		"SELECT * FROM events LIMIT 3 FORMAT JSON",
 	} {
-		f.Add(s, "", "")
+		f.Add(s, "", "", "")
 	}
-	f.Add("SELECT 1", "readonly", "0")
-	f.Add("SELECT 1", "allow_ddl", "1")
-	f.Add("SELECT 1", "max_threads", "1")
-	f.Add("SELECT 1", "output_format_json_quote_64bit_integers", "1")
+	f.Add("SELECT 1", "readonly", "0", "")
+	f.Add("SELECT 1", "allow_ddl", "1", "")
+	f.Add("SELECT 1", "max_threads", "1", "")
+	f.Add("SELECT 1", "output_format_json_quote_64bit_integers", "1", "JSON")
+	f.Add("SELECT 'a\nb' AS x", "output_format_schema", secret, "Protobuf")
+	f.Add("SELECT 1", "format_template_resultset", secret, "Template")
+	f.Add("SELECT 1", "format_schema_source", "query", "Protobuf")
+	f.Add("SELECT 1", "output_format_pretty_max_column_pad_width", "100000000", "PrettyCompact")
+	f.Add("SELECT 1", "allow_introspection_functions", "1", "TSV")
 
 	s := engine(f)
 	ctx := context.Background()
+	// The engine writes some formats' schema files into the working directory.
+	cwd, err := os.Getwd()
+	if err != nil {
+		f.Fatal(err)
+	}
 	if err := store.Migrate(ctx, s, store.SchemaOptions{}, nil); err != nil {
 		f.Fatal(err)
 	}
@@ -82,18 +98,25 @@ func FuzzSQLInterfaceOnlyReads(f *testing.F) {
 			b.WriteString(scalar(t, s, q, nil))
 			b.WriteByte('\n')
 		}
-		entries, _ := os.ReadDir(watch)
-		for _, e := range entries {
-			b.WriteString(e.Name() + "\n")
+		for _, dir := range []string{watch, cwd} {
+			entries, _ := os.ReadDir(dir)
+			for _, e := range entries {
+				b.WriteString(e.Name() + "\n")
+			}
 		}
+		content, _ := os.ReadFile(secret)
+		b.Write(content)
 		return b.String()
 	}
 	before := snapshot(f)
 
-	f.Fuzz(func(t *testing.T, text, setting, value string) {
+	f.Fuzz(func(t *testing.T, text, setting, value, format string) {
 		params := url.Values{"query": {text}}
 		if setting != "" {
 			params.Set(setting, value)
+		}
+		if format != "" {
+			params.Set("default_format", format)
 		}
 		req, _ := http.NewRequest(http.MethodGet, "/?"+params.Encode(), nil)
 		w := httptest.NewRecorder()
@@ -102,7 +125,7 @@ func FuzzSQLInterfaceOnlyReads(f *testing.F) {
 			t.Fatalf("%q read the secret file", text)
 		}
 		if after := snapshot(t); after != before {
-			t.Fatalf("%q (%s=%s) changed the store or files:\nbefore:\n%s\nafter:\n%s", text, setting, value, before, after)
+			t.Fatalf("%q (%s=%s, %s) changed the store or files:\nbefore:\n%s\nafter:\n%s", text, setting, value, format, before, after)
 		}
 		// The next request gets its own answer, whatever the last one left behind.
 		req, _ = http.NewRequest(http.MethodGet, "/?query="+url.QueryEscape("SELECT 'own-answer'"), nil)

@@ -112,6 +112,9 @@ type Handler struct {
 // opts.Limits.
 func NewHandler(ctx context.Context, s *store.Embedded, opts Options) (*Handler, error) {
 	opts.defaults()
+	if opts.Limits.Logger == nil {
+		opts.Limits.Logger = opts.Logger
+	}
 	reads, err := NewReadPool(ctx, s, opts.Limits)
 	if err != nil {
 		return nil, err
@@ -138,26 +141,31 @@ func (h *Handler) Close() error { return h.reads.Close() }
 
 // Collectors returns the handler's metrics.
 func (h *Handler) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{h.queries, h.duration}
+	stuck := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: metrics.StoreHTTPStuckReads,
+		Help: "Reads of the ClickHouse HTTP interface the engine has not given back since they were killed: their slots are free, their connections are not.",
+	}, func() float64 { return float64(h.reads.Stuck()) })
+	return []prometheus.Collector{h.queries, h.duration, stuck}
 }
 
 // ClickHouse error codes the handler uses or maps to HTTP statuses.
 const (
-	codeUnknownTable      = 60
-	codeSyntaxError       = 62
-	codeUnknownDatabase   = 81
-	codeReadonly          = 164
-	codeRequiredPassword  = 194
-	codeAuthFailed        = 516
-	codeUnknownFormat     = 73
-	codeBadArguments      = 36
-	codeUnknownSetting    = 115
-	codeUnknownParameter  = 456
-	codeTooLarge          = 307 // TOO_LARGE_STRING_SIZE, used for an oversized query
-	codeNoSuchColumn      = 16
-	codeUnknownIdentifier = 47
-	codeAccessDenied      = 497
-	codeTooManyQueries    = 202
+	codeUnknownTable       = 60
+	codeSyntaxError        = 62
+	codeUnknownDatabase    = 81
+	codeReadonly           = 164
+	codeRequiredPassword   = 194
+	codeAuthFailed         = 516
+	codeUnknownFormat      = 73
+	codeBadArguments       = 36
+	codeUnknownSetting     = 115
+	codeUnknownParameter   = 456
+	codeTooLarge           = 307 // TOO_LARGE_STRING_SIZE, used for an oversized query
+	codeNoSuchColumn       = 16
+	codeUnknownIdentifier  = 47
+	codeAccessDenied       = 497
+	codeTooManyQueries     = 202
+	codeTooManyRowsOrBytes = 396
 )
 
 // httpError is an error answer: a ClickHouse code and text.
@@ -328,7 +336,7 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request) (string, error) 
 			settings = append(settings, [2]string{k, v})
 		default:
 			return metrics.ResultRefused, refuse(codeReadonly, "READONLY",
-				"setting %s cannot be changed on peertrail's read-only SQL interface (output format settings and a lower max_threads or max_execution_time can)", k)
+				"setting %s=%q cannot be set on peertrail's read-only SQL interface (these can, within bounds: %s)", k, v, strings.Join(ClientSettings(), ", "))
 		}
 	}
 	if db := params.Get("database"); db != "" && !settingName.MatchString(db) {
@@ -354,7 +362,7 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request) (string, error) 
 		queryID = newQueryID()
 	}
 	ctx := r.Context()
-	if f := sqltext.FormatClause(text); f != "" {
+	if f := sqltext.FormatClause(text); f != "" && (insert || h.opts.UnsafeAllowWrites) {
 		format = f
 	}
 	if stmt := strings.TrimSuffix(strings.TrimSpace(text), ";"); strings.Join(strings.Fields(stmt), " ") == helloQuery && strings.EqualFold(format, "Native") {
@@ -378,19 +386,25 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request) (string, error) 
 		}
 		res, err = h.engine.Exec(ctx, "USE "+store.QuoteIdent(database)+";\n"+stmt, format, nilIfEmpty(queryParams))
 	default:
-		res, err = h.reads.Run(ctx, ReadQuery{Text: text, Format: format, Params: queryParams,
+		var read *ReadResult
+		read, err = h.reads.Run(ctx, ReadQuery{Text: text, Format: format, Params: queryParams,
 			Database: database, Settings: settings, Timeout: timeout})
 		switch {
 		case errors.Is(err, ErrUnparsable):
 			return metrics.ResultRefused, refuse(codeSyntaxError, "SYNTAX_ERROR", "%v", err)
 		case errors.Is(err, ErrNotARead):
 			return metrics.ResultRefused, refuse(codeReadonly, "READONLY",
-				"peertrail's SQL interface is read-only: it runs exactly one SELECT, WITH, SHOW, DESCRIBE, EXISTS or EXPLAIN statement (%v)", err)
+				"peertrail's SQL interface is read-only: it runs exactly one SELECT, DESCRIBE, EXPLAIN, SHOW DATABASES or SHOW TABLES statement (%v)", err)
+		case errors.Is(err, ErrNotAllowed):
+			return metrics.ResultRefused, refuse(codeAccessDenied, "ACCESS_DENIED", "%v", err)
+		case errors.Is(err, ErrResultTooLarge):
+			return metrics.ResultRefused, refuse(codeTooManyRowsOrBytes, "TOO_MANY_ROWS_OR_BYTES", "%v: ask for fewer rows or columns (LIMIT), or a leaner format", err)
 		case errors.Is(err, ErrTooManyQueries):
 			return metrics.ResultRefused, refuse(codeTooManyQueries, "TOO_MANY_SIMULTANEOUS_QUERIES", "%v", err)
 		case err != nil:
 			return metrics.ResultError, err
 		}
+		res, format = read.Result, read.Format
 	}
 	if err != nil {
 		return metrics.ResultError, store.EngineError("query", err)

@@ -17,7 +17,7 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
-	"github.com/peertrail/peertrail/correlate"
+	"github.com/peertrail/peertrail/chain"
 	"github.com/peertrail/peertrail/store"
 	"github.com/peertrail/peertrail/store/sqlhttp"
 )
@@ -86,7 +86,7 @@ func TestHTTPInterfaceClickHouseGo(t *testing.T) {
 	}
 
 	// One proxied request's ResponseComplete records, read with typed values.
-	id := sc.Expect[string(correlate.ClassProxied)][0]
+	id := sc.Expect[string(chain.ClassProxied)][0]
 	qctx := clickhouse.Context(ctx, clickhouse.WithParameters(clickhouse.Parameters{"id": id}),
 		clickhouse.WithSettings(clickhouse.Settings{"max_threads": 1, "output_format_json_quote_64bit_integers": 0}))
 	rows, err := conn.Query(qctx, `SELECT apiserver, audit_id, stage, code, stage_timestamp, source_ips, user_groups, annotations, has_response_object, response_object_bytes
@@ -152,8 +152,10 @@ FROM events WHERE audit_id = {id:String} AND stage = 'ResponseComplete' ORDER BY
 		{"INSERT INTO peertrail.events (audit_id) VALUES ('x')", 164},
 		{"DROP TABLE peertrail.events", 164},
 		{"SELECT 1; DROP TABLE peertrail.events", 164},
-		{"SELECT * FROM file('/etc/passwd', 'LineAsString')", 164},
-		{"SELECT * FROM url('http://127.0.0.1:1/', 'LineAsString')", 164},
+		{"SELECT * FROM file('/etc/passwd', 'LineAsString')", 497},
+		{"SELECT * FROM url('http://127.0.0.1:1/', 'LineAsString')", 497},
+		{"SELECT file('/etc/passwd')", 497},
+		{"SELECT count() FROM system.stack_trace", 497},
 		{"SELECT 1 INTO OUTFILE '/tmp/peertrail-should-not-exist'", 164},
 		{"SELECT 1 SETTINGS readonly = 0", 164},
 	} {
@@ -261,9 +263,14 @@ func TestHTTPInterfacePlainHTTP(t *testing.T) {
 	if resp.StatusCode != 200 || body != `{"answer":42,"db":"peertrail"}`+"\n" || !strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json") {
 		t.Fatalf("default_format: %d %q", resp.StatusCode, body)
 	}
-	resp, body = httpGet(t, srv.URL+"/?database=system&query="+url.QueryEscape("SELECT currentDatabase() AS db FORMAT CSVWithNames -- trailing comment"), nil)
-	if resp.StatusCode != 200 || body != "\"db\"\n\"system\"\n" || resp.Header.Get("X-ClickHouse-Format") != "CSVWithNames" {
+	resp, body = httpGet(t, srv.URL+"/?database=peertrail&query="+url.QueryEscape("SELECT currentDatabase() AS db FORMAT CSVWithNames -- trailing comment"), nil)
+	if resp.StatusCode != 200 || body != "\"db\"\n\"peertrail\"\n" || resp.Header.Get("X-ClickHouse-Format") != "CSVWithNames" {
 		t.Fatalf("FORMAT clause: %d %q %v", resp.StatusCode, body, resp.Header)
+	}
+	// Reads run in the peertrail database; another is refused, with the reason.
+	resp, body = httpGet(t, srv.URL+"/?database=system&query="+url.QueryEscape("SELECT 1"), nil)
+	if resp.StatusCode != 403 || !strings.Contains(body, "the database system") {
+		t.Fatalf("database=system: %d %q", resp.StatusCode, body)
 	}
 	// POST body, and the query parameter joined with it.
 	req, _ := http.NewRequest(http.MethodPost, srv.URL+"/?query=SELECT", strings.NewReader("'posted' AS x"))

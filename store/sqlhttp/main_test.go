@@ -10,7 +10,7 @@ import (
 
 	"github.com/peertrail/peertrail/store"
 	"github.com/peertrail/peertrail/store/chdb"
-	"github.com/peertrail/peertrail/store/storetest"
+	"github.com/peertrail/peertrail/test/storetest"
 )
 
 // The tests run against the real embedded ClickHouse engine (libchdb.so; test/run fetches it).

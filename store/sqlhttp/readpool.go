@@ -4,9 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime"
+	"log/slog"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/peertrail/peertrail/store"
@@ -37,6 +38,8 @@ type ReadLimits struct {
 	// QueueTimeout is how long a read waits for a free slot before it is refused with
 	// ErrTooManyQueries (default 10s).
 	QueueTimeout time.Duration
+	// Logger says when a killed read does not stop (nil: nothing is logged).
+	Logger *slog.Logger
 }
 
 func (l *ReadLimits) defaults() {
@@ -77,12 +80,12 @@ var (
 // ReadQuery is one untrusted statement for ReadPool.Run.
 type ReadQuery struct {
 	Text     string
-	Format   string            // output format ("" TabSeparated; a FORMAT clause in Text wins)
+	Format   string            // output format ("" TabSeparated; a FORMAT clause in Text wins); see AllowedFormats
 	Params   map[string]string // values of {name:Type} placeholders
-	Database string            // current database ("" peertrail)
+	Database string            // current database: "" or peertrail (any other is refused)
 	// Settings are further settings the client asked for, each admitted by ClientSetting
-	// (output formats and the like). They are fixed on a connection opened for this query
-	// alone, beside the limits, which they cannot name.
+	// (how the output is written, fewer threads). They are fixed on a connection opened for
+	// this query alone, beside the limits, which they cannot name.
 	Settings [][2]string
 	// Timeout, when shorter than MaxExecutionTime, bounds this query instead.
 	Timeout time.Duration
@@ -101,14 +104,21 @@ type ReadQuery struct {
 // connection of the pool's own.
 //
 // Concurrency: Run may be called from any number of goroutines; at most MaxConcurrent run
-// at once. Lifecycle: Embedded.NewReadPool, Run, and Close before the Embedded is closed
+// at once. Lifecycle: NewReadPool, Run, and Close before the Embedded is closed
 // (Embedded.Close closes a pool still open).
 type ReadPool struct {
 	engine  *chdb.Engine
 	limits  ReadLimits
+	policy  *Policy
 	slots   chan struct{}
 	idle    chan *chdb.Session // default sessions, reused
 	control *chdb.Session      // runs KILL QUERY; not read-only, used by the pool alone
+	// stuck counts reads the engine did not give back when killed: their slot is free, their
+	// connection closes whenever the engine returns.
+	stuck  atomic.Int64
+	logger *slog.Logger
+	// unchecked skips the Policy (tests of what the pool does with a read that gets past it).
+	unchecked bool
 }
 
 // readDatabase is the current database of reads unless a query names another.
@@ -122,10 +132,19 @@ func NewReadPool(ctx context.Context, s *store.Embedded, limits ReadLimits) (*Re
 	if err != nil {
 		return nil, fmt.Errorf("store: open the read pool's control connection: %w", err)
 	}
+	policy, err := LoadPolicy(ctx, control)
+	if err != nil {
+		control.Close()
+		return nil, err
+	}
 	p := &ReadPool{
-		engine: s.Engine(), limits: limits, control: control,
-		slots: make(chan struct{}, limits.MaxConcurrent),
-		idle:  make(chan *chdb.Session, limits.MaxConcurrent),
+		engine: s.Engine(), limits: limits, control: control, policy: policy,
+		slots:  make(chan struct{}, limits.MaxConcurrent),
+		idle:   make(chan *chdb.Session, limits.MaxConcurrent),
+		logger: slog.New(slog.DiscardHandler),
+	}
+	if limits.Logger != nil {
+		p.logger = limits.Logger
 	}
 	s.CloseFirst(p)
 	return p, nil
@@ -134,7 +153,7 @@ func NewReadPool(ctx context.Context, s *store.Embedded, limits ReadLimits) (*Re
 // Limits are the pool's limits, defaults filled in.
 func (p *ReadPool) Limits() ReadLimits { return p.limits }
 
-// sessionSettings are a read connection's settings: the client's (which clientSetting has
+// sessionSettings are a read connection's settings: the client's (which ClientSetting has
 // admitted, so none of them names a fixed one), then the fixed ones.
 func (p *ReadPool) sessionSettings(extra [][2]string) [][2]string {
 	l := p.limits
@@ -142,6 +161,7 @@ func (p *ReadPool) sessionSettings(extra [][2]string) [][2]string {
 	return append(out,
 		[2]string{"readonly", "1"},
 		[2]string{"enable_analyzer", "0"},
+		[2]string{"allow_introspection_functions", "0"},
 		[2]string{"max_execution_time", strconv.FormatFloat(l.MaxExecutionTime.Seconds(), 'f', -1, 64)},
 		[2]string{"timeout_overflow_mode", "throw"},
 		[2]string{"max_memory_usage", strconv.FormatInt(l.MaxMemory, 10)},
@@ -153,9 +173,13 @@ func (p *ReadPool) sessionSettings(extra [][2]string) [][2]string {
 }
 
 // Run runs q and returns its result. The error is ErrTooManyQueries, ErrNotARead (wrapped,
-// with the class the parser gave), ctx's error when the query was cancelled, or the engine's
-// *Error.
-func (p *ReadPool) Run(ctx context.Context, q ReadQuery) (*chdb.Result, error) {
+// with the class the parser gave), ErrNotAllowed (wrapped, with what the Policy refused),
+// ErrResultTooLarge, ctx's error when the query was cancelled, or the engine's *Error.
+//
+// A read the engine does not give back when it is killed (a read stuck in a system call, which
+// no KILL reaches) gives up its slot all the same: its connection is closed whenever the
+// engine returns, and Stuck counts it meanwhile.
+func (p *ReadPool) Run(ctx context.Context, q ReadQuery) (*ReadResult, error) {
 	wait := time.NewTimer(p.limits.QueueTimeout)
 	defer wait.Stop()
 	select {
@@ -171,12 +195,15 @@ func (p *ReadPool) Run(ctx context.Context, q ReadQuery) (*chdb.Result, error) {
 	if db == "" {
 		db = readDatabase
 	}
+	if db != readDatabase {
+		return nil, fmt.Errorf("%w: the database %s (reads run in %s; name another database's allowed tables in the query)", ErrNotAllowed, db, readDatabase)
+	}
 	for _, kv := range q.Settings {
 		if !ClientSetting(kv[0], kv[1]) {
-			return nil, fmt.Errorf("%w: setting %q cannot be set on a read", ErrNotARead, kv[0])
+			return nil, fmt.Errorf("%w: the setting %s=%q (allowed: %s)", ErrNotAllowed, kv[0], kv[1], strings.Join(ClientSettings(), ", "))
 		}
 	}
-	pooled := len(q.Settings) == 0 && db == readDatabase
+	pooled := len(q.Settings) == 0
 	var sess *chdb.Session
 	if pooled {
 		select {
@@ -194,9 +221,14 @@ func (p *ReadPool) Run(ctx context.Context, q ReadQuery) (*chdb.Result, error) {
 			return nil, store.EngineError("open a read connection", err)
 		}
 	}
-	keep := false
+	keep, stuck := false, false
 	defer func() {
-		if keep {
+		switch {
+		case stuck:
+			p.stuck.Add(1)
+			go func() { sess.Close(); p.stuck.Add(-1) }()
+			return
+		case keep:
 			select {
 			case p.idle <- sess:
 				return
@@ -224,6 +256,38 @@ func (p *ReadPool) Run(ctx context.Context, q ReadQuery) (*chdb.Result, error) {
 	// A little past the engine's own limit, so that its clearer error wins when it acts.
 	qctx, cancel := context.WithTimeout(ctx, timeout+time.Second)
 	defer cancel()
+
+	text, format, inText, stream := q.Text, q.Format, false, true
+	if !p.unchecked {
+		st, err := p.check(qctx, sess, text, q.Params)
+		if err != nil {
+			return nil, err
+		}
+		if st.Format != "" {
+			format, inText = st.Format, true
+		}
+		stream = st.Select
+	}
+	if format == "" {
+		format = chdb.DefaultFormat
+	}
+	spec, err := formatOf(format)
+	if err != nil {
+		return nil, err
+	}
+	if !stream {
+		// DESCRIBE, EXPLAIN and SHOW: the engine does not stream them; their answers are
+		// small, and are held to the same bound once whole.
+		spec = formatSpec{name: spec.name, engine: spec.name}
+	}
+	if stream && inText && spec.engine != spec.name {
+		// The statement names a format the engine is asked for in another form (a JSON
+		// document is joined here from rows): run it without its FORMAT clause.
+		if text, err = p.withoutFormat(qctx, sess, text, q.Params, format); err != nil {
+			return nil, err
+		}
+	}
+
 	marker := "/* peertrail-read " + newQueryID() + " */"
 	kill := func() {
 		kctx, kcancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -231,8 +295,29 @@ func (p *ReadPool) Run(ctx context.Context, q ReadQuery) (*chdb.Result, error) {
 		// ASYNC: the SYNC form waits for the query, which may never come back.
 		p.control.Exec(kctx, "KILL QUERY WHERE startsWith(query, "+store.QuoteString(marker)+") ASYNC", "", nil, nil, 5*time.Second)
 	}
-	res, err := sess.Exec(qctx, marker+"\n"+q.Text, q.Format, nilIfEmpty(q.Params), kill, 10*time.Second)
+	var screen uint64
+	for _, kv := range q.Settings {
+		if kv[0] == "output_format_pretty_max_rows" {
+			screen, _ = strconv.ParseUint(kv[1], 10, 64)
+		}
+	}
+	out := newResult(spec, p.limits.MaxResultBytes, screen)
+	var res *chdb.Result
+	if stream {
+		res, err = sess.Stream(qctx, marker+"\n"+text, spec.engine, nilIfEmpty(q.Params), out.add, kill, 10*time.Second)
+	} else if res, err = sess.Exec(qctx, marker+"\n"+text, spec.engine, nilIfEmpty(q.Params), kill, 10*time.Second); err == nil {
+		if _, err = out.Write(res.Data); err == nil {
+			res.Data = nil
+		}
+	}
 	if err != nil {
+		if errors.Is(err, chdb.ErrBusy) {
+			stuck = true
+			p.logger.Warn("store: a killed SQL read did not stop; its slot is free, its connection closes when the engine returns it", "stuck", p.stuck.Load()+1)
+		}
+		if errors.Is(err, ErrResultTooLarge) {
+			return nil, err
+		}
 		if ctx.Err() == nil && qctx.Err() != nil {
 			return nil, store.NewError("query", fmt.Sprintf("Code: 159. DB::Exception: Timeout exceeded: the query ran longer than %s and was killed. (TIMEOUT_EXCEEDED)", timeout))
 		}
@@ -241,8 +326,60 @@ func (p *ReadPool) Run(ctx context.Context, q ReadQuery) (*chdb.Result, error) {
 		}
 		return nil, store.EngineError("query", err)
 	}
+	if res.Data == nil {
+		res.Data = out.bytes(res.Elapsed, res.StorageRowsRead, res.StorageBytesRead)
+	}
 	keep = pooled
-	return res, nil
+	return &ReadResult{Result: res, Format: spec.name}, nil
+}
+
+// ReadResult is a read's output, whole, and the format it is in.
+type ReadResult struct {
+	*chdb.Result
+	Format string
+}
+
+// Stuck is how many reads the engine has not given back since they were killed.
+func (p *ReadPool) Stuck() int64 { return p.stuck.Load() }
+
+// check holds text to the Policy, on the tree the engine's parser makes of it.
+func (p *ReadPool) check(ctx context.Context, sess *chdb.Session, text string, params map[string]string) (Statement, error) {
+	res, err := sess.Exec(ctx, "EXPLAIN AST "+text, "TabSeparatedRaw", nilIfEmpty(params), nil, 0)
+	if err != nil {
+		return Statement{}, store.EngineError("parse", err)
+	}
+	tree := strings.Split(strings.TrimSuffix(string(res.Data), "\n"), "\n")
+	return p.policy.Check(tree, func() (string, error) { return formatted(ctx, sess, text) })
+}
+
+// formatted is the engine's own single-line rendering of text.
+func formatted(ctx context.Context, sess *chdb.Session, text string) (string, error) {
+	res, err := sess.Exec(ctx, "SELECT formatQuerySingleLine({q:String})", "TabSeparatedRaw", map[string]string{"q": text}, nil, 0)
+	if err != nil {
+		return "", store.EngineError("format", err)
+	}
+	return strings.TrimSuffix(string(res.Data), "\n"), nil
+}
+
+// withoutFormat returns text without its FORMAT clause, as the engine renders it, checked again.
+func (p *ReadPool) withoutFormat(ctx context.Context, sess *chdb.Session, text string, params map[string]string, format string) (string, error) {
+	f, err := formatted(ctx, sess, text)
+	if err != nil {
+		return "", err
+	}
+	suffix := " FORMAT " + format
+	if len(f) <= len(suffix) || !strings.EqualFold(f[len(f)-len(suffix):], suffix) {
+		return "", fmt.Errorf("%w: the statement's FORMAT clause could not be told apart (%q)", ErrNotAllowed, f)
+	}
+	f = f[:len(f)-len(suffix)]
+	st, err := p.check(ctx, sess, f, params)
+	if err != nil {
+		return "", err
+	}
+	if st.Format != "" {
+		return "", fmt.Errorf("%w: the statement's FORMAT clause could not be told apart (%q)", ErrNotAllowed, f)
+	}
+	return f, nil
 }
 
 // Close closes the pool's connections. Reads still running finish on their own connections,
@@ -256,22 +393,4 @@ func (p *ReadPool) Close() error {
 			return p.control.Close()
 		}
 	}
-}
-
-// ClientSetting says whether a client may set a setting to value on a read of its own: output
-// formats and the like, and fewer threads; nothing that would lift a limit, change readonly or
-// reach outside the engine.
-func ClientSetting(name, value string) bool {
-	if name == "max_threads" {
-		// Fewer threads than the engine's default, never more.
-		n, err := strconv.Atoi(value)
-		return err == nil && n >= 1 && n <= runtime.NumCPU()
-	}
-	for _, p := range []string{"output_format_", "format_", "date_time_output_format", "extremes", "join_use_nulls",
-		"session_timezone", "use_client_time_zone", "aggregate_functions_null_for_empty"} {
-		if strings.HasPrefix(name, p) {
-			return true
-		}
-	}
-	return false
 }

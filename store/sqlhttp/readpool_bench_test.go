@@ -7,10 +7,11 @@ import (
 	"github.com/peertrail/peertrail/store/sqlhttp"
 )
 
-// BenchmarkReadPool measures what enforcing read-only costs a small query: the engine's own
-// call on the writer's connection (the baseline), a read on a pooled read-only connection (the
-// parser's classification and the kill marker added), and a read with a client setting, which
-// opens a connection of its own.
+// BenchmarkReadPool measures what enforcing read-only and the allowlist costs a small query:
+// the engine's own call on the writer's connection (the baseline), a read on a pooled read-only
+// connection (the parser's classification, the allowlist's syntax tree, the streamed output and
+// the kill marker added), a read in a format joined from the stream (JSON), and a read with a
+// client setting, which opens a connection of its own.
 func BenchmarkReadPool(b *testing.B) {
 	s := engine(b)
 	ctx := context.Background()
@@ -19,7 +20,7 @@ func BenchmarkReadPool(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer p.Close()
-	const q = "SELECT count() FROM numbers(1000)"
+	const q = "SELECT count() FROM (SELECT arrayJoin(range(1000)))"
 	b.Run("engine", func(b *testing.B) {
 		for b.Loop() {
 			if _, err := s.Engine().Exec(ctx, q, "TSV", nil); err != nil {
@@ -30,6 +31,13 @@ func BenchmarkReadPool(b *testing.B) {
 	b.Run("pooled", func(b *testing.B) {
 		for b.Loop() {
 			if _, err := p.Run(ctx, sqlhttp.ReadQuery{Text: q, Format: "TSV"}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("pooled-json", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := p.Run(ctx, sqlhttp.ReadQuery{Text: q, Format: "JSON"}); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -4,7 +4,7 @@ import (
 	"testing"
 )
 
-// formatClause only labels an answer; the engine decides what runs (see the attack tests).
+// FormatClause only labels an answer; the engine decides what runs (see the attack tests).
 func TestFormatClause(t *testing.T) {
 	for _, c := range []struct{ sql, format string }{
 		{"SELECT 1", ""},

@@ -65,6 +65,7 @@ func startAuthTarget(t *testing.T, edit func(*config.File)) *authTarget {
 		return p
 	}
 	cfg := config.Defaults()
+	cfg.Store.Unconfined = true // in-process servers share one engine's threads, which Landlock would bind to the first's directory; the binary runs confined in test/attack/sql_test.go
 	cfg.Listen = "127.0.0.1:0"
 	cfg.DataDir = filepath.Join(dir, "data")
 	cfg.Store.Engine, cfg.Store.SQLListen = "none", ""
@@ -323,6 +324,7 @@ func TestSharedTokenIsRefusedWithSeveralApiservers(t *testing.T) {
 	tok := filepath.Join(dir, "token")
 	os.WriteFile(tok, []byte("shared\n"), 0o600)
 	cfg := config.Defaults()
+	cfg.Store.Unconfined = true // in-process servers share one engine's threads, which Landlock would bind to the first's directory; the binary runs confined in test/attack/sql_test.go
 	cfg.Listen, cfg.InsecureHTTP, cfg.DataDir = "127.0.0.1:0", true, filepath.Join(dir, "data")
 	cfg.Store.Engine, cfg.Store.SQLListen = "none", ""
 	cfg.TLS.TokenFile = tok

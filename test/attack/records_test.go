@@ -46,6 +46,7 @@ type target struct {
 func start(t *testing.T, edit func(*config.File)) *target {
 	t.Helper()
 	cfg := config.Defaults()
+	cfg.Store.Unconfined = true // in-process servers share one engine's threads, which Landlock would bind to the first's directory; the binary runs confined in test/attack/sql_test.go
 	cfg.Listen = "127.0.0.1:0"
 	cfg.Store.SQLListen = ""
 	cfg.InsecureHTTP = true
@@ -641,6 +642,7 @@ func TestConfiguredResourceRedacted(t *testing.T) {
 	}
 
 	cfg := config.Defaults()
+	cfg.Store.Unconfined = true // in-process servers share one engine's threads, which Landlock would bind to the first's directory; the binary runs confined in test/attack/sql_test.go
 	cfg.DataDir = t.TempDir()
 	cfg.Listen, cfg.Store.Engine, cfg.InsecureHTTP, cfg.AcceptUnknownAPIServers = "127.0.0.1:0", "none", true, true
 	cfg.RedactResources = []string{"a/b/c"}

@@ -35,6 +35,7 @@ func TestSQLInterfaceIsLoopbackByDefaultAndTLSOffIt(t *testing.T) {
 	serving := ca.Server(t, "peertrail")
 	base := func(name string) config.File {
 		cfg := config.Defaults()
+		cfg.Store.Unconfined = true // in-process servers share one engine's threads, which Landlock would bind to the first's directory; the binary runs confined in test/attack/sql_test.go
 		cfg.Listen = "127.0.0.1:0"
 		cfg.DataDir = filepath.Join(dir, name)
 		cfg.AcceptUnknownAPIServers = true
@@ -129,9 +130,13 @@ func TestSQLInterfaceIsLoopbackByDefaultAndTLSOffIt(t *testing.T) {
 	if err != nil || len(res.Rows) != 1 || res.Rows[0][0] != "0" {
 		t.Fatalf("clickhouse-go over HTTPS: %v %v", res, err)
 	}
-	// Without --store-max-memory the engine is capped at half of what the process may use (the
-	// cgroup's limit, or the host's RAM), not at the engine's own 0.9 of the host's RAM.
-	res, err = db.Query(context.Background(), "SELECT value FROM system.server_settings WHERE name = 'max_server_memory_usage'", nil)
+	// The engine's settings are out of a reader's reach...
+	if _, err := db.Query(context.Background(), "SELECT value FROM system.server_settings WHERE name = 'max_server_memory_usage'", nil); err == nil {
+		t.Error("a reader read system.server_settings")
+	}
+	// ...and without --store-max-memory the engine is capped at half of what the process may
+	// use (the cgroup's limit, or the host's RAM), not at the engine's own 0.9 of the host's RAM.
+	res, err = srv.Store().Query(context.Background(), "SELECT value FROM system.server_settings WHERE name = 'max_server_memory_usage'", nil)
 	if err != nil || len(res.Rows) != 1 || res.Rows[0][0] != fmt.Sprint(store.DefaultMaxMemory()) {
 		t.Fatalf("the engine's max_server_memory_usage: %v %v, want %d", res, err, store.DefaultMaxMemory())
 	}

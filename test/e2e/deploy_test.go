@@ -51,7 +51,7 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"github.com/peertrail/peertrail/correlate"
+	"github.com/peertrail/peertrail/chain"
 	"github.com/peertrail/peertrail/deploy"
 	"github.com/peertrail/peertrail/metrics"
 	"github.com/peertrail/peertrail/store"
@@ -985,7 +985,7 @@ func TestDeployControlPlaneEndToEnd(t *testing.T) {
 	if resp.StatusCode != 200 || auditID == "" {
 		t.Fatalf("proxied list: %d, Audit-Id %q", resp.StatusCode, auditID)
 	}
-	var chain correlate.Chain
+	var got chain.Chain
 	if err := poll(ctx, 60*time.Second, func() (bool, error) {
 		r, err := hc.Get(api + "/api/v1/chains/" + auditID)
 		if err != nil {
@@ -995,19 +995,19 @@ func TestDeployControlPlaneEndToEnd(t *testing.T) {
 		if r.StatusCode != 200 {
 			return false, nil
 		}
-		chain = correlate.Chain{}
-		if err := json.NewDecoder(r.Body).Decode(&chain); err != nil {
+		got = chain.Chain{}
+		if err := json.NewDecoder(r.Body).Decode(&got); err != nil {
 			return false, err
 		}
-		return chain.Class == correlate.ClassProxied, nil
+		return got.Class == chain.ClassProxied, nil
 	}); err != nil {
-		t.Fatalf("chain %s: class %q (%s): %v", auditID, chain.Class, chain.Explanation, err)
+		t.Fatalf("chain %s: class %q (%s): %v", auditID, got.Class, got.Explanation, err)
 	}
-	if chain.Entry == nil || chain.Peer == nil || chain.Entry.APIServer != oldName || chain.Peer.APIServer != newName {
-		t.Errorf("chain roles: %+v", chain)
+	if got.Entry == nil || got.Peer == nil || got.Entry.APIServer != oldName || got.Peer.APIServer != newName {
+		t.Errorf("chain roles: %+v", got)
 	}
-	if chain.User != "alice" || chain.RealUser != "admin" || chain.HasFinding(correlate.FindingIdentityMismatch) {
-		t.Errorf("chain identity: user %q real %q findings %v\nentry %+v\npeer %+v", chain.User, chain.RealUser, chain.Findings, *chain.Entry, *chain.Peer)
+	if got.User != "alice" || got.RealUser != "admin" || got.HasFinding(chain.FindingIdentityMismatch) {
+		t.Errorf("chain identity: user %q real %q findings %v\nentry %+v\npeer %+v", got.User, got.RealUser, got.Findings, *got.Entry, *got.Peer)
 	}
 	// The runbook's command, as an operator runs it.
 	chainCmd := exec.Command(ptBin, "chain", auditID, "--server", api, "--ca-file", pki.ServerCA.CertFile)
@@ -1027,7 +1027,7 @@ func TestDeployControlPlaneEndToEnd(t *testing.T) {
 		}
 		defer r.Body.Close()
 		var v struct {
-			APIServers []correlate.APIServerView `json:"apiservers"`
+			APIServers []chain.APIServerView `json:"apiservers"`
 		}
 		if err := json.NewDecoder(r.Body).Decode(&v); err != nil {
 			return false, err

@@ -53,7 +53,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/peertrail/peertrail/correlate"
+	"github.com/peertrail/peertrail/chain"
 	"github.com/peertrail/peertrail/gate"
 	"github.com/peertrail/peertrail/metrics"
 	"github.com/peertrail/peertrail/test/e2e/harness"
@@ -888,9 +888,9 @@ func haCheckChains(t *testing.T, ctx context.Context, procs map[string]*haProc, 
 			continue
 		}
 		answered++
-		want := correlate.ClassLocal
+		want := chain.ClassLocal
 		if len(s.auditIDs) >= 2 {
-			want = correlate.ClassProxied
+			want = chain.ClassProxied
 		}
 		id := s.auditIDs[0]
 		for i, a := range aggNames {
@@ -906,7 +906,7 @@ func haCheckChains(t *testing.T, ctx context.Context, procs map[string]*haProc, 
 		}
 	}
 	t.Logf("%d answered requests, classified as the client saw them: %v", answered, counts)
-	if counts[string(correlate.ClassProxied)] == 0 || counts[string(correlate.ClassLocal)] == 0 {
+	if counts[string(chain.ClassProxied)] == 0 || counts[string(chain.ClassLocal)] == 0 {
 		t.Errorf("no proxied or no local request: the scenario proves nothing about them (%v)", counts)
 	}
 	for i, w := range wrong {

@@ -27,7 +27,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/peertrail/peertrail/correlate"
+	"github.com/peertrail/peertrail/chain"
 	"github.com/peertrail/peertrail/server"
 	"github.com/peertrail/peertrail/test/e2e/harness"
 )
@@ -191,8 +191,8 @@ func (p *ptProc) cli(ctx context.Context, args ...string) (string, error) {
 }
 
 // chain returns the chain API's view of auditID (nil, 404 when unknown).
-func (p *ptProc) chain(ctx context.Context, auditID string) (*correlate.Chain, int, error) {
-	var c correlate.Chain
+func (p *ptProc) chain(ctx context.Context, auditID string) (*chain.Chain, int, error) {
+	var c chain.Chain
 	code, err := p.getJSON(ctx, "/api/v1/chains/"+auditID, &c)
 	if err != nil || code != http.StatusOK {
 		return nil, code, err
@@ -201,9 +201,9 @@ func (p *ptProc) chain(ctx context.Context, auditID string) (*correlate.Chain, i
 }
 
 // chains lists the chains in memory that match the query (class=...&apiserver=...).
-func (p *ptProc) chains(ctx context.Context, query string) ([]*correlate.Chain, error) {
+func (p *ptProc) chains(ctx context.Context, query string) ([]*chain.Chain, error) {
 	var v struct {
-		Chains []*correlate.Chain `json:"chains"`
+		Chains []*chain.Chain `json:"chains"`
 	}
 	code, err := p.getJSON(ctx, "/api/v1/chains?"+query, &v)
 	if err != nil {
@@ -215,9 +215,9 @@ func (p *ptProc) chains(ctx context.Context, query string) ([]*correlate.Chain, 
 	return v.Chains, nil
 }
 
-func (p *ptProc) apiservers(ctx context.Context) (map[string]correlate.APIServerView, error) {
+func (p *ptProc) apiservers(ctx context.Context) (map[string]chain.APIServerView, error) {
 	var v struct {
-		APIServers []correlate.APIServerView `json:"apiservers"`
+		APIServers []chain.APIServerView `json:"apiservers"`
 	}
 	code, err := p.getJSON(ctx, "/api/v1/apiservers", &v)
 	if err != nil {
@@ -226,7 +226,7 @@ func (p *ptProc) apiservers(ctx context.Context) (map[string]correlate.APIServer
 	if code != http.StatusOK {
 		return nil, fmt.Errorf("GET /api/v1/apiservers: %d", code)
 	}
-	out := map[string]correlate.APIServerView{}
+	out := map[string]chain.APIServerView{}
 	for _, s := range v.APIServers {
 		out[s.Name] = s
 	}
@@ -234,7 +234,7 @@ func (p *ptProc) apiservers(ctx context.Context) (map[string]correlate.APIServer
 }
 
 // serves reports what peertrail's latest evidence says about server serving gvr.
-func serves(v correlate.APIServerView, group, version, resource string) (served, known bool) {
+func serves(v chain.APIServerView, group, version, resource string) (served, known bool) {
 	for _, r := range v.Resources {
 		if r.Group == group && r.Version == version && r.Resource == resource {
 			return r.Served, true

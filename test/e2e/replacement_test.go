@@ -42,7 +42,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/peertrail/peertrail/correlate"
+	"github.com/peertrail/peertrail/chain"
 	"github.com/peertrail/peertrail/gate"
 	"github.com/peertrail/peertrail/metrics"
 	"github.com/peertrail/peertrail/test/e2e/harness"
@@ -432,7 +432,7 @@ func rlVerify(t *testing.T, ctx context.Context, pt *ptProc, sent []rlSent, stre
 		}
 		answered++
 		id := s.auditIDs[0]
-		var ch *correlate.Chain
+		var ch *chain.Chain
 		// Everything was flushed and had time to close: a chain not final by now gets until
 		// one shared deadline, not a wait of its own.
 		err := pollUntil(ctx, max(time.Until(deadline), time.Millisecond), func() (bool, error) {
@@ -441,24 +441,24 @@ func rlVerify(t *testing.T, ctx context.Context, pt *ptProc, sent []rlSent, stre
 				return false, nil
 			}
 			ch = c
-			return c.State == correlate.StateFinal, pt.exited()
+			return c.State == chain.StateFinal, pt.exited()
 		})
-		if ch != nil && ch.State != correlate.StateFinal {
+		if ch != nil && ch.State != chain.StateFinal {
 			err = fmt.Errorf("still open: %s %v", ch.Class, ch.Findings)
 		}
 		// What the client saw.
-		want := correlate.ClassLocal
+		want := chain.ClassLocal
 		switch {
 		case len(s.auditIDs) >= 2:
-			want = correlate.ClassProxied
+			want = chain.ClassProxied
 		case (s.code == 503 || s.code == 502) && slices.ContainsFunc(rlProxyErrors, func(m string) bool { return strings.Contains(s.body, m) }):
-			want = correlate.ClassProxyFailed
+			want = chain.ClassProxyFailed
 		case s.code == 404 && !rlServes(s.entry, s.path):
 			// The entry's own 404 for what a peer serves, whatever its body: 1.35's Status
 			// "the server could not find the requested resource", or the plain "404 page not
 			// found" of a 1.36 server with the group off, before its peer discovery lists a
 			// server of it.
-			want = correlate.ClassMisleading404
+			want = chain.ClassMisleading404
 		}
 		where := fmt.Sprintf("%s %s as %s at %s -> %d %q (%d Audit-Id %s)", s.entry, s.path, s.identity, s.at.Format("15:04:05.000"), s.code, firstLine(s.body), len(s.auditIDs), id)
 		if err != nil || ch == nil {
@@ -480,8 +480,8 @@ func rlVerify(t *testing.T, ctx context.Context, pt *ptProc, sent []rlSent, stre
 		// What the restarts make real: a forwarded request whose peer's record died with the
 		// peer (killed, or stopping: the audit backend drops some last events), or whose
 		// entry's record did (killed).
-		if !ok && want == correlate.ClassProxied && got == correlate.ClassBroken && in(s, anyStretch) != nil {
-			ok = ch.HasFinding(correlate.FindingPeerAuditMissing) || ch.HasFinding(correlate.FindingEntryAuditMissing)
+		if !ok && want == chain.ClassProxied && got == chain.ClassBroken && in(s, anyStretch) != nil {
+			ok = ch.HasFinding(chain.FindingPeerAuditMissing) || ch.HasFinding(chain.FindingEntryAuditMissing)
 		}
 		if !ok {
 			wrong = append(wrong, fmt.Sprintf("%s: want %s, peertrail %s %v: %s", where, want, got, ch.Findings, ch.Explanation))
@@ -490,11 +490,11 @@ func rlVerify(t *testing.T, ctx context.Context, pt *ptProc, sent []rlSent, stre
 		// The findings the restarts explain, and no others.
 		for _, f := range ch.Findings {
 			switch f {
-			case correlate.FindingPeerAuditMissing, correlate.FindingEntryAuditMissing:
-				if got != correlate.ClassBroken {
+			case chain.FindingPeerAuditMissing, chain.FindingEntryAuditMissing:
+				if got != chain.ClassBroken {
 					wrong = append(wrong, fmt.Sprintf("%s: %s with %s", where, got, f))
 				}
-			case correlate.FindingPeerDown, correlate.FindingEntryStarting, correlate.FindingEntryDown, correlate.FindingEntryStopping:
+			case chain.FindingPeerDown, chain.FindingEntryStarting, chain.FindingEntryDown, chain.FindingEntryStopping:
 				if in(s, anyStretch) == nil {
 					wrong = append(wrong, fmt.Sprintf("%s: %s %v outside every restart: %s", where, got, ch.Findings, ch.Explanation))
 				}
@@ -503,10 +503,10 @@ func rlVerify(t *testing.T, ctx context.Context, pt *ptProc, sent []rlSent, stre
 			}
 		}
 		switch {
-		case got == correlate.ClassProxyFailed && in(s, func(x rlStretch) bool { return x.killed }) != nil && !ch.HasFinding(correlate.FindingPeerDown):
+		case got == chain.ClassProxyFailed && in(s, func(x rlStretch) bool { return x.killed }) != nil && !ch.HasFinding(chain.FindingPeerDown):
 			wrong = append(wrong, fmt.Sprintf("%s: a forward failed while kas-c was killed, without peer_down: %s", where, ch.Explanation))
-		case got == correlate.ClassMisleading404 && s.at.After(faultAt.Add(2*time.Second)) && s.at.Before(faultRestart) && s.entry != ruC &&
-			(ch.HasFinding(correlate.FindingEntryStarting) || ch.HasFinding(correlate.FindingPeerDown)):
+		case got == chain.ClassMisleading404 && s.at.After(faultAt.Add(2*time.Second)) && s.at.Before(faultRestart) && s.entry != ruC &&
+			(ch.HasFinding(chain.FindingEntryStarting) || ch.HasFinding(chain.FindingPeerDown)):
 			wrong = append(wrong, fmt.Sprintf("%s: a misleading 404 of the induced fault passed off as restart noise: %s", where, ch.Explanation))
 		}
 		if len(wrong) > 0 && strings.HasPrefix(wrong[len(wrong)-1], where) {

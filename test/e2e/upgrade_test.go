@@ -41,7 +41,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/peertrail/peertrail/correlate"
+	"github.com/peertrail/peertrail/chain"
 	"github.com/peertrail/peertrail/metrics"
 	"github.com/peertrail/peertrail/test/e2e/harness"
 )
@@ -68,8 +68,8 @@ const (
 type ruWant struct {
 	scenario, what string
 	auditID        string
-	class          correlate.Class
-	findings       []correlate.Finding
+	class          chain.Class
+	findings       []chain.Finding
 	entry          string
 	peers          []string // proxied: the peer is one of these; nil: no peer
 	code           int      // what the client got (the chain's and the entry's code)
@@ -183,7 +183,7 @@ func TestRollingUpgrade(t *testing.T) {
 	// Setup: a namespace, and RBAC for group team-pg (bob); alice gets nothing.
 	r.scenario = "setup"
 	r.expect(r.do(ruA, "admin", "POST", "/api/v1/namespaces", `{"apiVersion":"v1","kind":"Namespace","metadata":{"name":"`+ruNS+`"}}`, nil),
-		ruWant{what: "create the namespace", class: correlate.ClassLocal, entry: ruA, code: 201})
+		ruWant{what: "create the namespace", class: chain.ClassLocal, entry: ruA, code: 201})
 	r.must(r.do(ruA, "admin", "POST", "/apis/rbac.authorization.k8s.io/v1/clusterroles",
 		`{"apiVersion":"rbac.authorization.k8s.io/v1","kind":"ClusterRole","metadata":{"name":"ru-pg-editor"},"rules":[{"apiGroups":["scheduling.k8s.io"],"resources":["podgroups"],"verbs":["*"]},{"apiGroups":["batch"],"resources":["jobs"],"verbs":["*"]}]}`, nil), 201)
 	r.must(r.do(ruA, "admin", "POST", "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
@@ -201,44 +201,44 @@ func TestRollingUpgrade(t *testing.T) {
 
 	// 1. old -> new: the 1.35 entries forward podgroups to kas-c.
 	r.scenario = "proxied old->new"
-	r.expect(r.do(ruA, "admin", "GET", ruPG, "", nil), ruWant{what: "list", class: correlate.ClassProxied, entry: ruA, peers: toC, code: 200})
-	r.expect(r.do(ruA, "admin", "POST", ruPG, pg("pg-1"), nil), ruWant{what: "create", class: correlate.ClassProxied, entry: ruA, peers: toC, code: 201})
+	r.expect(r.do(ruA, "admin", "GET", ruPG, "", nil), ruWant{what: "list", class: chain.ClassProxied, entry: ruA, peers: toC, code: 200})
+	r.expect(r.do(ruA, "admin", "POST", ruPG, pg("pg-1"), nil), ruWant{what: "create", class: chain.ClassProxied, entry: ruA, peers: toC, code: 201})
 	oldForward := r.do(ruB, "admin", "GET", ruPG+"/pg-1", "", nil)
-	r.expect(oldForward, ruWant{what: "get", class: correlate.ClassProxied, entry: ruB, peers: toC, code: 200})
-	r.expect(r.do(ruA, "admin", "GET", ruPG+"?watch=true&timeoutSeconds=1", "", nil), ruWant{what: "watch ended by the server (timeoutSeconds=1)", class: correlate.ClassProxied, entry: ruA, peers: toC, code: 200})
-	r.expect(r.watchCancel(ruB, "admin", ruPG+"?watch=1"), ruWant{what: "watch cancelled by the client after its first event", class: correlate.ClassProxied, entry: ruB, peers: toC, code: 200, entryPanic: true})
-	r.expect(r.do(ruB, "admin", "GET", ruPG+"/does-not-exist", "", nil), ruWant{what: "get of a missing object: the peer's 404, proxied", class: correlate.ClassProxied, entry: ruB, peers: toC, code: 404, peerReason: "NotFound"})
+	r.expect(oldForward, ruWant{what: "get", class: chain.ClassProxied, entry: ruB, peers: toC, code: 200})
+	r.expect(r.do(ruA, "admin", "GET", ruPG+"?watch=true&timeoutSeconds=1", "", nil), ruWant{what: "watch ended by the server (timeoutSeconds=1)", class: chain.ClassProxied, entry: ruA, peers: toC, code: 200})
+	r.expect(r.watchCancel(ruB, "admin", ruPG+"?watch=1"), ruWant{what: "watch cancelled by the client after its first event", class: chain.ClassProxied, entry: ruB, peers: toC, code: 200, entryPanic: true})
+	r.expect(r.do(ruB, "admin", "GET", ruPG+"/does-not-exist", "", nil), ruWant{what: "get of a missing object: the peer's 404, proxied", class: chain.ClassProxied, entry: ruB, peers: toC, code: 404, peerReason: "NotFound"})
 
 	// 2. new -> old: kas-c (batch/v1 off) forwards jobs to a 1.35 server.
 	r.scenario = "proxied new->old"
-	r.expect(r.do(ruC, "admin", "GET", ruJobs, "", nil), ruWant{what: "list", class: correlate.ClassProxied, entry: ruC, peers: toOld, code: 200})
-	r.expect(r.do(ruC, "admin", "POST", ruJobs, job("job-1"), nil), ruWant{what: "create", class: correlate.ClassProxied, entry: ruC, peers: toOld, code: 201})
-	r.expect(r.do(ruC, "admin", "GET", ruJobs+"/job-1", "", nil), ruWant{what: "get", class: correlate.ClassProxied, entry: ruC, peers: toOld, code: 200})
-	r.expect(r.do(ruC, "admin", "GET", ruJobs+"?watch=true&timeoutSeconds=1", "", nil), ruWant{what: "watch ended by the server", class: correlate.ClassProxied, entry: ruC, peers: toOld, code: 200})
-	r.expect(r.do(ruC, "admin", "GET", ruJobs+"/missing-job", "", nil), ruWant{what: "get of a missing object", class: correlate.ClassProxied, entry: ruC, peers: toOld, code: 404, peerReason: "NotFound"})
-	r.expect(r.do(ruC, "bob", "GET", ruJobs, "", nil), ruWant{what: "list as bob (client certificate)", class: correlate.ClassProxied, entry: ruC, peers: toOld, code: 200, user: "bob"})
+	r.expect(r.do(ruC, "admin", "GET", ruJobs, "", nil), ruWant{what: "list", class: chain.ClassProxied, entry: ruC, peers: toOld, code: 200})
+	r.expect(r.do(ruC, "admin", "POST", ruJobs, job("job-1"), nil), ruWant{what: "create", class: chain.ClassProxied, entry: ruC, peers: toOld, code: 201})
+	r.expect(r.do(ruC, "admin", "GET", ruJobs+"/job-1", "", nil), ruWant{what: "get", class: chain.ClassProxied, entry: ruC, peers: toOld, code: 200})
+	r.expect(r.do(ruC, "admin", "GET", ruJobs+"?watch=true&timeoutSeconds=1", "", nil), ruWant{what: "watch ended by the server", class: chain.ClassProxied, entry: ruC, peers: toOld, code: 200})
+	r.expect(r.do(ruC, "admin", "GET", ruJobs+"/missing-job", "", nil), ruWant{what: "get of a missing object", class: chain.ClassProxied, entry: ruC, peers: toOld, code: 404, peerReason: "NotFound"})
+	r.expect(r.do(ruC, "bob", "GET", ruJobs, "", nil), ruWant{what: "list as bob (client certificate)", class: chain.ClassProxied, entry: ruC, peers: toOld, code: 200, user: "bob"})
 
 	// 3. Denied at the entry: never forwarded.
 	r.scenario = "denied"
-	r.expect(r.do(ruA, "alice", "GET", ruPG, "", nil), ruWant{what: "alice (no RBAC) lists podgroups through a 1.35 entry", class: correlate.ClassLocal, entry: ruA, code: 403, user: "alice"})
-	r.expect(r.do(ruB, "alice", "POST", ruPG, pg("pg-alice"), nil), ruWant{what: "alice creates a podgroup", class: correlate.ClassLocal, entry: ruB, code: 403, user: "alice"})
-	r.expect(r.do(ruC, "alice", "GET", ruJobs, "", nil), ruWant{what: "alice lists jobs through the 1.36 entry", class: correlate.ClassLocal, entry: ruC, code: 403, user: "alice"})
+	r.expect(r.do(ruA, "alice", "GET", ruPG, "", nil), ruWant{what: "alice (no RBAC) lists podgroups through a 1.35 entry", class: chain.ClassLocal, entry: ruA, code: 403, user: "alice"})
+	r.expect(r.do(ruB, "alice", "POST", ruPG, pg("pg-alice"), nil), ruWant{what: "alice creates a podgroup", class: chain.ClassLocal, entry: ruB, code: 403, user: "alice"})
+	r.expect(r.do(ruC, "alice", "GET", ruJobs, "", nil), ruWant{what: "alice lists jobs through the 1.36 entry", class: chain.ClassLocal, entry: ruC, code: 403, user: "alice"})
 
 	// 4. Impersonation through a proxied request: only the entry's record keeps the actor.
 	r.scenario = "impersonation"
-	flat := []correlate.Finding{correlate.FindingImpersonationFlattened}
+	flat := []chain.Finding{chain.FindingImpersonationFlattened}
 	imp1 := r.do(ruA, "admin-as-bob", "GET", ruPG+"/pg-1", "", nil)
-	r.expect(imp1, ruWant{what: "admin as bob, old->new", class: correlate.ClassProxied, findings: flat, entry: ruA, peers: toC, code: 200, user: "bob", realUser: "admin"})
-	r.expect(r.do(ruC, "admin-as-bob", "GET", ruJobs+"/job-1", "", nil), ruWant{what: "admin as bob, new->old", class: correlate.ClassProxied, findings: flat, entry: ruC, peers: toOld, code: 200, user: "bob", realUser: "admin"})
-	r.expect(r.do(ruB, "bob", "POST", ruPG, pg("pg-bob"), nil), ruWant{what: "bob's own certificate: nothing flattened", class: correlate.ClassProxied, entry: ruB, peers: toC, code: 201, user: "bob"})
+	r.expect(imp1, ruWant{what: "admin as bob, old->new", class: chain.ClassProxied, findings: flat, entry: ruA, peers: toC, code: 200, user: "bob", realUser: "admin"})
+	r.expect(r.do(ruC, "admin-as-bob", "GET", ruJobs+"/job-1", "", nil), ruWant{what: "admin as bob, new->old", class: chain.ClassProxied, findings: flat, entry: ruC, peers: toOld, code: 200, user: "bob", realUser: "admin"})
+	r.expect(r.do(ruB, "bob", "POST", ruPG, pg("pg-bob"), nil), ruWant{what: "bob's own certificate: nothing flattened", class: chain.ClassProxied, entry: ruB, peers: toC, code: 201, user: "bob"})
 
 	// 5. Nobody serves it, and a client that sends the loop marker itself.
 	r.scenario = "not served"
-	r.expect(r.do(ruA, "admin", "GET", "/apis/widgets.example.com/v1/namespaces/"+ruNS+"/widgets", "", nil), ruWant{what: "a group nobody serves (1.35 entry)", class: correlate.ClassLocal, entry: ruA, code: 404})
-	r.expect(r.do(ruC, "admin", "GET", "/apis/widgets.example.com/v1/widgets", "", nil), ruWant{what: "a group nobody serves (1.36 entry)", class: correlate.ClassLocal, entry: ruC, code: 404})
+	r.expect(r.do(ruA, "admin", "GET", "/apis/widgets.example.com/v1/namespaces/"+ruNS+"/widgets", "", nil), ruWant{what: "a group nobody serves (1.35 entry)", class: chain.ClassLocal, entry: ruA, code: 404})
+	r.expect(r.do(ruC, "admin", "GET", "/apis/widgets.example.com/v1/widgets", "", nil), ruWant{what: "a group nobody serves (1.36 entry)", class: chain.ClassLocal, entry: ruC, code: 404})
 	r.expect(r.do(ruA, "admin", "GET", ruPG, "", map[string]string{"x-kubernetes-peer-proxied": "true"}),
-		ruWant{what: "the client sent x-kubernetes-peer-proxied: true: not forwarded; audit cannot show the header, so peertrail calls it misleading", class: correlate.ClassMisleading404, entry: ruA, code: 404})
-	r.expect(r.do(ruA, "admin", "GET", "/apis/rbac.authorization.k8s.io/v1/clusterroles/missing", "", nil), ruWant{what: "a missing object of a resource the entry serves", class: correlate.ClassLocal, entry: ruA, code: 404})
+		ruWant{what: "the client sent x-kubernetes-peer-proxied: true: not forwarded; audit cannot show the header, so peertrail calls it misleading", class: chain.ClassMisleading404, entry: ruA, code: 404})
+	r.expect(r.do(ruA, "admin", "GET", "/apis/rbac.authorization.k8s.io/v1/clusterroles/missing", "", nil), ruWant{what: "a missing object of a resource the entry serves", class: chain.ClassLocal, entry: ruA, code: 404})
 
 	// What peertrail learned about the apiservers so far.
 	r.waitAPIServers(map[string]string{ruA: harness.OldVersion, ruB: harness.OldVersion, ruC: harness.NewVersion},
@@ -259,9 +259,9 @@ func TestRollingUpgrade(t *testing.T) {
 			t.Fatalf("%s after %s stopped: %v (%s)", e, ruC, err, st)
 		}
 	}
-	r.expect(r.do(ruA, "admin", "GET", ruPG, "", nil), ruWant{what: "list", class: correlate.ClassMisleading404, entry: ruA, code: 404})
-	r.expect(r.do(ruB, "admin", "GET", ruPG+"/pg-1", "", nil), ruWant{what: "get of an object that exists in etcd", class: correlate.ClassMisleading404, entry: ruB, code: 404})
-	r.expect(r.do(ruA, "bob", "POST", ruPG, pg("pg-lost"), nil), ruWant{what: "create", class: correlate.ClassMisleading404, entry: ruA, code: 404, user: "bob"})
+	r.expect(r.do(ruA, "admin", "GET", ruPG, "", nil), ruWant{what: "list", class: chain.ClassMisleading404, entry: ruA, code: 404})
+	r.expect(r.do(ruB, "admin", "GET", ruPG+"/pg-1", "", nil), ruWant{what: "get of an object that exists in etcd", class: chain.ClassMisleading404, entry: ruB, code: 404})
+	r.expect(r.do(ruA, "bob", "POST", ruPG, pg("pg-lost"), nil), ruWant{what: "create", class: chain.ClassMisleading404, entry: ruA, code: 404, user: "bob"})
 	if err := c.StartServer(ctx, ruC, ""); err != nil {
 		t.Fatal(err)
 	}
@@ -284,15 +284,15 @@ func TestRollingUpgrade(t *testing.T) {
 		}
 	}
 	// kas-c's stream is silent meanwhile: the failed forwards are its restart noise.
-	peerDown := []correlate.Finding{correlate.FindingPeerDown}
-	r.expect(r.do(ruA, "admin", "GET", ruPG, "", nil), ruWant{what: "list", class: correlate.ClassProxyFailed, findings: peerDown, entry: ruA, code: 503})
-	r.expect(r.do(ruB, "bob", "POST", ruPG, pg("pg-killed"), nil), ruWant{what: "create", class: correlate.ClassProxyFailed, findings: peerDown, entry: ruB, code: 503, user: "bob"})
+	peerDown := []chain.Finding{chain.FindingPeerDown}
+	r.expect(r.do(ruA, "admin", "GET", ruPG, "", nil), ruWant{what: "list", class: chain.ClassProxyFailed, findings: peerDown, entry: ruA, code: 503})
+	r.expect(r.do(ruB, "bob", "POST", ruPG, pg("pg-killed"), nil), ruWant{what: "create", class: chain.ClassProxyFailed, findings: peerDown, entry: ruB, code: 503, user: "bob"})
 	// Until kas-c's peer endpoint lease expires (~15 s), then one more: a request a second.
 	unresolved := false
 	tick := time.NewTicker(time.Second)
 	for deadline := time.Now().Add(90 * time.Second); !unresolved && time.Now().Before(deadline); <-tick.C {
 		resp := r.do(ruA, "admin", "GET", ruPG+"/pg-1", "", nil)
-		r.expect(resp, ruWant{what: "get while kas-c is dead: " + firstLine(resp.body), class: correlate.ClassProxyFailed, findings: peerDown, entry: ruA, code: 503})
+		r.expect(resp, ruWant{what: "get while kas-c is dead: " + firstLine(resp.body), class: chain.ClassProxyFailed, findings: peerDown, entry: ruA, code: 503})
 		unresolved = strings.Contains(resp.body, ruUnresolved)
 		if resp.code != http.StatusServiceUnavailable {
 			break
@@ -325,17 +325,17 @@ func TestRollingUpgrade(t *testing.T) {
 	}
 	r.waitProxying()
 	newServe := r.do(ruB, "admin", "GET", ruPG, "", nil)
-	r.expect(newServe, ruWant{what: "the upgraded server lists podgroups itself", class: correlate.ClassLocal, entry: ruB, code: 200})
-	r.expect(r.do(ruB, "admin", "POST", ruPG, pg("pg-upgraded"), nil), ruWant{what: "creates one itself", class: correlate.ClassLocal, entry: ruB, code: 201})
-	r.expect(r.do(ruB, "bob", "GET", ruPG+"/pg-1", "", nil), ruWant{what: "reads one kas-c created", class: correlate.ClassLocal, entry: ruB, code: 200, user: "bob"})
-	r.expect(r.do(ruB, "admin", "GET", ruJobs+"/job-1", "", nil), ruWant{what: "and still serves jobs", class: correlate.ClassLocal, entry: ruB, code: 200})
+	r.expect(newServe, ruWant{what: "the upgraded server lists podgroups itself", class: chain.ClassLocal, entry: ruB, code: 200})
+	r.expect(r.do(ruB, "admin", "POST", ruPG, pg("pg-upgraded"), nil), ruWant{what: "creates one itself", class: chain.ClassLocal, entry: ruB, code: 201})
+	r.expect(r.do(ruB, "bob", "GET", ruPG+"/pg-1", "", nil), ruWant{what: "reads one kas-c created", class: chain.ClassLocal, entry: ruB, code: 200, user: "bob"})
+	r.expect(r.do(ruB, "admin", "GET", ruJobs+"/job-1", "", nil), ruWant{what: "and still serves jobs", class: chain.ClassLocal, entry: ruB, code: 200})
 	// The other servers pick the upgraded kas-b as a peer once they have its discovery again
 	// (each picks at random among the servers of a resource).
 	r.forwardUntil(ruB, func() ruWant {
-		return ruWant{what: "kas-a forwards podgroups to either 1.36 server", class: correlate.ClassProxied, entry: ruA, peers: []string{ruB, ruC}, code: 200}
+		return ruWant{what: "kas-a forwards podgroups to either 1.36 server", class: chain.ClassProxied, entry: ruA, peers: []string{ruB, ruC}, code: 200}
 	}, func() ruResp { return r.do(ruA, "admin", "GET", ruPG+"/pg-upgraded", "", nil) })
 	r.forwardUntil(ruB, func() ruWant {
-		return ruWant{what: "kas-c forwards jobs to kas-a or the upgraded kas-b (new -> new)", class: correlate.ClassProxied, entry: ruC, peers: toOld, code: 200}
+		return ruWant{what: "kas-c forwards jobs to kas-a or the upgraded kas-b (new -> new)", class: chain.ClassProxied, entry: ruC, peers: toOld, code: 200}
 	}, func() ruResp { return r.do(ruC, "admin", "GET", ruJobs+"/job-1", "", nil) })
 	r.waitAPIServers(map[string]string{ruA: harness.OldVersion, ruB: harness.NewVersion, ruC: harness.NewVersion},
 		map[string]bool{ruA: false, ruB: true, ruC: true})
@@ -636,7 +636,7 @@ func (r *ruTest) retire(server string) {
 // it serves podgroups.
 func (r *ruTest) waitAPIServers(versions map[string]string, servesPG map[string]bool) {
 	r.t.Helper()
-	var last map[string]correlate.APIServerView
+	var last map[string]chain.APIServerView
 	err := pollUntil(r.ctx, 90*time.Second, func() (bool, error) {
 		if err := r.pt.exited(); err != nil {
 			return false, err
@@ -669,7 +669,7 @@ func (r *ruTest) verify() {
 	deadline := 2 * time.Minute
 	for _, w := range r.wants {
 		where := fmt.Sprintf("%s: %s [%s]", w.scenario, w.what, w.auditID)
-		var c *correlate.Chain
+		var c *chain.Chain
 		if err := pollUntil(r.ctx, deadline, func() (bool, error) {
 			if err := r.pt.exited(); err != nil {
 				return false, err
@@ -679,7 +679,7 @@ func (r *ruTest) verify() {
 				return false, nil
 			}
 			c = got
-			return got.State == correlate.StateFinal, nil
+			return got.State == chain.StateFinal, nil
 		}); err != nil {
 			t.Errorf("%s: no final chain: %v (last %+v)", where, err, c)
 			continue
@@ -941,14 +941,14 @@ func (r *ruTest) checkVersionsInStore() {
 // with batch/v1 off, and never served jobs.
 func (r *ruTest) checkCapabilityHistory(since, oldAt, newAt time.Time) {
 	t := r.t
-	history := func(args ...string) []correlate.CapabilityRecord {
+	history := func(args ...string) []chain.CapabilityRecord {
 		t.Helper()
 		out, err := r.pt.cli(r.ctx, append([]string{"apiservers", "-o", "json"}, args...)...)
 		if err != nil {
 			t.Fatal(err)
 		}
 		var doc struct {
-			History []correlate.CapabilityRecord `json:"history"`
+			History []chain.CapabilityRecord `json:"history"`
 		}
 		if err := json.Unmarshal([]byte(out), &doc); err != nil {
 			t.Fatalf("peertrail apiservers -o json: %v\n%s", err, out)
@@ -956,15 +956,15 @@ func (r *ruTest) checkCapabilityHistory(since, oldAt, newAt time.Time) {
 		return doc.History
 	}
 	const pgGroup, pgVersion, pgResource = "scheduling.k8s.io", "v1alpha2", "podgroups"
-	lines := func(recs []correlate.CapabilityRecord) map[string]int64 {
+	lines := func(recs []chain.CapabilityRecord) map[string]int64 {
 		m := map[string]int64{}
 		for _, rec := range recs {
-			m[fmt.Sprintf("%s %s %s %s", rec.APIServer, rec.Version, rec.Role, correlate.GVR{Group: rec.Group, Version: rec.APIVersion, Resource: rec.Resource})] += rec.Requests
+			m[fmt.Sprintf("%s %s %s %s", rec.APIServer, rec.Version, rec.Role, chain.GVR{Group: rec.Group, Version: rec.APIVersion, Resource: rec.Resource})] += rec.Requests
 		}
 		return m
 	}
-	pg := correlate.GVR{Group: pgGroup, Version: pgVersion, Resource: pgResource}.String()
-	jobs := correlate.GVR{Group: "batch", Version: "v1", Resource: "jobs"}.String()
+	pg := chain.GVR{Group: pgGroup, Version: pgVersion, Resource: pgResource}.String()
+	jobs := chain.GVR{Group: "batch", Version: "v1", Resource: "jobs"}.String()
 	all := history("--since", since.Add(-time.Minute).UTC().Format(time.RFC3339))
 	got := lines(all)
 	versions := map[string]map[string]bool{}
@@ -981,21 +981,21 @@ func (r *ruTest) checkCapabilityHistory(since, oldAt, newAt time.Time) {
 		}
 	}
 	for _, l := range []string{
-		ruB + " " + harness.OldVersion + " " + correlate.RoleForwarded + " " + pg,
-		ruB + " " + harness.NewVersion + " " + correlate.RoleServed + " " + pg,
-		ruC + " " + harness.NewVersion + " " + correlate.RoleServed + " " + pg,
-		ruA + " " + harness.OldVersion + " " + correlate.RoleForwarded + " " + pg,
-		ruC + " " + harness.NewVersion + " " + correlate.RoleForwarded + " " + jobs,
+		ruB + " " + harness.OldVersion + " " + chain.RoleForwarded + " " + pg,
+		ruB + " " + harness.NewVersion + " " + chain.RoleServed + " " + pg,
+		ruC + " " + harness.NewVersion + " " + chain.RoleServed + " " + pg,
+		ruA + " " + harness.OldVersion + " " + chain.RoleForwarded + " " + pg,
+		ruC + " " + harness.NewVersion + " " + chain.RoleForwarded + " " + jobs,
 	} {
 		if got[l] <= 0 {
 			t.Errorf("peertrail apiservers has no line %q", l)
 		}
 	}
 	for _, l := range []string{
-		ruB + " " + harness.OldVersion + " " + correlate.RoleServed + " " + pg,
-		ruB + " " + harness.NewVersion + " " + correlate.RoleForwarded + " " + pg,
-		ruA + " " + harness.OldVersion + " " + correlate.RoleServed + " " + pg,
-		ruC + " " + harness.NewVersion + " " + correlate.RoleServed + " " + jobs,
+		ruB + " " + harness.OldVersion + " " + chain.RoleServed + " " + pg,
+		ruB + " " + harness.NewVersion + " " + chain.RoleForwarded + " " + pg,
+		ruA + " " + harness.OldVersion + " " + chain.RoleServed + " " + pg,
+		ruC + " " + harness.NewVersion + " " + chain.RoleServed + " " + jobs,
 	} {
 		if got[l] != 0 {
 			t.Errorf("peertrail apiservers says %q (%d requests)", l, got[l])
@@ -1006,8 +1006,8 @@ func (r *ruTest) checkCapabilityHistory(since, oldAt, newAt time.Time) {
 		at            time.Time
 		version, line string
 	}{
-		{oldAt, harness.OldVersion, ruB + " " + harness.OldVersion + " " + correlate.RoleForwarded + " " + pg},
-		{newAt, harness.NewVersion, ruB + " " + harness.NewVersion + " " + correlate.RoleServed + " " + pg},
+		{oldAt, harness.OldVersion, ruB + " " + harness.OldVersion + " " + chain.RoleForwarded + " " + pg},
+		{newAt, harness.NewVersion, ruB + " " + harness.NewVersion + " " + chain.RoleServed + " " + pg},
 	} {
 		at := lines(history("--at", tc.at.UTC().Format(time.RFC3339Nano)))
 		if at[tc.line] <= 0 {
@@ -1229,7 +1229,7 @@ func (r *ruTest) checkDiscoveryCounts(cutoff time.Time) {
 	}
 	internal := 0
 	for _, rw := range rows {
-		if rw.Class != string(correlate.ClassInternal) {
+		if rw.Class != string(chain.ClassInternal) {
 			t.Errorf("%d peer-discovery fetches classified %s", rw.N, rw.Class)
 		}
 		internal += rw.N
@@ -1319,36 +1319,36 @@ func sqlTime(t time.Time) string {
 	return "toDateTime64('" + t.UTC().Format("2006-01-02 15:04:05.000000") + "', 6, 'UTC')"
 }
 
-func sameFindings(a, b []correlate.Finding) bool {
+func sameFindings(a, b []chain.Finding) bool {
 	x, y := slices.Clone(a), slices.Clone(b)
 	slices.Sort(x)
 	slices.Sort(y)
 	return slices.Equal(x, y)
 }
 
-func toFindings(s []string) []correlate.Finding {
-	out := make([]correlate.Finding, len(s))
+func toFindings(s []string) []chain.Finding {
+	out := make([]chain.Finding, len(s))
 	for i, f := range s {
-		out[i] = correlate.Finding(f)
+		out[i] = chain.Finding(f)
 	}
 	return out
 }
 
-func sideName(s *correlate.Side) string {
+func sideName(s *chain.Side) string {
 	if s == nil {
 		return "none"
 	}
 	return s.APIServer
 }
 
-func sideReason(s *correlate.Side) string {
+func sideReason(s *chain.Side) string {
 	if s == nil {
 		return ""
 	}
 	return s.Reason
 }
 
-func sideCode(s *correlate.Side) int32 {
+func sideCode(s *chain.Side) int32 {
 	if s == nil {
 		return 0
 	}
@@ -1440,9 +1440,9 @@ func TestUpgradeRenamedBinaries(t *testing.T) {
 
 	// history waits until /api/v1/apiservers shows each apiserver's version and causes of its
 	// version history, and returns what it showed.
-	history := func(step string, want map[string][]string) map[string]correlate.APIServerView {
+	history := func(step string, want map[string][]string) map[string]chain.APIServerView {
 		t.Helper()
-		var last map[string]correlate.APIServerView
+		var last map[string]chain.APIServerView
 		err := pollUntil(ctx, 90*time.Second, func() (bool, error) {
 			if err := pt.exited(); err != nil {
 				return false, err
@@ -1496,8 +1496,8 @@ func TestUpgradeRenamedBinaries(t *testing.T) {
 	}
 
 	first := history("start", map[string][]string{
-		ruA: {harness.OldVersion, correlate.CauseFirstSeen},
-		ruB: {harness.OldVersion, correlate.CauseFirstSeen},
+		ruA: {harness.OldVersion, chain.CauseFirstSeen},
+		ruB: {harness.OldVersion, chain.CauseFirstSeen},
 	})
 	skew("start", 0, "versions kas-a=v1.35.4, kas-b=v1.35.4: 0 minor apart")
 
@@ -1509,8 +1509,8 @@ func TestUpgradeRenamedBinaries(t *testing.T) {
 		t.Fatal(err)
 	}
 	restarted := history("restart", map[string][]string{
-		ruA: {harness.OldVersion, correlate.CauseFirstSeen},
-		ruB: {harness.OldVersion, correlate.CauseFirstSeen, correlate.CauseRestart},
+		ruA: {harness.OldVersion, chain.CauseFirstSeen},
+		ruB: {harness.OldVersion, chain.CauseFirstSeen, chain.CauseRestart},
 	})
 	if h := restarted[ruB].History; h[1].Version != harness.OldVersion || h[1].Process == h[0].Process || !h[1].Since.After(h[0].Since) {
 		t.Errorf("kas-b's restart: %+v", h)
@@ -1524,8 +1524,8 @@ func TestUpgradeRenamedBinaries(t *testing.T) {
 		t.Fatal(err)
 	}
 	upgraded := history("upgrade", map[string][]string{
-		ruA: {harness.OldVersion, correlate.CauseFirstSeen},
-		ruB: {harness.NewVersion, correlate.CauseFirstSeen, correlate.CauseRestart, correlate.CauseVersionChange},
+		ruA: {harness.OldVersion, chain.CauseFirstSeen},
+		ruB: {harness.NewVersion, chain.CauseFirstSeen, chain.CauseRestart, chain.CauseVersionChange},
 	})
 	if h := upgraded[ruB].History; h[2].Version != harness.NewVersion || h[2].Process == h[1].Process {
 		t.Errorf("kas-b's upgrade: %+v", h)
@@ -1544,7 +1544,7 @@ func TestUpgradeRenamedBinaries(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, ch := range chains {
-			for _, s := range append([]*correlate.Side{ch.Entry, ch.Peer}, ch.Others...) {
+			for _, s := range append([]*chain.Side{ch.Entry, ch.Peer}, ch.Others...) {
 				if s != nil && s.APIServer == n && s.User == "system:apiserver" && slices.Contains(s.Groups, "system:masters") {
 					prefix, _, _ := strings.Cut(s.UserAgent, " ")
 					seen[n+" "+prefix] = true
@@ -1575,11 +1575,11 @@ func TestUpgradeRenamedBinaries(t *testing.T) {
 
 	// The capability history (the store's) shows kas-b's two versions one after the other, each
 	// with what it served: GET /api/v1/apiservers?since=, and ?at= a moment of each epoch.
-	var capHistory []correlate.CapabilityRecord
+	var capHistory []chain.CapabilityRecord
 	var oldEnd, newStart time.Time
 	err = pollUntil(ctx, 90*time.Second, func() (bool, error) {
 		var doc struct {
-			History []correlate.CapabilityRecord `json:"history"`
+			History []chain.CapabilityRecord `json:"history"`
 		}
 		if code, err := pt.getJSON(ctx, "/api/v1/apiservers?since=1h", &doc); err != nil || code != http.StatusOK {
 			return false, nil
@@ -1587,7 +1587,7 @@ func TestUpgradeRenamedBinaries(t *testing.T) {
 		capHistory = doc.History
 		oldEnd, newStart = time.Time{}, time.Time{}
 		for _, r := range doc.History {
-			if r.APIServer != ruB || r.Role != correlate.RoleServed {
+			if r.APIServer != ruB || r.Role != chain.RoleServed {
 				continue
 			}
 			switch r.Version {
@@ -1626,7 +1626,7 @@ func TestUpgradeRenamedBinaries(t *testing.T) {
 		version string
 	}{{oldAt.Add(-time.Second), harness.OldVersion}, {newAt.Add(time.Second), harness.NewVersion}} {
 		var doc struct {
-			History []correlate.CapabilityRecord `json:"history"`
+			History []chain.CapabilityRecord `json:"history"`
 		}
 		if code, err := pt.getJSON(ctx, "/api/v1/apiservers?at="+url.QueryEscape(at.t.Format(time.RFC3339Nano)), &doc); err != nil || code != http.StatusOK {
 			t.Fatalf("GET /api/v1/apiservers?at=: %d %v", code, err)

@@ -22,7 +22,7 @@ import (
 	"time"
 
 	"github.com/peertrail/peertrail/alerts"
-	"github.com/peertrail/peertrail/correlate"
+	"github.com/peertrail/peertrail/chain"
 	"github.com/peertrail/peertrail/dashboards"
 	"github.com/peertrail/peertrail/metrics"
 )
@@ -239,7 +239,7 @@ func checkDashboardQueries(t *testing.T, promURL string) {
 	for _, s := range v {
 		classes = append(classes, s.Metric[metrics.LabelClass])
 	}
-	for _, c := range []correlate.Class{correlate.ClassLocal, correlate.ClassProxied, correlate.ClassProxyFailed, correlate.ClassMisleading404, correlate.ClassBroken, correlate.ClassInternal} {
+	for _, c := range []chain.Class{chain.ClassLocal, chain.ClassProxied, chain.ClassProxyFailed, chain.ClassMisleading404, chain.ClassBroken, chain.ClassInternal} {
 		if !slices.Contains(classes, string(c)) {
 			t.Errorf("no %s chains in Prometheus (classes %v)", c, classes)
 		}

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/peertrail/peertrail/chain"
 	"github.com/peertrail/peertrail/config"
-	"github.com/peertrail/peertrail/correlate"
 	"github.com/peertrail/peertrail/simulate"
 )
 
@@ -34,7 +34,7 @@ func TestChainListReachesIntoTheStore(t *testing.T) {
 		t.Fatalf("the run made no internal or no proxied request: %v", want)
 	}
 
-	list := func(query string) []*correlate.Chain {
+	list := func(query string) []*chain.Chain {
 		t.Helper()
 		resp, err := readerClient.Get(p.srv.URL() + "/api/v1/chains?" + query)
 		if err != nil {
@@ -42,15 +42,15 @@ func TestChainListReachesIntoTheStore(t *testing.T) {
 		}
 		defer resp.Body.Close()
 		var body struct {
-			Chains  []*correlate.Chain `json:"chains"`
-			Warning string             `json:"warning"`
+			Chains  []*chain.Chain `json:"chains"`
+			Warning string         `json:"warning"`
 		}
 		if err := json.NewDecoder(resp.Body).Decode(&body); err != nil || resp.StatusCode != http.StatusOK || body.Warning != "" {
 			t.Fatalf("GET /api/v1/chains?%s: %s %v %q", query, resp.Status, err, body.Warning)
 		}
 		return body.Chains
 	}
-	var all, memory []*correlate.Chain
+	var all, memory []*chain.Chain
 	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(time.Second) {
 		all, memory = list("since=1h&limit=10000"), list("limit=10000")
 		if len(all) >= len(truths) && len(memory) < len(truths)/2 {
@@ -68,7 +68,7 @@ func TestChainListReachesIntoTheStore(t *testing.T) {
 	}
 	internal := list("since=1h&limit=10000&class=internal")
 	for _, c := range internal {
-		if c.Class != correlate.ClassInternal || c.ID == "" || c.AuditID == "" {
+		if c.Class != chain.ClassInternal || c.ID == "" || c.AuditID == "" {
 			t.Fatalf("class=internal listed %+v", c)
 		}
 	}

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/peertrail/peertrail/correlate"
+	"github.com/peertrail/peertrail/chain"
 )
 
 // TestRealCaptureFirstStart replays test/testdata/real/first-start/pre-discovery (a cluster
@@ -60,7 +60,7 @@ func TestRealCaptureFirstStart(t *testing.T) {
 				time.Sleep(3 * 2 * time.Second) // what the late stream teaches is judged when its chains close
 			}
 			checkLabels(t, p.url, s)
-			var l struct{ Chains []*correlate.Chain }
+			var l struct{ Chains []*chain.Chain }
 			readJSON(t, p.url+"/api/v1/chains?since=24h&limit=10000&class=broken", &l)
 			for _, c := range l.Chains {
 				t.Errorf("broken: %s %s %s (%s)", c.AuditID, c.Verb, c.RequestURI, c.Explanation)
@@ -82,13 +82,13 @@ func checkLabels(t *testing.T, base string, s scenario) {
 		if !ok {
 			t.Fatalf("%s: label %q not understood", s.Name, l.Expect)
 		}
-		var c *correlate.Chain
+		var c *chain.Chain
 		for c == nil {
 			got, code, err := getChain(base, l.AuditID)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if code == 200 && got.State == correlate.StateFinal {
+			if code == 200 && got.State == chain.StateFinal {
 				c = got
 				break
 			}
@@ -108,7 +108,7 @@ func checkLabels(t *testing.T, base string, s scenario) {
 		if !slices.Equal(got, findings) {
 			t.Errorf("%s: findings %v, want %v", where, c.Findings, findings)
 		}
-		if class == correlate.ClassProxied && (c.Entry == nil || c.Peer == nil || c.Entry.APIServer != l.Entry || l.Peer != "" && c.Peer.APIServer != l.Peer) {
+		if class == chain.ClassProxied && (c.Entry == nil || c.Peer == nil || c.Entry.APIServer != l.Entry || l.Peer != "" && c.Peer.APIServer != l.Peer) {
 			t.Errorf("%s: roles entry=%v peer=%v, want %s -> %s", where, c.Entry, c.Peer, l.Entry, l.Peer)
 		}
 	}

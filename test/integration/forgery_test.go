@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/peertrail/peertrail/correlate"
+	"github.com/peertrail/peertrail/chain"
 	"github.com/peertrail/peertrail/gate"
 	"github.com/peertrail/peertrail/metrics"
 )
@@ -163,7 +163,7 @@ func verdict(t *testing.T, base string) gate.Verdict {
 
 // chainsOf waits until every chain of auditID is final (at least want of them) and returns
 // the API's answer.
-func chainsOf(t *testing.T, base, auditID string, want int) correlate.ChainAnswer {
+func chainsOf(t *testing.T, base, auditID string, want int) chain.ChainAnswer {
 	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
@@ -171,14 +171,14 @@ func chainsOf(t *testing.T, base, auditID string, want int) correlate.ChainAnswe
 		if err != nil {
 			t.Fatal(err)
 		}
-		var a correlate.ChainAnswer
+		var a chain.ChainAnswer
 		if resp.StatusCode == 200 {
 			json.NewDecoder(resp.Body).Decode(&a)
 		}
 		resp.Body.Close()
 		final := a.Chain != nil && a.ChainsWithAuditID >= want
-		for _, c := range append([]*correlate.Chain{a.Chain}, a.OtherChains...) {
-			final = final && c != nil && c.State == correlate.StateFinal
+		for _, c := range append([]*chain.Chain{a.Chain}, a.OtherChains...) {
+			final = final && c != nil && c.State == chain.StateFinal
 		}
 		if final {
 			return a
@@ -269,22 +269,22 @@ func TestForgedEvidenceChangesNothingElse(t *testing.T) {
 		if a.ChainsWithAuditID != 2 {
 			t.Errorf("%s: %d chains, want 2 (one request each apiserver)", id, a.ChainsWithAuditID)
 		}
-		for _, ch := range append([]*correlate.Chain{a.Chain}, a.OtherChains...) {
-			if ch.Class != correlate.ClassLocal || !ch.HasFinding(correlate.FindingAuditIDReused) || ch.HasFinding(correlate.FindingIdentityMismatch) || ch.Peer != nil {
+		for _, ch := range append([]*chain.Chain{a.Chain}, a.OtherChains...) {
+			if ch.Class != chain.ClassLocal || !ch.HasFinding(chain.FindingAuditIDReused) || ch.HasFinding(chain.FindingIdentityMismatch) || ch.Peer != nil {
 				t.Errorf("%s: %s %v peer %v (%s)", id, ch.Class, ch.Findings, ch.Peer, ch.Explanation)
 			}
 		}
 	}
 	a := chainsOf(t, p.url, "xff-1", 1)
-	if a.Class != correlate.ClassLocal || len(a.Findings) != 0 || a.Entry == nil || a.Entry.APIServer != "kas-b" {
+	if a.Class != chain.ClassLocal || len(a.Findings) != 0 || a.Entry == nil || a.Entry.APIServer != "kas-b" {
 		t.Errorf("xff-1: %s %v entry %v (%s)", a.Class, a.Findings, a.Entry, a.Explanation)
 	}
 	a = chainsOf(t, p.url, reused, 2)
 	if a.ChainsWithAuditID != 2 || a.Verb != "get" || len(a.OtherChains) != 1 || a.OtherChains[0].Verb != "delete" {
 		t.Fatalf("%q: %d chains, shown %s, others %v", reused, a.ChainsWithAuditID, a.Verb, a.OtherChains)
 	}
-	for _, ch := range append([]*correlate.Chain{a.Chain}, a.OtherChains...) {
-		if ch.Class != correlate.ClassLocal || !ch.HasFinding(correlate.FindingAuditIDReused) {
+	for _, ch := range append([]*chain.Chain{a.Chain}, a.OtherChains...) {
+		if ch.Class != chain.ClassLocal || !ch.HasFinding(chain.FindingAuditIDReused) {
 			t.Errorf("%s %s: %s %v", reused, ch.Verb, ch.Class, ch.Findings)
 		}
 	}
@@ -315,7 +315,7 @@ func TestForgedEvidenceChangesNothingElse(t *testing.T) {
 
 	// The refused requests are chains of their own, counted under one label value.
 	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(200 * time.Millisecond) {
-		var l struct{ Chains []*correlate.Chain }
+		var l struct{ Chains []*chain.Chain }
 		readJSON(t, p.url+"/api/v1/chains?since=1h&limit=10000&class=local", &l)
 		n := 0
 		for _, ch := range l.Chains {
@@ -340,7 +340,7 @@ func TestForgedEvidenceChangesNothingElse(t *testing.T) {
 		t.Errorf("the gate says pause: %v", v.Reasons)
 	}
 	c.halt()
-	var l struct{ Chains []*correlate.Chain }
+	var l struct{ Chains []*chain.Chain }
 	readJSON(t, p.url+"/api/v1/chains?since=1h&limit=10000", &l)
 	c.mu.Lock()
 	alice := map[string]bool{}
@@ -350,12 +350,12 @@ func TestForgedEvidenceChangesNothingElse(t *testing.T) {
 	c.mu.Unlock()
 	seen := 0
 	for _, ch := range l.Chains {
-		if ch.Class == correlate.ClassBroken || ch.Class == correlate.ClassMisleading404 || ch.Class == correlate.ClassProxied {
+		if ch.Class == chain.ClassBroken || ch.Class == chain.ClassMisleading404 || ch.Class == chain.ClassProxied {
 			t.Errorf("%s: %s %v (%s)", ch.AuditID, ch.Class, ch.Findings, ch.Explanation)
 		}
-		if alice[ch.AuditID] && ch.State == correlate.StateFinal {
+		if alice[ch.AuditID] && ch.State == chain.StateFinal {
 			seen++
-			if ch.Class != correlate.ClassLocal || len(ch.Findings) != 0 {
+			if ch.Class != chain.ClassLocal || len(ch.Findings) != 0 {
 				t.Errorf("alice's %s: %s %v (%s)", ch.AuditID, ch.Class, ch.Findings, ch.Explanation)
 			}
 		}

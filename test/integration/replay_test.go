@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/peertrail/peertrail/correlate"
+	"github.com/peertrail/peertrail/chain"
 )
 
 // A scenario captured from real kube-apiservers (test/testdata/real, see its README).
@@ -70,37 +70,37 @@ func loadScenarios(t *testing.T) []scenario {
 
 // expectation is what peertrail must conclude for a labelled request. The labels say what was
 // done and what the client saw; this maps them to peertrail's classes.
-func expectation(l label) (correlate.Class, []correlate.Finding, bool) {
-	var findings []correlate.Finding
+func expectation(l label) (chain.Class, []chain.Finding, bool) {
+	var findings []chain.Finding
 	switch l.Expect {
 	case "proxied":
 		if strings.Contains(l.Note, "impersonating") {
-			findings = append(findings, correlate.FindingImpersonationFlattened)
+			findings = append(findings, chain.FindingImpersonationFlattened)
 		}
-		return correlate.ClassProxied, findings, true
+		return chain.ClassProxied, findings, true
 	case "misleading_404":
-		return correlate.ClassMisleading404, nil, true
+		return chain.ClassMisleading404, nil, true
 	case "local_404":
 		if strings.Contains(l.Note, "x-kubernetes-peer-proxied") {
 			// The client asked not to be forwarded; audit records cannot show the header, so
 			// this 404 for a resource a peer serves is indistinguishable from a misleading one
 			// (test/testdata/real/README.md, "What the capture shows"), and is one for the client.
-			return correlate.ClassMisleading404, nil, true
+			return chain.ClassMisleading404, nil, true
 		}
-		return correlate.ClassLocal, nil, true
+		return chain.ClassLocal, nil, true
 	case "local", "denied":
-		return correlate.ClassLocal, nil, true
+		return chain.ClassLocal, nil, true
 	case "peer_discovery":
-		return correlate.ClassInternal, nil, true
+		return chain.ClassInternal, nil, true
 	case "peer_unreachable":
 		// The peer was killed: its stream is silent while the forwards fail (restart noise).
-		return correlate.ClassProxyFailed, []correlate.Finding{correlate.FindingPeerDown}, true
+		return chain.ClassProxyFailed, []chain.Finding{chain.FindingPeerDown}, true
 	case "proxied_peer_killed":
 		if len(l.ObservedOn) == 1 {
 			// Its record died with it, in its stream's silence (restart noise).
-			return correlate.ClassBroken, []correlate.Finding{correlate.FindingPeerAuditMissing, correlate.FindingPeerDown}, true
+			return chain.ClassBroken, []chain.Finding{chain.FindingPeerAuditMissing, chain.FindingPeerDown}, true
 		}
-		return correlate.ClassProxied, nil, true
+		return chain.ClassProxied, nil, true
 	}
 	return "", nil, false
 }
@@ -121,7 +121,7 @@ func postFile(t *testing.T, base string, s scenario, p post) {
 	}
 }
 
-func getChain(base, id string) (*correlate.Chain, int, error) {
+func getChain(base, id string) (*chain.Chain, int, error) {
 	resp, err := readerClient.Get(base + "/api/v1/chains/" + id)
 	if err != nil {
 		return nil, 0, err
@@ -130,7 +130,7 @@ func getChain(base, id string) (*correlate.Chain, int, error) {
 	if resp.StatusCode != 200 {
 		return nil, resp.StatusCode, nil
 	}
-	var c correlate.Chain
+	var c chain.Chain
 	if err := json.NewDecoder(resp.Body).Decode(&c); err != nil {
 		return nil, 0, err
 	}
@@ -150,13 +150,13 @@ func checkScenarios(t *testing.T, base string, scenarios []scenario) {
 				t.Errorf("%s: label %q not understood", s.Name, l.Expect)
 				continue
 			}
-			var c *correlate.Chain
+			var c *chain.Chain
 			for {
 				got, code, err := getChain(base, l.AuditID)
 				if err != nil {
 					t.Fatal(err)
 				}
-				if code == 200 && got.State == correlate.StateFinal {
+				if code == 200 && got.State == chain.StateFinal {
 					c = got
 					break
 				}
@@ -177,7 +177,7 @@ func checkScenarios(t *testing.T, base string, scenarios []scenario) {
 			if !slices.Equal(got, findings) {
 				t.Errorf("%s: findings %v, want %v", where, c.Findings, findings)
 			}
-			if class == correlate.ClassProxied && l.Entry != "" && (c.Entry == nil || c.Peer == nil || c.Entry.APIServer != l.Entry || l.Peer != "" && c.Peer.APIServer != l.Peer) {
+			if class == chain.ClassProxied && l.Entry != "" && (c.Entry == nil || c.Peer == nil || c.Entry.APIServer != l.Entry || l.Peer != "" && c.Peer.APIServer != l.Peer) {
 				t.Errorf("%s: roles entry=%v peer=%v, want %s -> %s", where, c.Entry, c.Peer, l.Entry, l.Peer)
 			}
 		}
@@ -217,7 +217,7 @@ func checkStore(t *testing.T, p *process, scenarios []scenario) {
 	if p.sqlURL == "" {
 		t.Fatalf("peertrail did not report its SQL interface:\n%s", p.logs)
 	}
-	want := map[string]correlate.Class{}
+	want := map[string]chain.Class{}
 	for _, s := range scenarios {
 		for _, l := range s.Requests {
 			if c, _, ok := expectation(l); ok {
@@ -229,13 +229,13 @@ func checkStore(t *testing.T, p *process, scenarios []scenario) {
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		rows := sqlRows(t, p.sqlURL, "SELECT audit_id, class, count() FROM peertrail.chains FINAL GROUP BY audit_id, class FORMAT TabSeparated")
-		got := map[string]correlate.Class{}
+		got := map[string]chain.Class{}
 		dup := ""
 		for _, r := range rows {
 			if r[2] != "1" {
 				dup = r[0]
 			}
-			got[r[0]] = correlate.Class(r[1])
+			got[r[0]] = chain.Class(r[1])
 		}
 		if dup != "" {
 			t.Fatalf("chain of %s stored more than once after FINAL", dup)

@@ -216,6 +216,7 @@ func exactlyOnce(t *testing.T, recs []record.Record, want map[record.Key]sent) {
 
 func baseConfig(t *testing.T, dir string) config.File {
 	cfg := config.Defaults()
+	cfg.Store.Unconfined = true // in-process servers share one engine's threads, which Landlock would bind to the first's directory; the binary runs confined in test/attack/sql_test.go
 	cfg.Listen = "127.0.0.1:0"
 	cfg.Store.SQLListen = "127.0.0.1:0"
 	cfg.DataDir = filepath.Join(dir, "data")

@@ -1,4 +1,8 @@
-package correlate
+// Package chainapi is the chains' read face: it serves them over HTTP, from memory first (the
+// correlator's open chains and the final ones it keeps for the late window) and then from the
+// store (its lookups, which run the store's named queries), as one chain whichever way it was
+// read. It knows the correlator and the store only by the interfaces and lookups it is given.
+package chainapi
 
 import (
 	"context"
@@ -8,32 +12,25 @@ import (
 	"slices"
 	"strconv"
 	"time"
+
+	"github.com/peertrail/peertrail/chain"
 )
 
-// Lookup finds a final chain that is no longer in memory (the store's chains table). It
-// returns (nil, nil) when there is none.
-type Lookup func(ctx context.Context, auditID string) (*Chain, error)
+// Memory is the correlator's face to readers (*correlate.Correlator): the chains it holds, open
+// and recently final, each built afresh for the caller. Requests call it concurrently.
+type Memory interface {
+	// Chains returns every chain with auditID in memory, oldest first.
+	Chains(auditID string) []*chain.Chain
+	// List returns the chains in memory that match f, newest first.
+	List(f chain.Filter) []*chain.Chain
+}
 
-// ChainsLookup returns every stored chain with auditID (the store's chains table), oldest
-// first; none when there is none.
-type ChainsLookup func(ctx context.Context, auditID string) ([]*Chain, error)
-
-// ListLookup lists the stored chains that match f (whose Since is set), newest first, at most
-// f.Limit of them.
-type ListLookup func(ctx context.Context, f Filter) ([]*Chain, error)
-
-// RecordsLookup returns the stored audit events of chain c (the store's events table), oldest
-// first.
-type RecordsLookup func(ctx context.Context, c *Chain) ([]StoredRecord, error)
-
-// StoredRecord is one audit event of a chain as the store keeps it: the event's JSON exactly as
-// the apiserver sent it (objects of redacted resources dropped at ingest).
-type StoredRecord struct {
-	APIServer      string          `json:"apiserver"`
-	Stage          string          `json:"stage"`
-	StageTimestamp time.Time       `json:"stage_timestamp"`
-	ReceivedAt     time.Time       `json:"received_at"`
-	Event          json.RawMessage `json:"event"`
+// Servers is the correlator's capability view (*correlate.Capabilities): what each apiserver
+// was seen to serve, and the version it ran when. Requests call it concurrently.
+type Servers interface {
+	Snapshot() []chain.APIServerView
+	LastSeen(apiserver string) (version string, at time.Time)
+	VersionAt(apiserver string, t time.Time) string
 }
 
 // Stores are the API's ways into the store for what memory no longer holds (or never held:
@@ -41,11 +38,11 @@ type StoredRecord struct {
 type Stores struct {
 	// Chains gives every stored chain of an auditID; Chain, asked only when Chains is nil,
 	// the most recent one alone.
-	Chains  ChainsLookup
-	Chain   Lookup
-	List    ListLookup
-	Records RecordsLookup
-	History HistoryLookup
+	Chains  chain.ChainsLookup
+	Chain   chain.Lookup
+	List    chain.ListLookup
+	Records chain.RecordsLookup
+	History chain.HistoryLookup
 }
 
 // API serves the chains over HTTP:
@@ -69,30 +66,26 @@ type Stores struct {
 //	    forwarded, from when to when
 //	GET /api/v1/apiservers?since=&until=  the capability history over a time range
 type API struct {
-	co *Correlator
+	mem     Memory
+	servers Servers
 	// older, olderAll and olderList are consulted for chains no longer in memory; may be nil.
-	olderAll  ChainsLookup
-	older     Lookup
-	olderList ListLookup
-	records   RecordsLookup
-	history   HistoryLookup
+	olderAll  chain.ChainsLookup
+	older     chain.Lookup
+	olderList chain.ListLookup
+	records   chain.RecordsLookup
+	history   chain.HistoryLookup
 }
 
-// NewAPI returns the API over co, falling back to older and olderList (the store) for chains
-// it no longer holds.
-func NewAPI(co *Correlator, older Lookup, olderList ListLookup) *API {
-	return &API{co: co, older: older, olderList: olderList}
-}
-
-// NewStoredAPI returns the API over co with the store's lookups st.
-func NewStoredAPI(co *Correlator, st Stores) *API {
-	return &API{co: co, olderAll: st.Chains, older: st.Chain, olderList: st.List, records: st.Records, history: st.History}
+// New returns the API over the correlator's memory and capability view, with the store's
+// lookups st. Memory and servers may be nil only where the routes that read them are not asked.
+func New(mem Memory, servers Servers, st Stores) *API {
+	return &API{mem: mem, servers: servers, olderAll: st.Chains, older: st.Chain, olderList: st.List, records: st.Records, history: st.History}
 }
 
 // Normalize puts a chain in the form the API serves, whichever way it was read: times at the
 // store's precision (microseconds, UTC) and findings never null. A chain from memory and the
 // same chain from the store are then equal field by field.
-func Normalize(c *Chain) *Chain {
+func Normalize(c *chain.Chain) *chain.Chain {
 	if c == nil {
 		return nil
 	}
@@ -103,13 +96,13 @@ func Normalize(c *Chain) *Chain {
 		return t.UTC().Truncate(time.Microsecond)
 	}
 	c.FirstReceived, c.LastReceived = us(c.FirstReceived), us(c.LastReceived)
-	for _, s := range append([]*Side{c.Entry, c.Peer}, c.Others...) {
+	for _, s := range append([]*chain.Side{c.Entry, c.Peer}, c.Others...) {
 		if s != nil {
 			s.RequestReceived, s.Completed = us(s.RequestReceived), us(s.Completed)
 		}
 	}
 	if c.Findings == nil {
-		c.Findings = []Finding{}
+		c.Findings = []chain.Finding{}
 	}
 	return c
 }
@@ -134,36 +127,24 @@ type apiError struct {
 	Error string `json:"error"`
 }
 
-// ChainAnswer is what GET /api/v1/chains/{auditID} answers: the chain asked for, its fields
-// at the top level as they always were, and the other chains of its auditID.
-type ChainAnswer struct {
-	*Chain
-	// ChainsWithAuditID counts the chains (requests) with the auditID, this one included.
-	ChainsWithAuditID int `json:"chains_with_audit_id"`
-	// OtherChains are the others, oldest first.
-	OtherChains []*Chain `json:"other_chains,omitempty"`
-	// Warning says that the store could not be asked: only the chains in memory are counted.
-	Warning string `json:"warning,omitempty"`
-}
-
 // chains returns every chain with auditID, from memory and the store (memory's version of a
 // chain in both), oldest first, each with audit_id_reused when there is more than one; the
 // string warns that the store could not be asked, and the error (with its HTTP status) says
 // that nothing was found and the store could not be asked.
-func (a *API) chains(ctx context.Context, id string) ([]*Chain, string, int, error) {
-	var out []*Chain
-	if a.co != nil {
-		out = a.co.Chains(id)
+func (a *API) chains(ctx context.Context, id string) ([]*chain.Chain, string, int, error) {
+	var out []*chain.Chain
+	if a.mem != nil {
+		out = a.mem.Chains(id)
 	}
-	var stored []*Chain
+	var stored []*chain.Chain
 	var err error
 	switch {
 	case a.olderAll != nil:
 		stored, err = a.olderAll(ctx, id)
 	case a.older != nil:
-		var c *Chain
+		var c *chain.Chain
 		if c, err = a.older(ctx, id); c != nil {
-			stored = []*Chain{c}
+			stored = []*chain.Chain{c}
 		}
 	}
 	warning := ""
@@ -188,28 +169,28 @@ func (a *API) chains(ctx context.Context, id string) ([]*Chain, string, int, err
 	}
 	for _, c := range out {
 		Normalize(c)
-		if len(out) > 1 && !c.HasFinding(FindingAuditIDReused) {
-			c.Findings = append(c.Findings, FindingAuditIDReused)
+		if len(out) > 1 && !c.HasFinding(chain.FindingAuditIDReused) {
+			c.Findings = append(c.Findings, chain.FindingAuditIDReused)
 		}
 	}
-	SortChains(out)
+	chain.SortChains(out)
 	return out, warning, http.StatusOK, nil
 }
 
 // find returns the chain with auditID that chainID names (the most recent when it is ""),
 // with the others of its auditID; the int is the HTTP status of a failure.
-func (a *API) find(ctx context.Context, id, chainID string) (*ChainAnswer, int, error) {
+func (a *API) find(ctx context.Context, id, chainID string) (*chain.ChainAnswer, int, error) {
 	all, warning, code, err := a.chains(ctx, id)
 	if err != nil {
 		return nil, code, err
 	}
 	i := len(all) - 1
 	if chainID != "" {
-		if i = slices.IndexFunc(all, func(c *Chain) bool { return c.ID == chainID }); i < 0 {
+		if i = slices.IndexFunc(all, func(c *chain.Chain) bool { return c.ID == chainID }); i < 0 {
 			return nil, http.StatusNotFound, fmt.Errorf("no chain %q with auditID %q (it has %d)", chainID, id, len(all))
 		}
 	}
-	ans := &ChainAnswer{Chain: all[i], ChainsWithAuditID: len(all), Warning: warning}
+	ans := &chain.ChainAnswer{Chain: all[i], ChainsWithAuditID: len(all), Warning: warning}
 	ans.OtherChains = append(slices.Clone(all[:i]), all[i+1:]...)
 	return ans, http.StatusOK, nil
 }
@@ -243,24 +224,24 @@ func (a *API) chainRecords(w http.ResponseWriter, r *http.Request) {
 		recs = ownRecords(c, recs)
 	}
 	if recs == nil {
-		recs = []StoredRecord{}
+		recs = []chain.StoredRecord{}
 	}
 	writeJSON(w, http.StatusOK, struct {
-		Chain             *Chain         `json:"chain"`
-		ChainsWithAuditID int            `json:"chains_with_audit_id"`
-		Records           []StoredRecord `json:"records"`
+		Chain             *chain.Chain         `json:"chain"`
+		ChainsWithAuditID int                  `json:"chains_with_audit_id"`
+		Records           []chain.StoredRecord `json:"records"`
 	}{c, ans.ChainsWithAuditID, recs})
 }
 
 // ownRecords keeps the records of c's own sides, by apiserver and request time: other
 // requests with its auditID may have been received in the same stretch of time.
-func ownRecords(c *Chain, recs []StoredRecord) []StoredRecord {
+func ownRecords(c *chain.Chain, recs []chain.StoredRecord) []chain.StoredRecord {
 	type key struct {
 		apiserver string
 		at        time.Time
 	}
 	own := map[key]bool{}
-	for _, s := range append([]*Side{c.Entry, c.Peer}, c.Others...) {
+	for _, s := range append([]*chain.Side{c.Entry, c.Peer}, c.Others...) {
 		if s != nil {
 			own[key{s.APIServer, s.RequestReceived.UTC().Truncate(time.Microsecond)}] = true
 		}
@@ -280,13 +261,13 @@ func ownRecords(c *Chain, recs []StoredRecord) []StoredRecord {
 
 func (a *API) list(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	f := Filter{Class: Class(q.Get("class")), Finding: Finding(q.Get("finding")), APIServer: q.Get("apiserver"), Limit: 100}
-	if f.Class != "" && !slices.Contains(Classes, f.Class) {
-		writeJSON(w, http.StatusBadRequest, apiError{fmt.Sprintf("unknown class %q (want one of %v)", f.Class, Classes)})
+	f := chain.Filter{Class: chain.Class(q.Get("class")), Finding: chain.Finding(q.Get("finding")), APIServer: q.Get("apiserver"), Limit: 100}
+	if f.Class != "" && !slices.Contains(chain.Classes, f.Class) {
+		writeJSON(w, http.StatusBadRequest, apiError{fmt.Sprintf("unknown class %q (want one of %v)", f.Class, chain.Classes)})
 		return
 	}
-	if f.Finding != "" && !slices.Contains(Findings, f.Finding) {
-		writeJSON(w, http.StatusBadRequest, apiError{fmt.Sprintf("unknown finding %q (want one of %v)", f.Finding, Findings)})
+	if f.Finding != "" && !slices.Contains(chain.Findings, f.Finding) {
+		writeJSON(w, http.StatusBadRequest, apiError{fmt.Sprintf("unknown finding %q (want one of %v)", f.Finding, chain.Findings)})
 		return
 	}
 	if v := q.Get("limit"); v != "" {
@@ -307,7 +288,7 @@ func (a *API) list(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	chains := a.co.List(f)
+	chains := a.mem.List(f)
 	for _, c := range chains {
 		Normalize(c)
 	}
@@ -323,17 +304,17 @@ func (a *API) list(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if chains == nil {
-		chains = []*Chain{}
+		chains = []*chain.Chain{}
 	}
 	writeJSON(w, http.StatusOK, struct {
-		Chains  []*Chain `json:"chains"`
-		Warning string   `json:"warning,omitempty"`
+		Chains  []*chain.Chain `json:"chains"`
+		Warning string         `json:"warning,omitempty"`
 	}{chains, warning})
 }
 
 // mergeChains adds the stored chains that memory does not hold (memory's are newer versions),
 // newest first, at most limit.
-func mergeChains(memory, stored []*Chain, limit int) []*Chain {
+func mergeChains(memory, stored []*chain.Chain, limit int) []*chain.Chain {
 	seen := make(map[string]bool, len(memory))
 	for _, c := range memory {
 		seen[c.ID] = true
@@ -344,7 +325,7 @@ func mergeChains(memory, stored []*Chain, limit int) []*Chain {
 			out = append(out, Normalize(c))
 		}
 	}
-	slices.SortStableFunc(out, func(a, b *Chain) int { return b.LastReceived.Compare(a.LastReceived) })
+	slices.SortStableFunc(out, func(a, b *chain.Chain) int { return b.LastReceived.Compare(a.LastReceived) })
 	return out[:min(len(out), limit)]
 }
 
@@ -362,12 +343,12 @@ func (a *API) apiservers(w http.ResponseWriter, r *http.Request) {
 		a.capabilityHistory(w, r)
 		return
 	}
-	views := a.co.caps.Snapshot()
+	views := a.servers.Snapshot()
 	if views == nil {
-		views = []APIServerView{}
+		views = []chain.APIServerView{}
 	}
 	writeJSON(w, http.StatusOK, struct {
-		APIServers []APIServerView `json:"apiservers"`
+		APIServers []chain.APIServerView `json:"apiservers"`
 	}{views})
 }
 
@@ -405,20 +386,20 @@ func (a *API) capabilityHistory(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !at.IsZero() {
-		if a.co != nil {
-			records = exactEpochs(EpochsAt(records, at, a.co.caps.LastSeen), at, a.co.caps.VersionAt)
+		if a.servers != nil {
+			records = exactEpochs(EpochsAt(records, at, a.servers.LastSeen), at, a.servers.VersionAt)
 		} else {
 			records = EpochsAt(records, at, nil)
 		}
 	}
 	if records == nil {
-		records = []CapabilityRecord{}
+		records = []chain.CapabilityRecord{}
 	}
 	out := struct {
-		At      *time.Time         `json:"at,omitempty"`
-		Since   time.Time          `json:"since"`
-		Until   time.Time          `json:"until"`
-		History []CapabilityRecord `json:"history"`
+		At      *time.Time               `json:"at,omitempty"`
+		Since   time.Time                `json:"since"`
+		Until   time.Time                `json:"until"`
+		History []chain.CapabilityRecord `json:"history"`
 	}{Since: since, Until: until, History: records}
 	if !at.IsZero() {
 		out.At = &at

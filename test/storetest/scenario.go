@@ -23,7 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	auditv1 "k8s.io/apiserver/pkg/apis/audit/v1"
 
-	"github.com/peertrail/peertrail/correlate"
+	"github.com/peertrail/peertrail/chain"
 	"github.com/peertrail/peertrail/ingest/record"
 	"github.com/peertrail/peertrail/simulate"
 )
@@ -43,7 +43,7 @@ type Scenario struct {
 	Records []record.Record
 	Posts   []Post
 	// Chains as the correlator would emit them (final).
-	Chains []correlate.Chain
+	Chains []chain.Chain
 	// Expect maps a class (or "finding:<f>") to the auditIDs that have it.
 	Expect map[string][]string
 }
@@ -163,7 +163,7 @@ func (b *builder) background(n int, seed uint64) {
 		received.ResponseStatus = nil
 		b.add(a, received, ev)
 		side := sideOf(a, ev)
-		b.chain(correlate.ClassLocal, nil, ev, side, nil, "served by its entry apiserver")
+		b.chain(chain.ClassLocal, nil, ev, side, nil, "served by its entry apiserver")
 	}
 }
 
@@ -208,15 +208,15 @@ func (b *builder) proxied(entry, peer, user, impersonated string, loseUID bool) 
 	b.addStages(entry, entryEv)
 	b.addStages(peer, peerEv)
 
-	c := b.chain(correlate.ClassProxied, nil, ev, sideOf(entry, entryEv), sideOf(peer, peerEv), "forwarded by "+entry+" to "+peer+", which served it")
+	c := b.chain(chain.ClassProxied, nil, ev, sideOf(entry, entryEv), sideOf(peer, peerEv), "forwarded by "+entry+" to "+peer+", which served it")
 	if impersonated != "" {
-		c.Findings = append(c.Findings, correlate.FindingImpersonationFlattened)
+		c.Findings = append(c.Findings, chain.FindingImpersonationFlattened)
 		c.User, c.RealUser = impersonated, user
-		b.expect("finding:"+string(correlate.FindingImpersonationFlattened), id)
+		b.expect("finding:"+string(chain.FindingImpersonationFlattened), id)
 	}
 	if loseUID {
-		c.Findings = append(c.Findings, correlate.FindingIdentityMismatch)
-		b.expect("finding:"+string(correlate.FindingIdentityMismatch), id)
+		c.Findings = append(c.Findings, chain.FindingIdentityMismatch)
+		b.expect("finding:"+string(chain.FindingIdentityMismatch), id)
 	}
 }
 
@@ -230,7 +230,7 @@ func (b *builder) misleading404(entry string) {
 	ev.ResponseStatus = &metav1.Status{Code: 404, Status: metav1.StatusFailure, Reason: metav1.StatusReasonNotFound,
 		Message: "the server could not find the requested resource"}
 	b.addStages(entry, ev)
-	b.chain(correlate.ClassMisleading404, nil, ev, sideOf(entry, ev), nil,
+	b.chain(chain.ClassMisleading404, nil, ev, sideOf(entry, ev), nil,
 		"404 from "+entry+", which does not serve scheduling.k8s.io/v1alpha2 podgroups; kas-c served it")
 }
 
@@ -241,7 +241,7 @@ func (b *builder) proxyFailed(entry, message string) {
 	ev := b.event(id, "get", "alice@example.com", start, time.Duration(1000+b.rng.IntN(3000))*time.Microsecond, 503, fmt.Sprintf("pg-%04d", b.rng.IntN(10000)))
 	ev.ResponseStatus = &metav1.Status{Code: 503, Message: message}
 	b.addStages(entry, ev)
-	b.chain(correlate.ClassProxyFailed, nil, ev, sideOf(entry, ev), nil, entry+" could not reach its peer: "+message)
+	b.chain(chain.ClassProxyFailed, nil, ev, sideOf(entry, ev), nil, entry+" could not reach its peer: "+message)
 }
 
 // brokenPeerOnly adds a forwarded request whose entry record was lost (the entry was
@@ -253,7 +253,7 @@ func (b *builder) brokenPeerOnly(entry, peer string) {
 	ev.SourceIPs = []string{"192.168.7.20", addresses[entry]}
 	ev.ResponseStatus = &metav1.Status{Code: 201, Status: "Success"}
 	b.addStages(peer, ev)
-	c := b.chain(correlate.ClassBroken, []correlate.Finding{correlate.FindingEntryAuditMissing}, ev, nil, sideOf(peer, ev),
+	c := b.chain(chain.ClassBroken, []chain.Finding{chain.FindingEntryAuditMissing}, ev, nil, sideOf(peer, ev),
 		"only "+peer+" recorded it, forwarded from "+addresses[entry]+" ("+entry+"), whose record is missing")
 	c.Code = 201
 }
@@ -265,7 +265,7 @@ func (b *builder) brokenEntryOnly(entry, peer string) {
 	ev := b.event(id, "create", "alice@example.com", start, 6*time.Millisecond, 201, "")
 	ev.ResponseStatus = &metav1.Status{Code: 201}
 	b.addStages(entry, ev)
-	b.chain(correlate.ClassBroken, []correlate.Finding{correlate.FindingPeerAuditMissing}, ev, sideOf(entry, ev), nil,
+	b.chain(chain.ClassBroken, []chain.Finding{chain.FindingPeerAuditMissing}, ev, sideOf(entry, ev), nil,
 		entry+" answered 201 for podgroups, which it does not serve: "+peer+" served it but its record is missing")
 }
 
@@ -281,7 +281,7 @@ func (b *builder) ownRequests(a string, n int) {
 		ev.SourceIPs = []string{"127.0.0.1"}
 		ev.User.Groups = []string{"system:masters"}
 		b.addStages(a, ev)
-		b.chain(correlate.ClassLocal, nil, ev, sideOf(a, ev), nil, "served by its entry apiserver")
+		b.chain(chain.ClassLocal, nil, ev, sideOf(a, ev), nil, "served by its entry apiserver")
 	}
 }
 
@@ -294,7 +294,7 @@ func (b *builder) discovery(from, peer string) {
 	ev.UserAgent = ""
 	ev.SourceIPs = []string{addresses[from]}
 	b.addStages(peer, ev)
-	b.chain(correlate.ClassInternal, nil, ev, nil, sideOf(peer, ev), peer+" answering "+from+"'s peer discovery")
+	b.chain(chain.ClassInternal, nil, ev, nil, sideOf(peer, ev), peer+" answering "+from+"'s peer discovery")
 }
 
 // event returns a ResponseComplete event for podgroups.
@@ -342,8 +342,8 @@ func (b *builder) expect(key, id string) {
 	b.sc.Expect[key] = append(b.sc.Expect[key], id)
 }
 
-func sideOf(a string, ev auditv1.Event) *correlate.Side {
-	s := &correlate.Side{
+func sideOf(a string, ev auditv1.Event) *chain.Side {
+	s := &chain.Side{
 		APIServer:       a,
 		User:            ev.User.Username,
 		UID:             ev.User.UID,
@@ -365,17 +365,17 @@ func sideOf(a string, ev auditv1.Event) *correlate.Side {
 }
 
 // chain records the chain of a request; ev is any of its events (for the request's fields).
-func (b *builder) chain(class correlate.Class, findings []correlate.Finding, ev auditv1.Event, entry, peer *correlate.Side, why string) *correlate.Chain {
+func (b *builder) chain(class chain.Class, findings []chain.Finding, ev auditv1.Event, entry, peer *chain.Side, why string) *chain.Chain {
 	first := entry
 	if first == nil {
 		first = peer
 	}
-	c := correlate.Chain{
+	c := chain.Chain{
 		ID:          fmt.Sprintf("%s/%s/%d", ev.AuditID, first.APIServer, first.RequestReceived.UnixMicro()),
 		AuditID:     string(ev.AuditID),
-		State:       correlate.StateFinal,
+		State:       chain.StateFinal,
 		Class:       class,
-		Findings:    append([]correlate.Finding{}, findings...),
+		Findings:    append([]chain.Finding{}, findings...),
 		Explanation: why,
 		Entry:       entry,
 		Peer:        peer,

@@ -8,17 +8,18 @@ import (
 	"strings"
 
 	"github.com/zeebo/xxh3"
+
+	"github.com/peertrail/peertrail/chain"
 )
 
-// The joiner holds every open chain and every recently final one (for the late window): at a
-// steady 10k records a second, some 100,000 open and 200,000 final. Held as Go objects with
-// strings, slices and pointers, they cost about a kilobyte each and, worse, the garbage
-// collector walked every one of them in every cycle, which the acknowledgements of the webhook
-// felt. So a chain is a fixed-size struct without pointers, in pages the collector does not
-// scan (chainState), naming its strings and shared values by number (sym) in tables that hold
-// each distinct value once, for as long as a chain refers to it (table). Nothing grows with
-// what the process has seen: a slot and a table entry are reused once their chain leaves
-// memory, and a page of slots or the end of a table's arrays that empties is given back.
+// The memory layout of the chains the joiner holds (every open chain, and every recently final
+// one for the late window): a chain is a fixed-size struct without pointers (chainState), in
+// pages the garbage collector does not scan (slab), naming its strings and shared values by
+// number (sym) in tables that hold each distinct value once, for as long as a chain refers to
+// it (table). The collector walks none of it, and nothing grows with what the process has
+// seen: a slot and a table entry are reused once their chain leaves memory, and a page of slots
+// or the end of a table's arrays that empties is given back (the figures: BENCHMARKS.md,
+// "correlate").
 
 // ref names a chain: a slot in the Joiner's pages. 0 is none.
 type ref int32
@@ -457,8 +458,8 @@ func hashTarget(h *xxh3.Hasher, t *target) uint64 {
 // verdict is a final chain's class, findings and explanation: few distinct ones among many
 // chains (the explanation names apiservers, codes and resources, rarely the request).
 type verdict struct {
-	class       Class
-	findings    []Finding
+	class       chain.Class
+	findings    []chain.Finding
 	explanation string
 }
 

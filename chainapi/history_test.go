@@ -1,9 +1,11 @@
-package correlate
+package chainapi
 
 import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/peertrail/peertrail/chain"
 )
 
 // TestAtTellsTheVersionToTheSecond: kas-b restarted from v1.35.4 into v1.36.3 at 16:53:43, so
@@ -12,10 +14,10 @@ import (
 // version history does not reach (nothing known) both, as the minutes say.
 func TestAtTellsTheVersionToTheSecond(t *testing.T) {
 	m := func(hh, mm int) time.Time { return time.Date(2026, 11, 29, hh, mm, 0, 0, time.UTC) }
-	records := []CapabilityRecord{
-		{APIServer: "kas-b", Version: "v1.35.4", Role: RoleForwarded, Resource: "podgroups", From: m(16, 51), Until: m(16, 54), Requests: 9},
-		{APIServer: "kas-b", Version: "v1.36.3", Role: RoleServed, Resource: "podgroups", From: m(16, 53), Until: m(16, 56), Requests: 6},
-		{APIServer: "kas-c", Version: "v1.36.3", Role: RoleServed, Resource: "podgroups", From: m(16, 50), Until: m(16, 56), Requests: 23},
+	records := []chain.CapabilityRecord{
+		{APIServer: "kas-b", Version: "v1.35.4", Role: chain.RoleForwarded, Resource: "podgroups", From: m(16, 51), Until: m(16, 54), Requests: 9},
+		{APIServer: "kas-b", Version: "v1.36.3", Role: chain.RoleServed, Resource: "podgroups", From: m(16, 53), Until: m(16, 56), Requests: 6},
+		{APIServer: "kas-c", Version: "v1.36.3", Role: chain.RoleServed, Resource: "podgroups", From: m(16, 50), Until: m(16, 56), Requests: 23},
 	}
 	change := time.Date(2026, 11, 29, 16, 53, 43, 0, time.UTC)
 	versionAt := func(apiserver string, at time.Time) string {
@@ -41,7 +43,7 @@ func TestAtTellsTheVersionToTheSecond(t *testing.T) {
 		{m(16, 52), versionAt, []string{"v1.35.4"}},
 		{m(16, 55), versionAt, []string{"v1.36.3"}},
 	} {
-		in := append([]CapabilityRecord(nil), records...)
+		in := append([]chain.CapabilityRecord(nil), records...)
 		got := exactEpochs(EpochsAt(in, tc.at, nil), tc.at, tc.versionAt)
 		var versions []string
 		kasC := false
@@ -70,10 +72,10 @@ func TestAtTellsTheVersionToTheSecond(t *testing.T) {
 // the apiserver no longer runs is not stretched by a later sighting in another version.
 func TestAtReachesPastTheStoredMinutes(t *testing.T) {
 	m := func(mm, ss int) time.Time { return time.Date(2026, 11, 29, 16, mm, ss, 0, time.UTC) }
-	records := []CapabilityRecord{
-		{APIServer: "kas-b", Version: "v1.35.4", Role: RoleForwarded, Resource: "podgroups", From: m(50, 0), Until: m(54, 0)},
-		{APIServer: "kas-b", Version: "v1.36.3", Role: RoleServed, Resource: "podgroups", From: m(53, 0), Until: m(54, 0)},
-		{APIServer: "kas-a", Version: "v1.35.4", Role: RoleForwarded, Resource: "podgroups", From: m(50, 0), Until: m(52, 0)},
+	records := []chain.CapabilityRecord{
+		{APIServer: "kas-b", Version: "v1.35.4", Role: chain.RoleForwarded, Resource: "podgroups", From: m(50, 0), Until: m(54, 0)},
+		{APIServer: "kas-b", Version: "v1.36.3", Role: chain.RoleServed, Resource: "podgroups", From: m(53, 0), Until: m(54, 0)},
+		{APIServer: "kas-a", Version: "v1.35.4", Role: chain.RoleForwarded, Resource: "podgroups", From: m(50, 0), Until: m(52, 0)},
 	}
 	lastSeen := func(apiserver string) (string, time.Time) {
 		switch apiserver {

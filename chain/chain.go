@@ -1,7 +1,16 @@
-package correlate
+// Package chain is peertrail's vocabulary of a request as the apiservers recorded it: the chain
+// and its sides, its class, findings and state, what is known of each apiserver (its versions,
+// what it served or forwarded), the counts the gate reads and the ways into the store that the
+// chain API asks (the lookups). The correlator makes chains, the store keeps them, the chain
+// API serves them, and the gate, the dashboards, the alerts and the CLI speak of them. It
+// imports nothing of peertrail's, so that each of them can speak of a chain without depending
+// on the engine that makes one, as Kubernetes keeps its audit Event type apart from the
+// backends that write it.
+package chain
 
 import (
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -54,7 +63,8 @@ const (
 	// silent (it was stopping).
 	FindingEntryStopping Finding = "entry_stopping"
 	// FindingAuditIDReused: more records arrived for the chain, or for its auditID, than one
-	// request makes (MaxChainRecords); the excess was not joined. A client sets its own Audit-ID.
+	// request makes (correlate.MaxChainRecords); the excess was not joined. A client sets its
+	// own Audit-ID.
 	FindingAuditIDReused Finding = "audit_id_reused"
 )
 
@@ -80,7 +90,7 @@ type Side struct {
 	APIServer string `json:"apiserver"`
 	// APIServerVersion is the version the apiserver ran when it received the request, as the
 	// correlator's version history had it when it last classified the chain (the epoch that
-	// holds RequestReceived, see Capabilities.VersionAt): "" when unknown. It is the
+	// holds RequestReceived, see correlate.Capabilities.VersionAt): "" when unknown. It is the
 	// apiserver's version (v1.36.3), not the resource's (Chain.Version). The capability
 	// history counts what each version served or forwarded by it.
 	APIServerVersion string `json:"apiserver_version,omitempty"`
@@ -162,56 +172,24 @@ type Chain struct {
 	FirstReceived time.Time `json:"first_received"`
 	LastReceived  time.Time `json:"last_received"`
 	// Records is how many audit records arrived for the chain: those it holds, at most
-	// MaxChainRecords, and those it dropped beyond that (then it has FindingAuditIDReused).
+	// correlate.MaxChainRecords, and those it dropped beyond that (then it has
+	// FindingAuditIDReused).
 	Records int `json:"records"`
-	// reused: records of the chain's auditID were dropped against it; shared: other
-	// requests' chains had its auditID; split: it was split from another apiserver's records
-	// of its auditID that were no forward of it, and teaches nothing (all FindingAuditIDReused).
-	reused, shared, split bool
-	// elsewhere are the apiservers that recorded its auditID in its other chains in memory.
-	elsewhere []string
-	// apart, when Classify sets it, lists the sides (indexes into sides) that are other
-	// requests than the first side's: no evidence of a forward joins them to it. The
-	// correlator splits them off (Joiner.split).
-	apart [][]int
-	// remark says that the chain is its verdict as given, with a finding added
-	// (Correlator.markSharedLocked): the window counts its restart noise as before.
-	remark bool
 	// Revision counts how often the chain was finalised: above 1 when a late record reopened
 	// it. The store keeps the highest revision.
 	Revision int `json:"revision"`
 	// Evicted says the chain was finalised early because too many chains were open.
 	Evicted bool `json:"evicted,omitempty"`
-
-	// sides are every apiserver's view in arrival order, before roles are assigned.
-	sides []*Side
-	// streamNow is the correlator's stream time when the chain was classified (for DownAt).
-	streamNow time.Time
-	// undecided names, when Classify set it, the fact the verdict waits for: the class is
-	// the one that claims no fault, taken if the fact is still unknown when the wait ends.
-	undecided string
-	// noiseOf and noiseSince name the apiserver and the start of the restart (its process
-	// start, or its silence) that a noise finding blames.
-	noiseOf    string
-	noiseSince time.Time
 }
 
-// Clone returns a copy of c with sides of its own (Entry, Peer and Others point to them), for
-// a Sink that keeps chains (the correlator reuses the sides of those it handed over). The
+// Clone returns a copy of c with sides of its own (Entry, Peer and Others point to copies), for
+// a sink that keeps chains (the correlator reuses the sides of those it handed over). The
 // lists and maps are shared: nobody changes them.
 func (c *Chain) Clone() Chain {
 	out := *c
-	out.sides = make([]*Side, len(c.sides))
-	for i, s := range c.sides {
-		cp := *s
-		out.sides[i] = &cp
-	}
 	own := func(s *Side) *Side {
 		if s == nil {
 			return nil
-		}
-		if i := slices.Index(c.sides, s); i >= 0 {
-			return out.sides[i]
 		}
 		cp := *s
 		return &cp
@@ -226,6 +204,18 @@ func (c *Chain) Clone() Chain {
 	return out
 }
 
+// RequestTime is when the request reached the first apiserver that recorded it (the chains
+// table's request_time): the entry's requestReceivedTimestamp, else the peer's, else when
+// peertrail first received a record.
+func (c *Chain) RequestTime() time.Time {
+	for _, s := range []*Side{c.Entry, c.Peer} {
+		if s != nil && !s.RequestReceived.IsZero() {
+			return s.RequestReceived
+		}
+	}
+	return c.FirstReceived
+}
+
 // HasFinding reports whether the chain has finding f.
 func (c *Chain) HasFinding(f Finding) bool {
 	for _, x := range c.Findings {
@@ -235,3 +225,22 @@ func (c *Chain) HasFinding(f Finding) bool {
 	}
 	return false
 }
+
+// SortChains orders chains oldest first: by first receipt, then request time, then ID (the
+// store's order), whether they come from memory or from the store.
+func SortChains(chains []*Chain) {
+	slices.SortStableFunc(chains, func(a, b *Chain) int {
+		if c := a.FirstReceived.Compare(b.FirstReceived); c != 0 {
+			return c
+		}
+		if c := a.RequestTime().Compare(b.RequestTime()); c != 0 {
+			return c
+		}
+		return strings.Compare(a.ID, b.ID)
+	})
+}
+
+// ForwardedClasses are the classes of chains whose entry apiserver forwarded the request
+// (served by the peer, failed, one side's record missing, or forwarded more than once): what
+// the entry's own apiserver_rerouted_request_total counts.
+var ForwardedClasses = []Class{ClassProxied, ClassProxyFailed, ClassBroken, ClassLoop}

@@ -8,7 +8,7 @@ import (
 	"sort"
 	"time"
 
-	"github.com/peertrail/peertrail/correlate"
+	"github.com/peertrail/peertrail/chain"
 	"github.com/peertrail/peertrail/ingest/record"
 )
 
@@ -59,25 +59,25 @@ type Capture struct {
 }
 
 // classOf maps a label's expectation to the chain class the correlator must give it.
-func classOf(l Label, sides int) (correlate.Class, []correlate.Finding) {
+func classOf(l Label, sides int) (chain.Class, []chain.Finding) {
 	switch l.Expect {
 	case "proxied":
-		return correlate.ClassProxied, nil
+		return chain.ClassProxied, nil
 	case "local", "denied", "local_404":
-		return correlate.ClassLocal, nil
+		return chain.ClassLocal, nil
 	case "misleading_404":
-		return correlate.ClassMisleading404, nil
+		return chain.ClassMisleading404, nil
 	case "peer_unreachable":
-		return correlate.ClassProxyFailed, nil
+		return chain.ClassProxyFailed, nil
 	case "peer_discovery":
-		return correlate.ClassInternal, nil
+		return chain.ClassInternal, nil
 	case "proxied_peer_killed":
 		if sides == 2 {
-			return correlate.ClassProxied, nil
+			return chain.ClassProxied, nil
 		}
-		return correlate.ClassBroken, []correlate.Finding{correlate.FindingPeerAuditMissing}
+		return chain.ClassBroken, []chain.Finding{chain.FindingPeerAuditMissing}
 	}
-	return correlate.ClassLocal, nil
+	return chain.ClassLocal, nil
 }
 
 // LoadCaptures reads every scenario under dir (RealDir from the repository root). It fails
@@ -149,14 +149,14 @@ func LoadCaptures(dir string) (*Capture, error) {
 // chainOf assembles the chain of one auditID's records. A label, when there is one, names the
 // entry and peer and the class; otherwise the records decide: one apiserver is a local request,
 // two a forwarding whose peer is the one that saw the entry's address appended to sourceIPs.
-func chainOf(recs []record.Record, l Label) correlate.Chain {
+func chainOf(recs []record.Record, l Label) chain.Chain {
 	sort.SliceStable(recs, func(i, j int) bool { return recs[i].StageTimestamp.Before(recs[j].StageTimestamp) })
-	sides := map[string]*correlate.Side{}
+	sides := map[string]*chain.Side{}
 	var order []string
 	for _, r := range recs {
 		s, ok := sides[r.APIServer]
 		if !ok {
-			s = &correlate.Side{APIServer: r.APIServer, User: r.UserName, UID: r.UserUID, Groups: r.UserGroups, Extra: r.UserExtra,
+			s = &chain.Side{APIServer: r.APIServer, User: r.UserName, UID: r.UserUID, Groups: r.UserGroups, Extra: r.UserExtra,
 				ImpersonatedUser: r.ImpersonatedUser, ImpersonatedGroups: r.ImpersonatedGroups, ImpersonatedExtra: r.ImpersonatedExtra, SourceIPs: r.SourceIPs,
 				UserAgent: r.UserAgent, RequestReceived: r.RequestReceivedTimestamp}
 			sides[r.APIServer] = s
@@ -191,15 +191,15 @@ func chainOf(recs []record.Record, l Label) correlate.Chain {
 	entry, peer := sides[entryName], sides[peerName]
 	class, findings := classOf(l, len(sides))
 	if l.AuditID == "" {
-		class = correlate.ClassLocal
+		class = chain.ClassLocal
 		if len(sides) == 2 {
-			class = correlate.ClassProxied
+			class = chain.ClassProxied
 		}
 	}
 	first := recs[0]
-	c := correlate.Chain{
+	c := chain.Chain{
 		AuditID:  first.AuditID,
-		State:    correlate.StateFinal,
+		State:    chain.StateFinal,
 		Class:    class,
 		Findings: findings,
 		Entry:    entry,
@@ -234,10 +234,10 @@ func chainOf(recs []record.Record, l Label) correlate.Chain {
 	if entry != nil && peer != nil {
 		c.ForwardingOverheadSeconds = c.EntryDurationSeconds - c.PeerDurationSeconds
 		if entry.ImpersonatedUser != "" && peer.ImpersonatedUser == "" {
-			c.Findings = append(c.Findings, correlate.FindingImpersonationFlattened)
+			c.Findings = append(c.Findings, chain.FindingImpersonationFlattened)
 		}
 		if entry.User == peer.User && entry.UID != peer.UID {
-			c.Findings = append(c.Findings, correlate.FindingIdentityMismatch)
+			c.Findings = append(c.Findings, chain.FindingIdentityMismatch)
 		}
 	}
 	for _, r := range recs {

@@ -1,4 +1,4 @@
-package correlate
+package chain
 
 import (
 	"errors"
@@ -6,37 +6,7 @@ import (
 	"strings"
 
 	"k8s.io/apimachinery/pkg/util/version"
-
-	"github.com/peertrail/peertrail/ingest/record"
 )
-
-// groupMasters is the group of the apiserver's loopback identity; peer discovery, which is
-// also audited as system:apiserver, carries only system:authenticated.
-const groupMasters = "system:masters"
-
-// isLoopback reports whether r is one of the apiserver's own loopback requests: user
-// system:apiserver in group system:masters, sent from one address (a request forwarded by a
-// peer adds the peer's address to sourceIPs).
-//
-// What the apiserver itself is, not what its binary is called: every kube-apiserver (and
-// every build that embeds one, such as k3s) authenticates its loopback client with a token
-// it makes up at start, as user system:apiserver, groups [system:authenticated,
-// system:masters] and a UID that is a fresh random UUID per process
-// (k8s.io/apiserver/pkg/server/config.go, AuthorizeClientBearerToken). The real captures in
-// test/testdata/real show exactly that, while the peer-discovery fetches of a server's
-// /api and /apis come as system:apiserver with groups [system:authenticated] only, no UID
-// and no user agent.
-func isLoopback(r *record.Record) bool {
-	if r.UserName != userAPIServer || len(r.SourceIPs) > 1 {
-		return false
-	}
-	for _, g := range r.UserGroups {
-		if g == groupMasters {
-			return true
-		}
-	}
-	return false
-}
 
 // errUnstamped is wrapped by the error for a version of major 0.
 var errUnstamped = errors.New("major version 0 is what an unstamped build reports, not a release")
@@ -112,11 +82,11 @@ func AgentVersion(agent string) (string, error) {
 	return token, nil
 }
 
-// sameRelease reports whether versions a and b (both parseable) can name the same build,
+// SameRelease reports whether versions a and b (both parseable) can name the same build,
 // knowing that a user agent shows a version cut at its first "-" and that a configuration may
 // name only major.minor: "v1.35.4-eks-4a1b2c3" and "v1.35.4" can, "v1.36" and "v1.36.3" can,
 // "v1.35.4+rke2r1" and "v1.35.4+rke2r2" cannot, nor "v1.35.4" and "v1.36.3".
-func sameRelease(a, b string) bool {
+func SameRelease(a, b string) bool {
 	if a == b {
 		return true
 	}

@@ -1,4 +1,4 @@
-package correlate
+package chain
 
 import (
 	"errors"
@@ -112,11 +112,11 @@ func TestSameRelease(t *testing.T) {
 		{"v1.36+k3s1", "v1.37.0+k3s1", false},
 		{"garbage", "v1.35.4", false},
 	} {
-		if got := sameRelease(tc.a, tc.b); got != tc.same {
-			t.Errorf("sameRelease(%q, %q) = %v", tc.a, tc.b, got)
+		if got := SameRelease(tc.a, tc.b); got != tc.same {
+			t.Errorf("SameRelease(%q, %q) = %v", tc.a, tc.b, got)
 		}
-		if got := sameRelease(tc.b, tc.a); got != tc.same {
-			t.Errorf("sameRelease(%q, %q) = %v", tc.b, tc.a, got)
+		if got := SameRelease(tc.b, tc.a); got != tc.same {
+			t.Errorf("SameRelease(%q, %q) = %v", tc.b, tc.a, got)
 		}
 	}
 }
