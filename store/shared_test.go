@@ -61,6 +61,11 @@ func TestTwoAggregatorsShareOneServerStore(t *testing.T) {
 
 	// Without the tables' deduplication window, a token is no use: one frame inserted twice
 	// with its token is stored twice. (This is what makes the rest of the test able to fail.)
+	// Merges are held meanwhile: events is a ReplacingMergeTree, whose merge would fold the
+	// two copies into one before they are counted.
+	if err := engine(t).Exec(ctx, "SYSTEM STOP MERGES peertrail.events"); err != nil {
+		t.Fatal(err)
+	}
 	control := newTraffic(t, "shared-control", 16, 1, 30)
 	h := frameHeader(t, codec, control.batches[0])
 	rows := make([][]any, len(control.batches[0].Records))
@@ -74,6 +79,9 @@ func TestTwoAggregatorsShareOneServerStore(t *testing.T) {
 	}
 	if n := scalar(t, engine(t), "SELECT count() FROM peertrail.events WHERE apiserver = {a:String}", control.params()); n != "60" {
 		t.Fatalf("without the window, a frame inserted twice is %s rows, want 60", n)
+	}
+	if err := engine(t).Exec(ctx, "SYSTEM START MERGES peertrail.events"); err != nil {
+		t.Fatal(err)
 	}
 
 	if err := store.Migrate(ctx, a, store.SchemaOptions{Deduplicate: true}, nil); err != nil {
