@@ -138,7 +138,10 @@ type Result struct {
 	// Retry-After, as the apiserver's webhook client does (loadgen.Result.Retries).
 	Retries int `json:"retries"`
 
-	ServerCPUSeconds     float64 `json:"server_cpu_seconds"` // from ready to everything final
+	ServerCPUSeconds float64 `json:"server_cpu_seconds"` // from ready to everything final: the load and its drain
+	// ServerLoadCores is the server's CPU seconds from ready to the last batch acknowledged,
+	// over SendSeconds: the cores a steady rate costs while it runs.
+	ServerLoadCores      float64 `json:"server_load_cores"`
 	CPUSecondsPerMillion float64 `json:"server_cpu_seconds_per_million_events"`
 	PeakRSSBytes         int64   `json:"server_peak_rss_bytes"`
 	// LoadRSS* are the server's RSS sampled every second over the last LoadRSSSeconds of the
@@ -222,14 +225,9 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	}
 	defer os.RemoveAll(work)
 
-	fmt.Fprintf(o.Progress, "decode-only ceilings: %d events as fast as possible, with peertrail's decoder and with encoding/json...\n", res.CeilingEvents)
-	if res.DecodeOnlyPerSec, err = DecodeOnly(ctx, t, ceilBatches, o.Inflight, true); err != nil {
-		return res, err
-	}
-	if res.DecodeOnlyJSONPerSec, err = DecodeOnly(ctx, t, ceilBatches, o.Inflight, false); err != nil {
-		return res, err
-	}
-
+	// The ceilings run after the servers, in this process: run before, their garbage and
+	// their heap were this process's while it loaded serve, on serve's cores, and serve's CPU
+	// grew with their size.
 	chains, err := o.serveRun(ctx, t, batches, work, &res)
 	if err != nil {
 		return res, err
@@ -245,6 +243,13 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		return res, fmt.Errorf("bench: layout %q: want one or ha", o.Layout)
 	}
 
+	fmt.Fprintf(o.Progress, "decode-only ceilings: %d events as fast as possible, with peertrail's decoder and with encoding/json...\n", res.CeilingEvents)
+	if res.DecodeOnlyPerSec, err = DecodeOnly(ctx, t, ceilBatches, o.Inflight, true); err != nil {
+		return res, err
+	}
+	if res.DecodeOnlyJSONPerSec, err = DecodeOnly(ctx, t, ceilBatches, o.Inflight, false); err != nil {
+		return res, err
+	}
 	perEvent := ratio(float64(res.ChainsExpected), float64(batches*n*o.Batch))
 	fmt.Fprintf(o.Progress, "engine bulk insert ceiling: the same %d events, and %.0f of the run's chains...\n", res.CeilingEvents, perEvent*float64(res.CeilingEvents))
 	b, err := EngineBulk(ctx, t, ceilBatches, filepath.Join(work, "bulk"), chains, perEvent)
@@ -331,6 +336,7 @@ func (o Options) serveRun(ctx context.Context, t *Traffic, batches int, work str
 	res.SendSeconds = time.Since(start).Seconds()
 	if p, err := readProc(c.cmd.Process.Pid); err == nil {
 		rss.add(res.SendSeconds, p) // a load shorter than a progress tick has one sample
+		res.ServerLoadCores = (p.cpuSeconds - before.cpuSeconds) / res.SendSeconds
 	}
 	rss.summarise(res.SendSeconds-loadRSSWindow.Seconds(), res.SendSeconds, res)
 	res.EventsSent, res.EventsAcked, res.Codes, res.Retries = lr.EventsSent, lr.EventsAcked, lr.Codes, lr.Retries

@@ -56,8 +56,8 @@ peertrail.chains. A progress line goes to stderr every second.
 It prints the accepted rate (acknowledged events per second of sending) and the end-to-end
 rate (events per second from the first batch sent to the last chain final; a chain is final a
 --chain-window after its last record, 30 s by default, as deployed), the acknowledge latency,
-the server's CPU seconds, peak RSS and mean RSS over the last minute of the load (what a
-steady --rate holds; from /proc), bytes per event on disk (system.tables),
+the server's CPU seconds over the load and its drain, and the cores it used while the load ran,
+peak RSS and mean RSS over the last minute of the load (what a steady --rate holds; from /proc), bytes per event on disk (system.tables),
 and ceilings measured in the same run on the same batches, the server stopped: decoding alone
 (an HTTP server in this process that decodes each body and answers 200), once with the
 receiver's own decoder and once with encoding/json into the audit.k8s.io/v1 EventList of
@@ -248,8 +248,11 @@ func printBench(out io.Writer, rs []bench.Result) {
 	row("  the server's own: answers over 5 / over 10 ms", func(r bench.Result) string {
 		return fmt.Sprintf("%d / %d of %d", r.ServerAcksOver5ms, r.ServerAcksOver10ms, r.ServerAcks)
 	})
-	row("server CPU", func(r bench.Result) string {
+	row("server CPU, load and drain", func(r bench.Result) string {
 		return fmt.Sprintf("%.1f s (%.1f s per million events)", r.ServerCPUSeconds, r.CPUSecondsPerMillion)
+	})
+	row("server CPU during the load", func(r bench.Result) string {
+		return fmt.Sprintf("%.2f cores", r.ServerLoadCores)
 	})
 	row("server peak RSS", func(r bench.Result) string { return fmt.Sprintf("%d MB", r.PeakRSSBytes>>20) })
 	row("server RSS, end of the load: mean / max (anon)", func(r bench.Result) string {

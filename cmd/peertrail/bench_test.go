@@ -69,7 +69,7 @@ func benchRun(t *testing.T, dataDir string) {
 	for name, v := range map[string]float64{
 		"accepted": r.AcceptedPerSec, "end to end": r.EndToEndPerSec, "decode-only": r.DecodeOnlyPerSec,
 		"decode-only (encoding/json)": r.DecodeOnlyJSONPerSec, "engine bulk": r.EngineBulkPerSec, "engine bulk with chains": r.EngineStorePerSec,
-		"ack p50": r.AckP50ms, "ack max": r.AckMaxms, "server CPU": r.ServerCPUSeconds,
+		"ack p50": r.AckP50ms, "ack max": r.AckMaxms, "server CPU": r.ServerCPUSeconds, "server cores under load": r.ServerLoadCores,
 		"peak RSS": float64(r.PeakRSSBytes), "RSS under load": float64(r.LoadRSSMeanBytes), "bytes per event": r.BytesPerEvent, "spool": float64(r.PeakSpoolBytes),
 	} {
 		if v <= 0 {
