@@ -1120,16 +1120,36 @@ func checkServeFlags(t *testing.T, ptBin, root string) {
 			t.Errorf("peertrail serve lacks the store flag --%s", f.Name)
 		}
 	})
+	agentHelp, err := exec.Command(ptBin, "agent", "--help").CombinedOutput()
+	if err != nil {
+		t.Fatalf("peertrail agent --help: %v\n%s", err, agentHelp)
+	}
 	kbin := kustomizeBinary(t)
 	for _, d := range depBuilds {
-		ctr := peertrailContainer(t, one(t, kustomizeBuild(t, kbin, root, d), "Deployment", "peertrail"))
-		if len(ctr.args) == 0 || ctr.args[0] != "serve" {
-			t.Fatalf("deploy/%s: args %v do not start with serve", d, ctr.args)
+		objs := kustomizeBuild(t, kbin, root, d)
+		// Each layout's peertrail workloads and the command each runs: one serve, or the HA
+		// layout's aggregators (serve) and agents.
+		type workload struct {
+			obj     *unstructured.Unstructured
+			command string
+			help    []byte
 		}
-		for _, a := range ctr.args[1:] {
-			name, _, _ := strings.Cut(strings.TrimPrefix(a, "--"), "=")
-			if !bytes.Contains(help, []byte("--"+name+" ")) {
-				t.Errorf("deploy/%s: peertrail serve has no flag --%s", d, name)
+		var ws []workload
+		if d == depHA {
+			ws = []workload{{named(t, objs, "StatefulSet", "peertrail-aggregator"), "serve", help}, {named(t, objs, "DaemonSet", "peertrail-agent"), "agent", agentHelp}}
+		} else {
+			ws = []workload{{one(t, objs, "Deployment", "peertrail"), "serve", help}}
+		}
+		for _, w := range ws {
+			ctr := peertrailContainer(t, w.obj)
+			if len(ctr.args) == 0 || ctr.args[0] != w.command {
+				t.Fatalf("deploy/%s: %s %s: args %v do not start with %s", d, w.obj.GetKind(), w.obj.GetName(), ctr.args, w.command)
+			}
+			for _, a := range ctr.args[1:] {
+				name, _, _ := strings.Cut(strings.TrimPrefix(a, "--"), "=")
+				if !bytes.Contains(w.help, []byte("--"+name+" ")) {
+					t.Errorf("deploy/%s: peertrail %s has no flag --%s", d, w.command, name)
+				}
 			}
 		}
 	}

@@ -755,15 +755,42 @@ func haCheckEvents(t *testing.T, ctx context.Context, r *ruTest, procs map[strin
 		Micros    int64  `json:"micros"`
 		N         int    `json:"n"`
 	}
+	// The audit logs were read while the apiservers' own background requests went on: their
+	// newest events can be a webhook batch and a writer's flush away from the stores. Read the
+	// stores until they hold every event read from the logs, for as long as a webhook batch and a
+	// flush take under this test's load at most; an event lost stays missing.
 	stored := map[string][]row{}
-	for _, a := range aggNames {
-		// Without FINAL: what the table holds, not what merges would fold.
-		var rows []row
-		if err := procs[a].api().sql(ctx, `SELECT apiserver, audit_id, stage, toUnixTimestamp64Micro(stage_timestamp) AS micros, count() AS n
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		for _, a := range aggNames {
+			// Without FINAL: what the table holds, not what merges would fold.
+			var rows []row
+			if err := procs[a].api().sql(ctx, `SELECT apiserver, audit_id, stage, toUnixTimestamp64Micro(stage_timestamp) AS micros, count() AS n
 			FROM peertrail.events GROUP BY apiserver, audit_id, stage, micros`, &rows); err != nil {
-			t.Fatalf("%s: %v", a, err)
+				t.Fatalf("%s: %v", a, err)
+			}
+			stored[a] = rows
 		}
-		stored[a] = rows
+		all := true
+		for _, a := range aggNames {
+			type key struct {
+				apiserver string
+				id        haIdentity
+			}
+			have := map[key]bool{}
+			for _, rw := range stored[a] {
+				have[key{rw.APIServer, haIdentity{rw.AuditID, rw.Stage, rw.Micros}}] = true
+			}
+			for _, n := range []string{ruA, ruB, ruC} {
+				for id := range before[n] {
+					all = all && have[key{n, id}]
+				}
+			}
+		}
+		if all || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(time.Second)
 	}
 	for _, n := range []string{ruA, ruB, ruC} {
 		after := haAuditLog(t, r, n)
