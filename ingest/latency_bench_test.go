@@ -101,77 +101,100 @@ func BenchmarkAckLatency(b *testing.B) {
 		defer cancel()
 		paceBatches(b, mux)
 	})
-	b.Run("agent", func(b *testing.B) {
-		discard := slog.New(slog.DiscardHandler)
-		ctx, cancel := context.WithCancel(b.Context())
-		var running sync.WaitGroup
-		defer running.Wait()
-		defer cancel()
-		codec, err := record.NewCodec()
+	b.Run("agent", func(b *testing.B) { agentAckLatency(b, false) })
+	b.Run("agent-remote", func(b *testing.B) { agentAckLatency(b, true) })
+}
+
+// agentAckLatency is the agent's acknowledged path while two aggregators take every frame as it
+// comes: in this process (remote false: their decoding, checking and storing share the cores),
+// or standing for aggregators on machines of their own (remote: they only take the request).
+func agentAckLatency(b *testing.B, remote bool) {
+	discard := slog.New(slog.DiscardHandler)
+	ctx, cancel := context.WithCancel(b.Context())
+	var running sync.WaitGroup
+	defer running.Wait()
+	defer cancel()
+	codec, err := record.NewCodec()
+	if err != nil {
+		b.Fatal(err)
+	}
+	// openReceiver makes a receiver over a spool of its own, its persister running.
+	openReceiver := func(dir string, sync spool.SyncPolicy, opts Options, consumers ...string) (*Receiver, *spool.Spool) {
+		keys := filepath.Join(dir, "dedup")
+		if err := os.MkdirAll(keys, 0o750); err != nil {
+			b.Fatal(err)
+		}
+		sp, err := spool.Open(spool.Options{Dir: filepath.Join(dir, "spool"), MaxBytes: 16 << 30, Sync: sync,
+			Consumers: append([]string{dedup.ConsumerName}, consumers...)})
 		if err != nil {
 			b.Fatal(err)
 		}
-		// openReceiver makes a receiver over a spool of its own, its persister running.
-		openReceiver := func(dir string, sync spool.SyncPolicy, opts Options, consumers ...string) (*Receiver, *spool.Spool) {
-			keys := filepath.Join(dir, "dedup")
-			if err := os.MkdirAll(keys, 0o750); err != nil {
-				b.Fatal(err)
+		b.Cleanup(func() { sp.Close() })
+		dl, err := OpenDeadLetters(filepath.Join(dir, "deadletter"), 1<<30, true)
+		if err != nil {
+			b.Fatal(err)
+		}
+		running.Go(func() {
+			p := &dedup.Persister{Dir: keys, Horizon: 10 * time.Minute, Log: discard}
+			if err := sp.Run(ctx, dedup.ConsumerName, p, spool.RunOptions{}); err != nil {
+				b.Error(err)
 			}
-			sp, err := spool.Open(spool.Options{Dir: filepath.Join(dir, "spool"), MaxBytes: 16 << 30, Sync: sync,
-				Consumers: append([]string{dedup.ConsumerName}, consumers...)})
-			if err != nil {
-				b.Fatal(err)
-			}
-			b.Cleanup(func() { sp.Close() })
-			dl, err := OpenDeadLetters(filepath.Join(dir, "deadletter"), 1<<30, true)
-			if err != nil {
-				b.Fatal(err)
-			}
-			running.Go(func() {
-				p := &dedup.Persister{Dir: keys, Horizon: 10 * time.Minute, Log: discard}
-				if err := sp.Run(ctx, dedup.ConsumerName, p, spool.RunOptions{}); err != nil {
-					b.Error(err)
+		})
+		opts.MaxBodyBytes = 32 << 20
+		return NewReceiver(opts, sp, dedup.NewIndex(10*time.Minute), codec, dl, discard), sp
+	}
+	auth, err := NewAuthenticator(AuthOptions{AgentTokens: []AgentToken{{"node", "agent-token"}}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	var aggs []ship.Aggregator
+	for i := range 2 {
+		if remote {
+			// An aggregator on a machine of its own, as deployed: here it only reads the
+			// request and checks its framing, so that what shares the cores is the agent's
+			// own work (reading its frames back, building and posting two requests).
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				body, err := io.ReadAll(r.Body)
+				if err == nil {
+					_, err = ship.ParseRequest(body)
 				}
-			})
-			opts.MaxBodyBytes = 32 << 20
-			return NewReceiver(opts, sp, dedup.NewIndex(10*time.Minute), codec, dl, discard), sp
-		}
-		auth, err := NewAuthenticator(AuthOptions{AgentTokens: []AgentToken{{"node", "agent-token"}}})
-		if err != nil {
-			b.Fatal(err)
-		}
-		var aggs []ship.Aggregator
-		for i := range 2 {
-			rc, _ := openReceiver(filepath.Join(b.TempDir(), fmt.Sprint(i)), spool.SyncNever, Options{AcceptUnknown: true, Auth: auth, RequireAuth: true,
-				Agents: []RelayAgent{{Name: "node", APIServers: []string{"kas-0", "kas-1", "kas-2"}}}})
-			mux := http.NewServeMux()
-			rc.Register(mux)
-			srv := httptest.NewServer(mux)
+				if err != nil {
+					http.Error(w, err.Error(), http.StatusBadRequest)
+				}
+			}))
 			b.Cleanup(srv.Close)
-			aggs = append(aggs, ship.Aggregator{Name: fmt.Sprintf("agg-%d", i), URL: srv.URL,
-				Client: &http.Client{Transport: bearerTransport{srv.Client().Transport, "agent-token"}, Timeout: time.Minute}})
+			aggs = append(aggs, ship.Aggregator{Name: fmt.Sprintf("agg-%d", i), URL: srv.URL, Client: &http.Client{Timeout: time.Minute}})
+			continue
 		}
-		rc, sp := openReceiver(b.TempDir(), spool.SyncAlways, Options{AcceptUnknown: true}, ship.ConsumerName("agg-0"), ship.ConsumerName("agg-1"))
-		fleet, err := ship.NewFleet(ship.FleetOptions{Spool: sp, Log: discard}, aggs)
-		if err != nil {
-			b.Fatal(err)
-		}
-		for _, s := range fleet.Shippers() {
-			running.Go(func() {
-				if err := sp.Run(ctx, ship.ConsumerName(s.Name()), s, spool.RunOptions{RetryMax: 2 * time.Second}); err != nil {
-					b.Error(err)
-				}
-			})
-		}
+		rc, _ := openReceiver(filepath.Join(b.TempDir(), fmt.Sprint(i)), spool.SyncNever, Options{AcceptUnknown: true, Auth: auth, RequireAuth: true,
+			Agents: []RelayAgent{{Name: "node", APIServers: []string{"kas-0", "kas-1", "kas-2"}}}})
 		mux := http.NewServeMux()
 		rc.Register(mux)
-		paceBatches(b, mux)
-		for _, s := range fleet.Shippers() {
-			if lag := sp.Stats().Lag[ship.ConsumerName(s.Name())]; lag > 64<<20 {
-				b.Errorf("aggregator %s is %d bytes behind at the end: the relaying did not keep up", s.Name(), lag)
+		srv := httptest.NewServer(mux)
+		b.Cleanup(srv.Close)
+		aggs = append(aggs, ship.Aggregator{Name: fmt.Sprintf("agg-%d", i), URL: srv.URL,
+			Client: &http.Client{Transport: bearerTransport{srv.Client().Transport, "agent-token"}, Timeout: time.Minute}})
+	}
+	rc, sp := openReceiver(b.TempDir(), spool.SyncAlways, Options{AcceptUnknown: true}, ship.ConsumerName("agg-0"), ship.ConsumerName("agg-1"))
+	fleet, err := ship.NewFleet(ship.FleetOptions{Spool: sp, Log: discard}, aggs)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, s := range fleet.Shippers() {
+		running.Go(func() {
+			if err := sp.Run(ctx, ship.ConsumerName(s.Name()), s, spool.RunOptions{RetryMax: 2 * time.Second}); err != nil {
+				b.Error(err)
 			}
+		})
+	}
+	mux := http.NewServeMux()
+	rc.Register(mux)
+	paceBatches(b, mux)
+	for _, s := range fleet.Shippers() {
+		if lag := sp.Stats().Lag[ship.ConsumerName(s.Name())]; lag > 64<<20 {
+			b.Errorf("aggregator %s is %d bytes behind at the end: the relaying did not keep up", s.Name(), lag)
 		}
-	})
+	}
 }
 
 // bearerTransport sends a bearer token on every request.
