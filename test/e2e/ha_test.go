@@ -760,6 +760,21 @@ func haCheckEvents(t *testing.T, ctx context.Context, r *ruTest, procs map[strin
 	// stores until they hold every event read from the logs, for as long as a webhook batch and a
 	// flush take under this test's load at most; an event lost stays missing.
 	stored := map[string][]row{}
+	// held is what aggregator a's events table holds of apiserver n: each event's rows, and
+	// how many of its events have more than one.
+	held := func(a, n string) (have map[haIdentity]int, dups int) {
+		have = map[haIdentity]int{}
+		for _, rw := range stored[a] {
+			if rw.APIServer != n {
+				continue
+			}
+			have[haIdentity{rw.AuditID, rw.Stage, rw.Micros}] += rw.N
+			if rw.N > 1 {
+				dups++
+			}
+		}
+		return have, dups
+	}
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		for _, a := range aggNames {
@@ -773,17 +788,10 @@ func haCheckEvents(t *testing.T, ctx context.Context, r *ruTest, procs map[strin
 		}
 		all := true
 		for _, a := range aggNames {
-			type key struct {
-				apiserver string
-				id        haIdentity
-			}
-			have := map[key]bool{}
-			for _, rw := range stored[a] {
-				have[key{rw.APIServer, haIdentity{rw.AuditID, rw.Stage, rw.Micros}}] = true
-			}
 			for _, n := range []string{ruA, ruB, ruC} {
+				have, _ := held(a, n)
 				for id := range before[n] {
-					all = all && have[key{n, id}]
+					all = all && have[id] > 0
 				}
 			}
 		}
@@ -798,18 +806,7 @@ func haCheckEvents(t *testing.T, ctx context.Context, r *ruTest, procs map[strin
 			t.Errorf("%s: %s is %v, its audit log held %d events before and %d after", n, metrics.KubeAuditEventTotal, c, len(before[n]), len(after))
 		}
 		for _, a := range aggNames {
-			have := map[haIdentity]int{}
-			dups := 0
-			for _, rw := range stored[a] {
-				if rw.APIServer != n {
-					continue
-				}
-				id := haIdentity{rw.AuditID, rw.Stage, rw.Micros}
-				have[id] += rw.N
-				if rw.N > 1 {
-					dups++
-				}
-			}
+			have, dups := held(a, n)
 			var missing, extra []string
 			for id := range before[n] {
 				if have[id] == 0 {
