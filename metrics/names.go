@@ -164,11 +164,18 @@ const (
 	// StoreHTTPStuckReads is how many reads of the HTTP interface the engine has not given
 	// back since they were killed (their slots are free; their connections are not).
 	StoreHTTPStuckReads = "peertrail_store_http_stuck_reads"
+	// StoreEngineProfileEventsTotal is the embedded engine's cumulative counters of inserts and
+	// merges (its system.events), by LabelEvent (store.EngineProfileEvents).
+	StoreEngineProfileEventsTotal = "peertrail_store_engine_profile_events_total"
+	// StoreEngineActiveParts is the embedded engine's active data parts, by LabelTable.
+	StoreEngineActiveParts = "peertrail_store_engine_active_parts"
 )
 
 // Store label names and values.
 const (
 	LabelTable = "table"
+	// LabelEvent names one of the engine's counters on StoreEngineProfileEventsTotal.
+	LabelEvent = "event"
 
 	// Values of LabelResult on StoreHTTPQueriesTotal.
 	ResultOK      = "ok"

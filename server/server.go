@@ -195,6 +195,9 @@ func newServer(ctx context.Context, cfg config.File, log *slog.Logger, agent boo
 		s.writer = store.NewWriter(s.store, s.codec, store.WriterOptions{Logger: log, Deduplicate: cfg.Store.Deduplicate})
 		s.registry.MustRegister(s.writer.Collectors()...)
 	}
+	if emb != nil {
+		s.registry.MustRegister(store.NewEngineCollector(emb, log))
+	}
 	if s.sqlHTTP, s.sqlLn, err = s.sqlServer(ctx, cfg, emb); err != nil {
 		return nil, err
 	}

@@ -1,0 +1,149 @@
+package store
+
+import (
+	"context"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/peertrail/peertrail/metrics"
+)
+
+// EngineProfileEvents are the engine's cumulative counters (system.events) that /metrics
+// carries: what inserts wrote, what merges read and rewrote, and how long merges took. They
+// say where the store's per-second cost goes (how many parts a second, how much the merges
+// rewrite per byte inserted) without a query in the engine's log, which the embedded engine
+// does not keep.
+var EngineProfileEvents = []string{
+	"InsertQuery",
+	"InsertedRows",
+	"InsertedBytes",
+	"InsertedCompactParts",
+	"InsertedWideParts",
+	"MergeTreeDataWriterRows",
+	"MergeTreeDataWriterUncompressedBytes",
+	"MergeTreeDataWriterCompressedBytes",
+	"MergeTreeDataWriterBlocks",
+	"MergeTreeDataWriterSortingBlocksMicroseconds",
+	"Merge",
+	"MergeSourceParts",
+	"MergedRows",
+	"MergedUncompressedBytes",
+	"MergeTotalMilliseconds",
+	"MergeHorizontalStageTotalMilliseconds",
+	"MergeVerticalStageTotalMilliseconds",
+	"MergedIntoCompactParts",
+	"MergedIntoWideParts",
+	"SelectQuery",
+}
+
+// engineStatsEvery bounds how often a scrape asks the engine: the engine runs one statement at
+// a time, so a scrape must not queue behind every insert (Prometheus scrapes every 15-60 s;
+// the bench every second).
+const engineStatsEvery = 5 * time.Second
+
+// engineStatsTimeout bounds a scrape's wait for the engine; past it the last figures are served.
+const engineStatsTimeout = 2 * time.Second
+
+// EngineCollector exports the embedded engine's counters (EngineProfileEvents) and the active
+// parts of each peertrail table, read at scrape time at most every engineStatsEvery.
+//
+// Concurrency: Collect may be called from several scrapes at once; one reads the engine, the
+// others serve what it read last. Lifecycle: it reads s until s is closed, then serves the
+// last figures; it owns nothing.
+type EngineCollector struct {
+	s   Store
+	log *slog.Logger
+
+	events *prometheus.Desc
+	parts  *prometheus.Desc
+
+	mu     sync.Mutex
+	read   time.Time          // when the figures were last read
+	counts map[string]float64 // EngineProfileEvents by name
+	active map[string]float64 // active parts by table
+}
+
+// NewEngineCollector returns the collector of s's engine counters.
+func NewEngineCollector(s Store, log *slog.Logger) *EngineCollector {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &EngineCollector{
+		s: s, log: log,
+		events: prometheus.NewDesc(metrics.StoreEngineProfileEventsTotal,
+			"The embedded engine's cumulative counters (its system.events) of inserts and merges, by event: rows and bytes written by inserts, parts inserted, merges, rows and bytes they rewrote, their milliseconds.",
+			[]string{metrics.LabelEvent}, nil),
+		parts: prometheus.NewDesc(metrics.StoreEngineActiveParts,
+			"Active data parts of each peertrail table in the embedded engine; a count that keeps growing means merges fall behind the inserts.",
+			[]string{metrics.LabelTable}, nil),
+	}
+}
+
+// Describe implements prometheus.Collector.
+func (c *EngineCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.events
+	ch <- c.parts
+}
+
+// Collect implements prometheus.Collector.
+func (c *EngineCollector) Collect(ch chan<- prometheus.Metric) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if time.Since(c.read) >= engineStatsEvery {
+		ctx, cancel := context.WithTimeout(context.Background(), engineStatsTimeout)
+		if err := c.refresh(ctx); err != nil {
+			c.log.Debug("engine statistics not read; serving the last", "err", err)
+		}
+		cancel()
+	}
+	for _, name := range EngineProfileEvents {
+		if v, ok := c.counts[name]; ok {
+			ch <- prometheus.MustNewConstMetric(c.events, prometheus.CounterValue, v, name)
+		}
+	}
+	for table, n := range c.active {
+		ch <- prometheus.MustNewConstMetric(c.parts, prometheus.GaugeValue, n, table)
+	}
+}
+
+// refresh reads the engine's counters and parts (under c.mu).
+func (c *EngineCollector) refresh(ctx context.Context) error {
+	c.read = time.Now()
+	quoted := make([]string, len(EngineProfileEvents))
+	for i, e := range EngineProfileEvents {
+		quoted[i] = "'" + e + "'"
+	}
+	r, err := c.s.Query(ctx, "SELECT event, value FROM system.events WHERE event IN ("+strings.Join(quoted, ", ")+")", nil)
+	if err != nil {
+		return err
+	}
+	counts := make(map[string]float64, len(r.Rows))
+	for _, row := range r.Rows {
+		if len(row) != 2 {
+			continue
+		}
+		if v, err := strconv.ParseFloat(row[1], 64); err == nil {
+			counts[row[0]] = v
+		}
+	}
+	p, err := c.s.Query(ctx, "SELECT table, count() FROM system.parts WHERE database = {db:String} AND active GROUP BY table", map[string]string{"db": Database})
+	if err != nil {
+		return err
+	}
+	active := make(map[string]float64, len(p.Rows))
+	for _, row := range p.Rows {
+		if len(row) != 2 {
+			continue
+		}
+		if v, err := strconv.ParseFloat(row[1], 64); err == nil {
+			active[row[0]] = v
+		}
+	}
+	c.counts, c.active = counts, active
+	return nil
+}
