@@ -156,7 +156,20 @@ type Result struct {
 	BytesPerEvent        float64 `json:"events_bytes_per_event"`
 	StoreBytesPerEvent   float64 `json:"store_bytes_per_event"` // every peertrail table
 	PeakSpoolBytes       int64   `json:"peak_spool_bytes"`
-	ProfileDir           string  `json:"profile_dir,omitempty"`
+	// LoadCPUByThreads is the server's CPU seconds from ready to the last batch acknowledged
+	// by group of threads (ThreadsProcess, ThreadsMerges, ThreadsEngine): where serve's cores
+	// go while a steady rate runs.
+	LoadCPUByThreads map[string]float64 `json:"load_cpu_seconds_by_threads,omitempty"`
+	// Engine* are the embedded engine's counters over the same time (from /metrics, read at
+	// most every 5 s by serve): what its inserts and merges did a second.
+	EnginePartsPerSec      float64 `json:"engine_parts_inserted_per_second"`
+	EngineMergesPerSec     float64 `json:"engine_merges_per_second"`
+	EngineMergeRewrite     float64 `json:"engine_merged_bytes_per_inserted_byte"`
+	EngineInsertedMBPerSec float64 `json:"engine_inserted_uncompressed_mb_per_second"`
+	EngineActivePartsEnd   int     `json:"engine_active_parts_end_of_load"`
+	// EngineCounters are the counters' increments over the load, by name.
+	EngineCounters map[string]float64 `json:"engine_counters_during_load,omitempty"`
+	ProfileDir     string             `json:"profile_dir,omitempty"`
 	// HA is the HA layout's run of the same batches (Options.Layout "ha").
 	HA *HAResult `json:"ha,omitempty"`
 }
@@ -293,6 +306,8 @@ func (o Options) serveRun(ctx context.Context, t *Traffic, batches int, work str
 	if err != nil {
 		return nil, err
 	}
+	threadsBefore, _ := threadCPU(c.cmd.Process.Pid)
+	engineBefore := c.engineCounters(ctx)
 
 	// A kept --data-dir holds earlier runs: count what this run adds to it.
 	base, err := storedBefore(ctx, db)
@@ -338,6 +353,13 @@ func (o Options) serveRun(ctx context.Context, t *Traffic, batches int, work str
 		rss.add(res.SendSeconds, p) // a load shorter than a progress tick has one sample
 		res.ServerLoadCores = (p.cpuSeconds - before.cpuSeconds) / res.SendSeconds
 	}
+	if threadsAfter, err := threadCPU(c.cmd.Process.Pid); err == nil && threadsBefore != nil {
+		res.LoadCPUByThreads = map[string]float64{}
+		for g, v := range threadsAfter {
+			res.LoadCPUByThreads[g] = v - threadsBefore[g]
+		}
+	}
+	res.engineDuringLoad(engineBefore, c.engineCounters(ctx))
 	rss.summarise(res.SendSeconds-loadRSSWindow.Seconds(), res.SendSeconds, res)
 	res.EventsSent, res.EventsAcked, res.Codes, res.Retries = lr.EventsSent, lr.EventsAcked, lr.Codes, lr.Retries
 	res.AckP50ms, res.AckP99ms, res.AckMaxms = lr.LatencyP50ms, lr.LatencyP99ms, lr.LatencyMaxms
@@ -838,4 +860,62 @@ func freePort() (string, error) {
 func lastLines(s string, n int) string {
 	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
 	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
+
+// engineFigures are the embedded engine's counters and its active parts, from /metrics.
+type engineFigures struct {
+	events map[string]float64
+	parts  float64
+}
+
+// engineCounters reads the engine's counters from the server's /metrics (nil when it did not
+// answer, or serves no embedded engine).
+func (c *child) engineCounters(ctx context.Context) *engineFigures {
+	resp, err := c.get(ctx, "/metrics", 5*time.Second)
+	if err != nil {
+		return nil
+	}
+	defer resp.Body.Close()
+	f := &engineFigures{events: map[string]float64{}}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	events := metrics.StoreEngineProfileEventsTotal + `{` + metrics.LabelEvent + `="`
+	parts := metrics.StoreEngineActiveParts + `{`
+	for sc.Scan() {
+		l := sc.Text()
+		v, err := strconv.ParseFloat(l[strings.LastIndexByte(l, ' ')+1:], 64)
+		if err != nil {
+			continue
+		}
+		switch {
+		case strings.HasPrefix(l, events):
+			name, _, _ := strings.Cut(l[len(events):], `"`)
+			f.events[name] = v
+		case strings.HasPrefix(l, parts):
+			f.parts += v
+		}
+	}
+	if len(f.events) == 0 {
+		return nil
+	}
+	return f
+}
+
+// engineDuringLoad sets the Engine* figures from the counters at the start and the end of the load.
+func (r *Result) engineDuringLoad(before, after *engineFigures) {
+	if before == nil || after == nil || r.SendSeconds <= 0 {
+		return
+	}
+	d := func(name string) float64 { return after.events[name] - before.events[name] }
+	r.EngineCounters = map[string]float64{}
+	for name := range after.events {
+		r.EngineCounters[name] = d(name)
+	}
+	r.EnginePartsPerSec = (d("InsertedCompactParts") + d("InsertedWideParts")) / r.SendSeconds
+	r.EngineMergesPerSec = d("Merge") / r.SendSeconds
+	r.EngineInsertedMBPerSec = d("MergeTreeDataWriterUncompressedBytes") / 1e6 / r.SendSeconds
+	if w := d("MergeTreeDataWriterUncompressedBytes"); w > 0 {
+		r.EngineMergeRewrite = d("MergedUncompressedBytes") / w
+	}
+	r.EngineActivePartsEnd = int(after.parts)
 }

@@ -81,3 +81,57 @@ func dirSize(dir string) int64 {
 	})
 	return n
 }
+
+// Groups of the server's threads, by the name the kernel keeps for each (comm).
+const (
+	// ThreadsProcess are the threads named as the process: Go's, which also run the engine's
+	// work they call (an insert's parsing and the statement's own pipeline, every query).
+	ThreadsProcess = "process"
+	// ThreadsMerges are the engine's merge threads (MergeMutate).
+	ThreadsMerges = "engine_merges"
+	// ThreadsEngine are the engine's other threads: the pools that run inserts' and queries'
+	// pipelines (ThreadPool, RuntimeData), its schedulers and its logger.
+	ThreadsEngine = "engine_other"
+)
+
+// threadCPU returns the CPU seconds of pid's live threads by group (ThreadsProcess,
+// ThreadsMerges, ThreadsEngine). A thread that ended is in the process's total only.
+func threadCPU(pid int) (map[string]float64, error) {
+	self, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+	if err != nil {
+		return nil, fmt.Errorf("read the server's threads: %w", err)
+	}
+	name := strings.TrimSpace(string(self))
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		return nil, fmt.Errorf("read the server's threads: %w", err)
+	}
+	out := map[string]float64{}
+	for _, t := range tasks {
+		dir := fmt.Sprintf("/proc/%d/task/%s/", pid, t.Name())
+		comm, err1 := os.ReadFile(dir + "comm")
+		stat, err2 := os.ReadFile(dir + "stat")
+		if err1 != nil || err2 != nil {
+			continue // the thread ended meanwhile
+		}
+		s := string(stat)
+		fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+		if len(fields) < 13 {
+			continue
+		}
+		ut, err1 := strconv.ParseInt(fields[11], 10, 64)
+		st, err2 := strconv.ParseInt(fields[12], 10, 64)
+		if err1 != nil || err2 != nil {
+			continue
+		}
+		group := ThreadsEngine
+		switch c := strings.TrimSpace(string(comm)); {
+		case c == name:
+			group = ThreadsProcess
+		case c == "MergeMutate":
+			group = ThreadsMerges
+		}
+		out[group] += float64(ut+st) / clockTicks
+	}
+	return out, nil
+}

@@ -254,6 +254,16 @@ func printBench(out io.Writer, rs []bench.Result) {
 	row("server CPU during the load", func(r bench.Result) string {
 		return fmt.Sprintf("%.2f cores", r.ServerLoadCores)
 	})
+	row("  by threads: serve's own (Go, and the engine's work it calls) / merges / the engine's other", func(r bench.Result) string {
+		t := r.LoadCPUByThreads
+		if t == nil {
+			return ""
+		}
+		return fmt.Sprintf("%.1f / %.1f / %.1f s", t[bench.ThreadsProcess], t[bench.ThreadsMerges], t[bench.ThreadsEngine])
+	})
+	row("  engine: parts inserted / merges a second; merged per inserted byte", func(r bench.Result) string {
+		return fmt.Sprintf("%.1f / %.2f; %.2f", r.EnginePartsPerSec, r.EngineMergesPerSec, r.EngineMergeRewrite)
+	})
 	row("server peak RSS", func(r bench.Result) string { return fmt.Sprintf("%d MB", r.PeakRSSBytes>>20) })
 	row("server RSS, end of the load: mean / max (anon)", func(r bench.Result) string {
 		return fmt.Sprintf("%d / %d MB (%d MB) over the last %.0fs", r.LoadRSSMeanBytes>>20, r.LoadRSSMaxBytes>>20, r.LoadRSSAnonMeanBytes>>20, r.LoadRSSSeconds)
