@@ -34,8 +34,10 @@ func (co *Correlator) flushDue(now bool) bool {
 }
 
 // defaultFlushEvery is Correlator.flushEvery: how long final chains may wait for the sink while
-// records keep coming (the chain API and the gate read them from memory meanwhile).
-const defaultFlushEvery = time.Second
+// records keep coming (the chain API and the gate read them from memory meanwhile). Five
+// seconds, as the events writer's flush: each insert makes a part of the chains table and of
+// its four views for the engine to merge (store migration 0013).
+const defaultFlushEvery = 5 * time.Second
 
 // defaultFlushBatch is Correlator.flushBatch: as many chains as one insert of the store takes
 // (each insert costs the engine a fixed time beside its rows) while a burst's chains never
@@ -43,7 +45,8 @@ const defaultFlushEvery = time.Second
 const defaultFlushBatch = 50_000
 
 // maxSpareChains bounds the batch whose memory is kept for the next (520 bytes a chain): a
-// second's chains at tens of thousands of events a second, not a burst's.
+// flush's chains up to about 6,000 events a second (a chain for two events); a larger batch's
+// memory goes back to the collector rather than stay, and a burst's never stays.
 const maxSpareChains = 16_384
 
 // flush hands the pending chains to the sink, flushBatch at a time. co.mu is not held while
@@ -125,8 +128,8 @@ func (co *Correlator) flushBatchOf(ctx context.Context) (done bool, err error) {
 	return false, err
 }
 
-// maxFreeSides bounds the sides kept to build chains in (Correlator.freeSides): two flushes'
-// worth at a steady 10,000 events a second, 5 MB.
+// maxFreeSides bounds the sides kept to build chains in (Correlator.freeSides): a flush's
+// worth at about 3,000 events a second, 5 MB.
 const maxFreeSides = 16_384
 
 // takeSides returns the sides of the chains (which the sink has taken), cleared, in a list

@@ -336,14 +336,15 @@ func TestStopLeavesTheRestToTheReplay(t *testing.T) {
 	}
 }
 
-// TestChainsGoToTheSinkOnceASecond: while records keep coming, the chains that became final are
-// handed to the sink together once a second of wall or stream time (each insert is a part for
-// the store to merge), and all of them when the spool goes idle.
-func TestChainsGoToTheSinkOnceASecond(t *testing.T) {
+// TestChainsGoToTheSinkEveryFlush: while records keep coming, the chains that became final are
+// handed to the sink together once every flushEvery of wall or stream time (each insert is a
+// part for the store to merge), and all of them when the spool goes idle.
+func TestChainsGoToTheSinkEveryFlush(t *testing.T) {
 	h := newHarness(t, JoinOptions{Window: 500 * time.Millisecond})
 	clock := t0.Add(time.Hour)
 	h.co.now = func() time.Time { return clock }
-	const n = 40
+	const n = 120
+	span := time.Duration(n) * 100 * time.Millisecond
 	for i := range n {
 		// A request every 100 ms, received a second later; as much wall time between frames.
 		r := podgroups(fmt.Sprintf("r-%d", i), t0.Add(time.Duration(i)*100*time.Millisecond))
@@ -353,9 +354,9 @@ func TestChainsGoToTheSinkOnceASecond(t *testing.T) {
 	h.sink.mu.Lock()
 	calls, written := h.sink.calls, len(h.sink.chains)
 	h.sink.mu.Unlock()
-	// 4 s: a hand-over at the first final chain and one a second after that.
-	if calls > 5 || written < n/2 {
-		t.Fatalf("while records came: %d hand-overs of %d chains; want at most 5, of most chains", calls, written)
+	// A hand-over at the first final chain and one every flushEvery after that.
+	if most := int(span/h.co.flushEvery) + 1; calls > most || calls < 2 || written < n/2 {
+		t.Fatalf("while records came for %v: %d hand-overs of %d chains; want 2 to %d (flushEvery %v), of most chains", span, calls, written, most, h.co.flushEvery)
 	}
 	h.settle()
 	h.sink.mu.Lock()

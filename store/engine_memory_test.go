@@ -56,7 +56,7 @@ func engineMemoryHelper(ctx context.Context, fail func(string, ...any) int) int 
 		reset   string
 	}{
 		{"events", store.EventColumns, events, "vertical_merge_algorithm_min_rows_to_activate, vertical_merge_algorithm_min_columns_to_activate, min_bytes_for_wide_part, merge_max_block_size"},
-		{"chains", store.ChainColumns, chains, "vertical_merge_algorithm_min_rows_to_activate, vertical_merge_algorithm_min_columns_to_activate"},
+		{"chains", store.ChainColumns, chains, "vertical_merge_algorithm_min_rows_to_activate, vertical_merge_algorithm_min_columns_to_activate, min_bytes_for_wide_part"},
 	}
 	// Copies of the tables with their settings (CREATE TABLE AS takes them), without the
 	// materialized views, next to copies with the engine's defaults; merges only when asked
@@ -101,6 +101,17 @@ func engineMemoryHelper(ctx context.Context, fail func(string, ...any) int) int 
 	for _, x := range []string{"events_defaults", "chains_settings", "chains_defaults"} {
 		if err := insert(x, false); err != nil {
 			return fail("insert into %s: %v", x, err)
+		}
+	}
+	// Five of these inserts merge into about 170 MB, below the tables' 256 MiB (migration 0013),
+	// where the engine merges into a compact part, all columns at once: it merges one column at
+	// a time only into a wide part. The settings under test are for those merges (the parts
+	// past 256 MiB), so the copies write wide parts from where they did before 0013 (events
+	// from 32 MiB, migration 0012; chains from the engine's 10 MiB).
+	for _, tb := range tables {
+		q := "ALTER TABLE " + store.Database + "." + tb.name + "_settings MODIFY SETTING min_bytes_for_wide_part = " + map[string]string{"events": "33554432", "chains": "10485760"}[tb.name]
+		if err := s.Exec(ctx, q); err != nil {
+			return fail("%s: %v", q, err)
 		}
 	}
 	gathered := func() (int, error) {
