@@ -36,7 +36,7 @@ func (co *Correlator) flushDue(now bool) bool {
 // defaultFlushEvery is Correlator.flushEvery: how long final chains may wait for the sink while
 // records keep coming (the chain API and the gate read them from memory meanwhile). Five
 // seconds, as the events writer's flush: each insert makes a part of the chains table and of
-// its four views for the engine to merge (store migration 0013).
+// its five views for the engine to merge (store migration 0013).
 const defaultFlushEvery = 5 * time.Second
 
 // defaultFlushBatch is Correlator.flushBatch: as many chains as one insert of the store takes
