@@ -20,25 +20,33 @@ type procUsage struct {
 	rssAnon    int64   // of rss, the anonymous pages (RssAnon): the heaps, not mapped files
 }
 
+// statCPU returns the user and system CPU seconds of a /proc/<pid>/stat or
+// /proc/<pid>/task/<tid>/stat.
+func statCPU(stat []byte) (float64, error) {
+	// The command name, in parentheses, may hold spaces: fields count from after it.
+	s := string(stat)
+	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	if len(fields) < 13 {
+		return 0, fmt.Errorf("%d fields", len(fields))
+	}
+	// utime and stime are fields 14 and 15 of stat(5), 12 and 13 after the name and state.
+	ut, err1 := strconv.ParseInt(fields[11], 10, 64)
+	st, err2 := strconv.ParseInt(fields[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, fmt.Errorf("utime %q, stime %q", fields[11], fields[12])
+	}
+	return float64(ut+st) / clockTicks, nil
+}
+
 func readProc(pid int) (procUsage, error) {
 	var u procUsage
 	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		return u, fmt.Errorf("read the server's CPU time: %w", err)
 	}
-	// The command name, in parentheses, may hold spaces: fields count from after it.
-	s := string(stat)
-	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-	if len(fields) < 13 {
-		return u, fmt.Errorf("read the server's CPU time: /proc/%d/stat has %d fields", pid, len(fields))
+	if u.cpuSeconds, err = statCPU(stat); err != nil {
+		return u, fmt.Errorf("read the server's CPU time: /proc/%d/stat: %w", pid, err)
 	}
-	// utime and stime are fields 14 and 15 of stat(5), 12 and 13 after the name and state.
-	ut, err1 := strconv.ParseInt(fields[11], 10, 64)
-	st, err2 := strconv.ParseInt(fields[12], 10, 64)
-	if err1 != nil || err2 != nil {
-		return u, fmt.Errorf("read the server's CPU time: /proc/%d/stat: %q %q", pid, fields[11], fields[12])
-	}
-	u.cpuSeconds = float64(ut+st) / clockTicks
 	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return u, fmt.Errorf("read the server's memory: %w", err)
@@ -114,14 +122,8 @@ func threadCPU(pid int) (map[string]float64, error) {
 		if err1 != nil || err2 != nil {
 			continue // the thread ended meanwhile
 		}
-		s := string(stat)
-		fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-		if len(fields) < 13 {
-			continue
-		}
-		ut, err1 := strconv.ParseInt(fields[11], 10, 64)
-		st, err2 := strconv.ParseInt(fields[12], 10, 64)
-		if err1 != nil || err2 != nil {
+		cpu, err := statCPU(stat)
+		if err != nil {
 			continue
 		}
 		group := ThreadsEngine
@@ -131,7 +133,7 @@ func threadCPU(pid int) (map[string]float64, error) {
 		case c == "MergeMutate":
 			group = ThreadsMerges
 		}
-		out[group] += float64(ut+st) / clockTicks
+		out[group] += cpu
 	}
 	return out, nil
 }
