@@ -61,6 +61,8 @@ type EngineCollector struct {
 
 	events *prometheus.Desc
 	parts  *prometheus.Desc
+	// eventsQuery reads EngineProfileEvents from system.events.
+	eventsQuery string
 
 	mu     sync.Mutex
 	read   time.Time          // when the figures were last read
@@ -73,8 +75,13 @@ func NewEngineCollector(s Store, log *slog.Logger) *EngineCollector {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	quoted := make([]string, len(EngineProfileEvents))
+	for i, e := range EngineProfileEvents {
+		quoted[i] = "'" + e + "'"
+	}
 	return &EngineCollector{
 		s: s, log: log,
+		eventsQuery: "SELECT event, value FROM system.events WHERE event IN (" + strings.Join(quoted, ", ") + ")",
 		events: prometheus.NewDesc(metrics.StoreEngineProfileEventsTotal,
 			"The embedded engine's cumulative counters (its system.events) of inserts and merges, by event: rows and bytes written by inserts, parts inserted, merges, rows and bytes they rewrote, their milliseconds.",
 			[]string{metrics.LabelEvent}, nil),
@@ -114,36 +121,28 @@ func (c *EngineCollector) Collect(ch chan<- prometheus.Metric) {
 // refresh reads the engine's counters and parts (under c.mu).
 func (c *EngineCollector) refresh(ctx context.Context) error {
 	c.read = time.Now()
-	quoted := make([]string, len(EngineProfileEvents))
-	for i, e := range EngineProfileEvents {
-		quoted[i] = "'" + e + "'"
-	}
-	r, err := c.s.Query(ctx, "SELECT event, value FROM system.events WHERE event IN ("+strings.Join(quoted, ", ")+")", nil)
+	r, err := c.s.Query(ctx, c.eventsQuery, nil)
 	if err != nil {
 		return err
-	}
-	counts := make(map[string]float64, len(r.Rows))
-	for _, row := range r.Rows {
-		if len(row) != 2 {
-			continue
-		}
-		if v, err := strconv.ParseFloat(row[1], 64); err == nil {
-			counts[row[0]] = v
-		}
 	}
 	p, err := c.s.Query(ctx, "SELECT table, count() FROM system.parts WHERE database = {db:String} AND active GROUP BY table", map[string]string{"db": Database})
 	if err != nil {
 		return err
 	}
-	active := make(map[string]float64, len(p.Rows))
-	for _, row := range p.Rows {
+	c.counts, c.active = numbersByName(r), numbersByName(p)
+	return nil
+}
+
+// numbersByName turns rows of (name, number) into a map; a row that is not one is left out.
+func numbersByName(r *Result) map[string]float64 {
+	out := make(map[string]float64, len(r.Rows))
+	for _, row := range r.Rows {
 		if len(row) != 2 {
 			continue
 		}
 		if v, err := strconv.ParseFloat(row[1], 64); err == nil {
-			active[row[0]] = v
+			out[row[0]] = v
 		}
 	}
-	c.counts, c.active = counts, active
-	return nil
+	return out
 }
