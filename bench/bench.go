@@ -871,32 +871,23 @@ type engineFigures struct {
 // engineCounters reads the engine's counters from the server's /metrics (nil when it did not
 // answer, or serves no embedded engine).
 func (c *child) engineCounters(ctx context.Context) *engineFigures {
-	resp, err := c.get(ctx, "/metrics", 5*time.Second)
-	if err != nil {
+	names := make([]string, 0, len(store.EngineProfileEvents)+1)
+	for _, e := range store.EngineProfileEvents {
+		names = append(names, metrics.StoreEngineProfileEventsTotal+`{`+metrics.LabelEvent+`="`+e+`"}`)
+	}
+	names = append(names, metrics.StoreEngineActiveParts+`{`) // every table's, summed
+	m := c.metrics(ctx, names...)
+	if m == nil {
 		return nil
 	}
-	defer resp.Body.Close()
-	f := &engineFigures{events: map[string]float64{}}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	events := metrics.StoreEngineProfileEventsTotal + `{` + metrics.LabelEvent + `="`
-	parts := metrics.StoreEngineActiveParts + `{`
-	for sc.Scan() {
-		l := sc.Text()
-		v, err := strconv.ParseFloat(l[strings.LastIndexByte(l, ' ')+1:], 64)
-		if err != nil {
-			continue
-		}
-		switch {
-		case strings.HasPrefix(l, events):
-			name, _, _ := strings.Cut(l[len(events):], `"`)
-			f.events[name] = v
-		case strings.HasPrefix(l, parts):
-			f.parts += v
-		}
+	f := &engineFigures{events: map[string]float64{}, parts: m[len(m)-1]}
+	seen := false
+	for i, e := range store.EngineProfileEvents {
+		f.events[e] = m[i]
+		seen = seen || m[i] != 0
 	}
-	if len(f.events) == 0 {
-		return nil
+	if !seen {
+		return nil // no engine counters on /metrics
 	}
 	return f
 }
