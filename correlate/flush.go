@@ -45,9 +45,11 @@ const defaultFlushEvery = 5 * time.Second
 const defaultFlushBatch = 50_000
 
 // maxSpareChains bounds the batch whose memory is kept for the next (520 bytes a chain): a
-// flush's chains up to about 6,000 events a second (a chain for two events); a larger batch's
-// memory goes back to the collector rather than stay, and a burst's never stays.
-const maxSpareChains = 16_384
+// five-second flush's chains up to about 13,000 events a second (a chain for two events), 17 MB.
+// A larger batch's memory goes back to the collector rather than stay, and a burst's never
+// stays. With 16,384, at 10,000 events a second every flush grew its slice from nothing again, copying
+// as it went (BENCHMARKS.md, "The events go to the engine as Native blocks").
+const maxSpareChains = 32_768
 
 // flush hands the pending chains to the sink, flushBatch at a time. co.mu is not held while
 // the sink writes, so a slow store holds up only the goroutine that calls Consume (and so the
@@ -128,9 +130,9 @@ func (co *Correlator) flushBatchOf(ctx context.Context) (done bool, err error) {
 	return false, err
 }
 
-// maxFreeSides bounds the sides kept to build chains in (Correlator.freeSides): a flush's
-// worth at about 3,000 events a second, 5 MB.
-const maxFreeSides = 16_384
+// maxFreeSides bounds the sides kept to build chains in (Correlator.freeSides): a five-second
+// flush's worth (two sides a chain) up to the rate maxSpareChains keeps, 21 MB.
+const maxFreeSides = 65_536
 
 // takeSides returns the sides of the chains (which the sink has taken), cleared, in a list
 // whose memory is reused. A chain's sides are its roles (Entry, Peer, Others; a side without
