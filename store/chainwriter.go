@@ -480,7 +480,7 @@ func appendSideRow(b []byte, s *chain.Side) []byte {
 // that supersedes it stay in one chunk, one insert, as the rollups expect). On an error, any
 // part of it may have landed.
 func (w *Writer) insertChains(ctx context.Context, chains []*chain.Chain) error {
-	if s, ok := w.store.(rowBinaryStreamer); ok {
+	if s, ok := w.store.(rowStreamer); ok {
 		return w.insertStream(ctx, s, ChainsTable, ChainColumns, chainStream(chains))
 	}
 	for len(chains) > 0 {

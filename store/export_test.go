@@ -5,6 +5,8 @@ import (
 	"errors"
 	"io"
 	"sync"
+
+	"github.com/peertrail/peertrail/ingest/record"
 )
 
 // StreamFaults is the embedded store whose streamed inserts into the events table fail on
@@ -17,7 +19,7 @@ type StreamFaults struct {
 	Lost    int
 }
 
-func (f *StreamFaults) insertRowBinaryStream(ctx context.Context, table string, columns []Column, r io.Reader) error {
+func (f *StreamFaults) insertStream(ctx context.Context, table string, columns []Column, format string, r io.Reader) error {
 	f.mu.Lock()
 	aborted, lost := false, false
 	if table == EventsTable {
@@ -37,8 +39,15 @@ func (f *StreamFaults) insertRowBinaryStream(ctx context.Context, table string, 
 		}
 		return errors.New("insert aborted (simulated, nothing committed)")
 	}
-	if err := f.Embedded.insertRowBinaryStream(ctx, table, columns, r); err != nil || !lost {
+	if err := f.Embedded.insertStream(ctx, table, columns, format, r); err != nil || !lost {
 		return err
 	}
 	return errors.New("read: connection reset by peer (simulated, after the insert committed)")
+}
+
+// InsertEventsNative inserts records into table as the writer streams them: Native blocks.
+func (s *Embedded) InsertEventsNative(ctx context.Context, table string, records []record.Record) error {
+	rs := eventStream(newEventBlock(), records)
+	rs.buf = nil
+	return s.insertStream(ctx, table, EventColumns, rs.format(), rs)
 }

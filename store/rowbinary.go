@@ -14,9 +14,10 @@ import (
 )
 
 // The embedded engine takes bulk data as a byte stream in one of ClickHouse's input formats.
-// RowBinary is the cheapest to produce and for the engine to parse (no text escaping, no
-// number formatting), so Insert encodes rows into it. An encoder is compiled once per column
-// type.
+// RowBinary is cheap to produce from rows of values and to parse (no text escaping, no number
+// formatting), so Insert and the chains' stream encode rows into it; the events, most of the
+// data, go as Native blocks (eventblock.go), which the engine reads for less. An encoder is
+// compiled once per column type.
 
 // valueEncoder appends one value in RowBinary.
 type valueEncoder func(b []byte, v any) ([]byte, error)
@@ -275,37 +276,47 @@ func appendMap[V any](b []byte, m map[string]V, val valueEncoder) ([]byte, error
 // The rows of the writers (eventrows.go, chainwriter.go) streamed to the engine as it reads
 // them, and the RowBinary values they share.
 
-// rowBinaryStreamer is a Store that takes RowBinary from a reader (the embedded engine).
-type rowBinaryStreamer interface {
-	insertRowBinaryStream(ctx context.Context, table string, columns []Column, r io.Reader) error
+// rowStreamer is a Store that takes rows in an input format from a reader (the embedded engine).
+type rowStreamer interface {
+	insertStream(ctx context.Context, table string, columns []Column, format string, r io.Reader) error
 }
 
 // insertStream streams rs into table in one insert, encoding it in a buffer of w.rows.
-func (w *Writer) insertStream(ctx context.Context, s rowBinaryStreamer, table string, columns []Column, rs *rowStream) error {
+func (w *Writer) insertStream(ctx context.Context, s rowStreamer, table string, columns []Column, rs *rowStream) error {
 	buf, _ := w.rows.Get()
 	rs.buf = buf[:0]
-	err := s.insertRowBinaryStream(ctx, table, columns, rs)
+	err := s.insertStream(ctx, table, columns, rs.format(), rs)
 	w.rows.Put(rs.buf[:0])
 	return err
 }
 
-// insertRowBinaryStream streams r, RowBinary for columns, into table in one insert.
-func (s *Embedded) insertRowBinaryStream(ctx context.Context, table string, columns []Column, r io.Reader) error {
-	_, err := s.engine.Insert(ctx, insertStatement(table, columns), "RowBinary", r)
+// insertStream streams r, rows of columns in format, into table in one insert.
+func (s *Embedded) insertStream(ctx context.Context, table string, columns []Column, format string, r io.Reader) error {
+	_, err := s.engine.Insert(ctx, insertStatement(table, columns), format, r)
 	return embeddedError("insert", err)
 }
 
-// rowStream is an io.Reader of n RowBinary rows, row appending the i-th, encoded a chunk at a
-// time as it is read (the chains' and the events' streams). A unit that row appends may be
-// several rows (a spool frame's) or none.
+// rowStream is an io.Reader of the rows of n units, encoded a chunk at a time as it is read
+// (the chains' and the events' streams). A unit may be several rows (a spool frame's) or none.
+// Either row appends the i-th unit's rows in RowBinary, or (block set) it adds them to block,
+// which is encoded as a Native block once it holds eventBlockRows rows, and at the end.
 type rowStream struct {
-	n    int
-	row  func(b []byte, i int) []byte
-	next int
-	buf  []byte
-	off  int
+	n     int
+	row   func(b []byte, i int) []byte
+	block *eventBlock
+	next  int
+	buf   []byte
+	off   int
 	// err, once row sets it, ends the stream with it.
 	err error
+}
+
+// format is the input format of the stream's bytes.
+func (r *rowStream) format() string {
+	if r.block != nil {
+		return "Native"
+	}
+	return "RowBinary"
 }
 
 func (r *rowStream) Read(p []byte) (int, error) {
@@ -317,6 +328,9 @@ func (r *rowStream) Read(p []byte) (int, error) {
 		for r.next < r.n && len(r.buf) < rowReaderChunk && r.err == nil {
 			r.buf = r.row(r.buf, r.next)
 			r.next++
+			if r.block != nil && r.err == nil && (r.next == r.n || r.block.rows() >= eventBlockRows) {
+				r.buf = r.block.encode(r.buf)
+			}
 		}
 		if r.err != nil {
 			return 0, r.err

@@ -107,6 +107,9 @@ type Writer struct {
 	// rows are the row streams' encoding buffers, kept between inserts (the events' and the
 	// chains' run at once).
 	rows *bufpool.Free[[]byte]
+	// block holds the events of the Native block being encoded (eventBlock); made at the first
+	// insert, used only by Consume's goroutine.
+	block *eventBlock
 
 	chainMu sync.Mutex // serialises WriteChains' check-then-insert
 	// written is what the chains table holds of the chains written (under chainMu).
@@ -294,14 +297,14 @@ func (w *Writer) writeFrames(ctx context.Context) error {
 		}
 		return w.writeFramesDeduplicated(ctx, s)
 	}
-	if s, ok := w.store.(rowBinaryStreamer); ok {
+	if s, ok := w.store.(rowStreamer); ok {
 		if err := w.findTableEnd(ctx); err != nil {
 			return err
 		}
 		var (
 			rows   int
 			newest time.Time
-			rs     = &rowStream{n: len(w.frames)}
+			rs     = &rowStream{n: len(w.frames), block: w.eventBlock()}
 		)
 		rs.row = func(b []byte, i int) []byte {
 			f := &w.frames[i]
@@ -317,7 +320,7 @@ func (w *Writer) writeFrames(ctx context.Context) error {
 					rs.err = errUnsure
 					return b
 				}
-				b = appendEventRow(b, r)
+				rs.block.add(r)
 				rows++
 				if r.ReceivedAt.After(newest) {
 					newest = r.ReceivedAt
@@ -349,6 +352,16 @@ func (w *Writer) writeFrames(ctx context.Context) error {
 		records = append(records, b.Records...)
 	}
 	return w.writeEvents(ctx, records)
+}
+
+// eventBlock returns the writer's events block, empty.
+func (w *Writer) eventBlock() *eventBlock {
+	if w.block == nil {
+		w.block = newEventBlock()
+	}
+	// A stream that stopped early (errUnsure, a failed insert) may have left rows in it.
+	w.block.reset()
+	return w.block
 }
 
 // newerThanTable says r cannot be in the events table: it was received after the newest
@@ -417,8 +430,8 @@ func (w *Writer) writeEvents(ctx context.Context, records []record.Record) error
 		}
 	}
 	start := time.Now()
-	if s, ok := w.store.(rowBinaryStreamer); ok {
-		err = w.insertStream(ctx, s, EventsTable, EventColumns, eventStream(records))
+	if s, ok := w.store.(rowStreamer); ok {
+		err = w.insertStream(ctx, s, EventsTable, EventColumns, eventStream(w.eventBlock(), records))
 	} else {
 		rows := make([][]any, len(records))
 		for i := range records {

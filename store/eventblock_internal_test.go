@@ -1,0 +1,108 @@
+package store
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/peertrail/peertrail/ingest/record"
+	"github.com/peertrail/peertrail/simulate"
+)
+
+// TestEventBlocksOwnTheirStrings checks that the Native blocks of the writer's frame stream,
+// whose records alias the frame reader's memory only until the next frame is decoded, are the
+// bytes of the same records decoded into memory of their own.
+func TestEventBlocksOwnTheirStrings(t *testing.T) {
+	codec, err := record.NewCodec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer codec.Close()
+	paths, _ := filepath.Glob("../test/testdata/real/*/kas-*.json")
+	if len(paths) == 0 {
+		t.Fatal("no real captures under test/testdata/real")
+	}
+	var bodies [][]byte
+	for _, p := range paths {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		bodies = append(bodies, b)
+	}
+	g := simulate.NewEvents(9, nil)
+	for range 8 {
+		b, _, err := g.EventList(500)
+		if err != nil {
+			t.Fatal(err)
+		}
+		bodies = append(bodies, b)
+	}
+	at := time.Date(2026, 12, 1, 2, 3, 4, 0, time.UTC)
+	var frames [][]byte
+	for i, body := range bodies {
+		recs, _, err := record.Decode(body, fmt.Sprintf("kas-%d", i%3), at.Add(time.Duration(i)*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		keys := make([]record.Key, len(recs))
+		for j := range recs {
+			keys[j] = recs[j].Key()
+		}
+		f, err := codec.AppendFrame(nil, recs[0].APIServer, recs[0].ReceivedAt, recs, keys)
+		if err != nil {
+			t.Fatal(err)
+		}
+		frames = append(frames, f)
+	}
+	// As writeFrames streams them: each frame decoded into the reader's memory, its records
+	// added to the block, the block encoded when full.
+	fr := record.NewFrameReader()
+	block := newEventBlock()
+	rows := 0
+	stream := &rowStream{n: len(frames), block: block, row: func(b []byte, i int) []byte {
+		batch, err := fr.Decode(frames[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		for j := range batch.Records {
+			block.add(&batch.Records[j])
+			rows++
+		}
+		return b
+	}}
+	got, err := io.ReadAll(stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The same frames decoded into memory of their own, in the same blocks.
+	var owned [][]record.Record
+	for _, f := range frames {
+		batch, err := codec.DecodeFrame(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		owned = append(owned, batch.Records)
+	}
+	block2, decoded := newEventBlock(), 0
+	want, err := io.ReadAll(&rowStream{n: len(owned), block: block2, row: func(b []byte, i int) []byte {
+		for j := range owned[i] {
+			block2.add(&owned[i][j])
+			decoded++
+		}
+		return b
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rows < 3*eventBlockRows || rows != decoded {
+		t.Fatalf("%d rows streamed, %d decoded; want the same, over three blocks", rows, decoded)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatalf("the frame stream's blocks (%d bytes) differ from the same records' in memory of their own (%d bytes)", len(got), len(want))
+	}
+}
