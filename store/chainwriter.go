@@ -2,11 +2,9 @@ package store
 
 import (
 	"context"
-	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"hash/maphash"
-	"math"
 	"sort"
 	"strconv"
 	"time"
@@ -377,111 +375,29 @@ func appendSide(row []any, s *chain.Side) []any {
 		s.RequestReceived.UTC(), s.Completed.UTC(), strs(s.Stages), s.HasObjects, s.APIServerVersion)
 }
 
-// Chain rows straight to RowBinary, not as ChainRow's []any rows, which box every value and all
-// live until the insert returns (BENCHMARKS.md, "Chains: the writer next to the engine's own
-// insert"). appendChainRow writes the same bytes as EncodeRowBinary(ChainColumns,
-// [][]any{ChainRow(c)}) (TestChainRowBinaryMatchesChainRow keeps them equal) with no
-// allocation, and chainStream encodes the rows as the engine reads them, so a batch costs its
-// chains and a few hundred KiB, whatever its size.
+// Chain rows go to the embedded engine as Native blocks (chainblock.go), not as ChainRow's []any
+// rows, which box every value and all live until the insert returns (BENCHMARKS.md, "Chains:
+// the writer next to the engine's own insert"); chainStream encodes the rows as the engine reads
+// them, so a batch costs its chains and a block, whatever its size.
+// TestChainNativeBlocksMatchChainRow keeps what the table holds the same as from ChainRow.
 
-// chainStream streams the rows of chains.
-func chainStream(chains []*chain.Chain) *rowStream {
-	return &rowStream{n: len(chains), row: func(b []byte, i int) []byte { return appendChainRow(b, chains[i]) }}
-}
-
-// appendChainRow appends c's row of the chains table in RowBinary, the columns of ChainColumns
-// in their order (see ChainRow for what each holds).
-func appendChainRow(b []byte, c *chain.Chain) []byte {
-	b = rbString(b, c.ID)
-	b = rbString(b, c.AuditID)
-	b = binary.LittleEndian.AppendUint64(b, ChainVersion(c))
-	b = binary.LittleEndian.AppendUint32(b, uint32(max(c.Revision, 0)))
-	b = rbBool(b, c.Evicted)
-	b = rbString(b, string(c.State))
-	b = rbString(b, string(c.Class))
-	b = binary.AppendUvarint(b, uint64(len(c.Findings)))
-	for _, f := range c.Findings {
-		b = rbString(b, string(f))
-	}
-	b = rbString(b, c.Explanation)
-	b = rbString(b, c.Verb)
-	b = rbString(b, c.RequestURI)
-	b = rbString(b, c.Group)
-	b = rbString(b, c.Version)
-	b = rbString(b, c.Resource)
-	b = rbString(b, c.Subresource)
-	b = rbString(b, c.Namespace)
-	b = rbString(b, c.Name)
-	b = rbString(b, c.User)
-	b = rbString(b, c.RealUser)
-	b = binary.LittleEndian.AppendUint32(b, uint32(c.Code))
-	b = appendSideRow(b, c.Entry)
-	b = appendSideRow(b, c.Peer)
-	n := 0
-	for _, o := range c.Others {
-		if o != nil {
-			n++
-		}
-	}
-	b = binary.AppendUvarint(b, uint64(n))
-	for _, o := range c.Others {
-		if o != nil {
-			b = rbString(b, o.APIServer)
-		}
-	}
-	b = binary.AppendUvarint(b, uint64(n))
-	for _, o := range c.Others {
-		if o != nil {
-			b = binary.LittleEndian.AppendUint32(b, uint32(o.Code))
-		}
-	}
-	b = rbString(b, otherSides(c)) // loops only: rare, so its JSON may allocate
-	b = binary.LittleEndian.AppendUint64(b, math.Float64bits(c.EntryDurationSeconds))
-	b = binary.LittleEndian.AppendUint64(b, math.Float64bits(c.PeerDurationSeconds))
-	b = binary.LittleEndian.AppendUint64(b, math.Float64bits(c.ForwardingOverheadSeconds))
-	b = rbTime(b, c.RequestTime())
-	b = rbTime(b, c.FirstReceived)
-	b = rbTime(b, c.LastReceived)
-	return binary.LittleEndian.AppendUint32(b, uint32(max(c.Records, 0)))
-}
-
-// appendSideRow appends the has_<side> flag and the side's columns (sideColumns); a missing
-// side is its zero values.
-func appendSideRow(b []byte, s *chain.Side) []byte {
-	if s == nil {
-		s = &chain.Side{} // does not escape: no allocation
-		b = rbBool(b, false)
-	} else {
-		b = rbBool(b, true)
-	}
-	b = rbString(b, s.APIServer)
-	b = binary.LittleEndian.AppendUint32(b, uint32(s.Code))
-	b = rbString(b, s.User)
-	b = rbString(b, s.UID)
-	b = rbStrings(b, s.Groups)
-	b = rbExtra(b, s.Extra)
-	b = rbString(b, s.ImpersonatedUser)
-	b = rbStrings(b, s.ImpersonatedGroups)
-	b = rbExtra(b, s.ImpersonatedExtra)
-	b = rbStrings(b, s.SourceIPs)
-	b = rbString(b, s.UserAgent)
-	b = rbString(b, s.Message)
-	b = rbString(b, s.Reason)
-	b = rbTime(b, s.RequestReceived)
-	b = rbTime(b, s.Completed)
-	b = rbStrings(b, s.Stages)
-	b = rbBool(b, s.HasObjects)
-	return rbString(b, s.APIServerVersion)
+// chainStream streams the rows of chains as Native blocks, encoded in block.
+func chainStream(block *chainBlock, chains []*chain.Chain) *blockStream {
+	return &blockStream{n: len(chains), block: block, add: func(i int) { block.add(chains[i]) }}
 }
 
 // insertChains writes the rows of chains (retraction rows included): into the embedded engine
-// in one insert, streamed as RowBinary; into another store as ChainRow rows through
+// in one insert, streamed as Native blocks; into another store as ChainRow rows through
 // Store.Insert, in chunks that bound the memory of the boxed rows (a retraction row and the row
 // that supersedes it stay in one chunk, one insert, as the rollups expect). On an error, any
 // part of it may have landed.
 func (w *Writer) insertChains(ctx context.Context, chains []*chain.Chain) error {
-	if s, ok := w.store.(rowStreamer); ok {
-		return w.insertStream(ctx, s, ChainsTable, ChainColumns, chainStream(chains))
+	if s, ok := w.store.(blockStreamer); ok {
+		if w.chainBlock == nil {
+			w.chainBlock = newChainBlock()
+		}
+		w.chainBlock.reset() // a stream that failed may have left rows in it
+		return w.insertStream(ctx, s, ChainsTable, ChainColumns, chainStream(w.chainBlock, chains))
 	}
 	for len(chains) > 0 {
 		n := min(len(chains), chainInsertChunk)

@@ -1,82 +1,11 @@
 package store
 
 import (
-	"bytes"
 	"fmt"
 	"math/rand/v2"
-	"strings"
 	"testing"
 	"time"
-
-	"github.com/peertrail/peertrail/chain"
 )
-
-// appendChainRow writes exactly what the generic encoder writes of ChainRow, column for
-// column, for every shape of chain: a column added to ChainColumns and ChainRow but not here
-// fails this test.
-func TestChainRowBinaryMatchesChainRow(t *testing.T) {
-	at := time.Date(2026, 12, 1, 2, 3, 4, 567891000, time.UTC)
-	entry := &chain.Side{
-		APIServer: "a", Code: 200, User: "alice", UID: "u-1", Groups: []string{"system:authenticated", "devs"},
-		Extra:            map[string][]string{"scopes": {"x", "y"}, "authentication.kubernetes.io/credential-id": {"JTI=1"}, "a": nil},
-		ImpersonatedUser: "bob", ImpersonatedGroups: []string{"ops"}, ImpersonatedExtra: map[string][]string{"k": {"v"}},
-		SourceIPs: []string{"10.0.0.1"}, UserAgent: strings.Repeat("kubectl/v1.34 ", 20), Message: "ünïcødé\ttab\nline", Reason: "NotFound",
-		RequestReceived: at, Completed: at.Add(3 * time.Millisecond), Stages: []string{"RequestReceived", "ResponseComplete"}, HasObjects: true,
-		APIServerVersion: "v1.35.4+k3s1",
-	}
-	peer := &chain.Side{APIServer: "b", APIServerVersion: "v1.36.3", Code: 404, User: "bob", SourceIPs: []string{"10.0.0.1", "10.0.0.2"}, Completed: at.Add(time.Millisecond)}
-	full := chain.Chain{
-		ID: "id\x00a\x001", AuditID: "4a1b", State: chain.StateFinal, Class: chain.ClassLoop,
-		Findings:    []chain.Finding{chain.FindingStatusMismatch, chain.FindingIdentityMismatch},
-		Explanation: "why", Entry: entry, Peer: peer, Others: []*chain.Side{nil, {APIServer: "c", Code: 500}, {APIServer: "d"}},
-		Verb: "get", RequestURI: "/api/v1/pods?x=1", Group: "g", Version: "v1", Resource: "pods", Subresource: "log",
-		Namespace: "ns", Name: "n", User: "bob", RealUser: "alice", Code: -1,
-		EntryDurationSeconds: 0.003, PeerDurationSeconds: -0.5, ForwardingOverheadSeconds: 1e-9,
-		FirstReceived: at.Add(time.Second), LastReceived: at.Add(2 * time.Second), Records: 70, Revision: 3, Evicted: true,
-	}
-	local := chain.Chain{ID: "l", AuditID: "l", State: chain.StateOpen, Class: chain.ClassLocal,
-		Entry: &chain.Side{APIServer: "a", Code: 201}, FirstReceived: at, LastReceived: at, Records: 1}
-	peerOnly := chain.Chain{ID: "p", State: chain.StateFinal, Class: chain.ClassBroken, Peer: peer,
-		Revision: -1, Records: -2, FirstReceived: at}
-	retracted := full
-	retracted.State = StateRetracted
-	for name, c := range map[string]*chain.Chain{"full": &full, "local": &local, "peer only": &peerOnly, "empty": {}, "retracted": &retracted} {
-		want, err := EncodeRowBinary(ChainColumns, [][]any{ChainRow(c)})
-		if err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
-		if got := appendChainRow(nil, c); !bytes.Equal(got, want) {
-			t.Errorf("%s: appendChainRow differs from the generic encoding of ChainRow:\n got %q\nwant %q", name, got, want)
-		}
-	}
-	// The stream is the rows one after the other, whatever the reads' sizes.
-	chains := []*chain.Chain{&full, &local, &peerOnly}
-	var want []byte
-	for range 2000 {
-		for _, c := range chains {
-			want = appendChainRow(want, c)
-		}
-	}
-	var many []*chain.Chain
-	for range 2000 {
-		many = append(many, chains...)
-	}
-	var got bytes.Buffer
-	if _, err := got.ReadFrom(chainStream(many)); err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(got.Bytes(), want) {
-		t.Errorf("chainStream: %d bytes, want the %d of the rows one after the other", got.Len(), len(want))
-	}
-	// A chain without extras or loops (nearly all of them) encodes without allocating.
-	c := full
-	c.Others = nil
-	c.Entry = &chain.Side{APIServer: "a", Code: 200, User: "alice", Groups: entry.Groups, SourceIPs: entry.SourceIPs, Stages: entry.Stages}
-	buf := make([]byte, 0, 4096)
-	if n := testing.AllocsPerRun(100, func() { buf = appendChainRow(buf[:0], &c) }); n != 0 {
-		t.Errorf("appendChainRow allocates %v times a chain, want 0", n)
-	}
-}
 
 // The record forgets its oldest chains beyond its bound, and the floor rises past them, so a
 // chain it forgot is one that may be stored (looked up), never one taken for new.

@@ -64,7 +64,7 @@ func TestEventBlocksOwnTheirStrings(t *testing.T) {
 	fr := record.NewFrameReader()
 	block := newEventBlock()
 	rows := 0
-	stream := &rowStream{n: len(frames), block: block, row: func(b []byte, i int) []byte {
+	stream := &blockStream{n: len(frames), block: block, add: func(i int) {
 		batch, err := fr.Decode(frames[i])
 		if err != nil {
 			t.Fatal(err)
@@ -73,7 +73,6 @@ func TestEventBlocksOwnTheirStrings(t *testing.T) {
 			block.add(&batch.Records[j])
 			rows++
 		}
-		return b
 	}}
 	got, err := io.ReadAll(stream)
 	if err != nil {
@@ -89,20 +88,50 @@ func TestEventBlocksOwnTheirStrings(t *testing.T) {
 		owned = append(owned, batch.Records)
 	}
 	block2, decoded := newEventBlock(), 0
-	want, err := io.ReadAll(&rowStream{n: len(owned), block: block2, row: func(b []byte, i int) []byte {
+	want, err := io.ReadAll(&blockStream{n: len(owned), block: block2, add: func(i int) {
 		for j := range owned[i] {
 			block2.add(&owned[i][j])
 			decoded++
 		}
-		return b
 	}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rows < 3*eventBlockRows || rows != decoded {
+	if rows < 3*nativeBlockRows || rows != decoded {
 		t.Fatalf("%d rows streamed, %d decoded; want the same, over three blocks", rows, decoded)
 	}
 	if !bytes.Equal(got, want) {
 		t.Fatalf("the frame stream's blocks (%d bytes) differ from the same records' in memory of their own (%d bytes)", len(got), len(want))
 	}
+}
+
+// BenchmarkEventBlocks is Go's share of an events insert: the writer's records added to Native
+// blocks and encoded, as the engine reads them (BENCHMARKS.md, "The events go to the engine as
+// Native blocks"):
+//
+//	go test ./store -run '^$' -bench EventBlocks -count 5
+func BenchmarkEventBlocks(b *testing.B) {
+	g := simulate.NewEvents(3, nil)
+	var records []record.Record
+	for len(records) < 8*nativeBlockRows {
+		body, _, err := g.EventList(500)
+		if err != nil {
+			b.Fatal(err)
+		}
+		recs, _, err := record.Decode(body, "kas-1", time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC))
+		if err != nil {
+			b.Fatal(err)
+		}
+		records = append(records, recs...)
+	}
+	block := newEventBlock()
+	buf := make([]byte, 32<<10)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		if _, err := io.CopyBuffer(io.Discard, eventStream(block, records), buf); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(records)), "ns/event")
 }

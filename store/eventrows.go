@@ -118,6 +118,6 @@ func annotations(m map[string]string) map[string]string {
 // keeps what the table holds the same as from EventRow.
 
 // eventStream streams the rows of records as Native blocks, encoded in block.
-func eventStream(block *eventBlock, records []record.Record) *rowStream {
-	return &rowStream{n: len(records), block: block, row: func(b []byte, i int) []byte { block.add(&records[i]); return b }}
+func eventStream(block *eventBlock, records []record.Record) *blockStream {
+	return &blockStream{n: len(records), block: block, add: func(i int) { block.add(&records[i]) }}
 }

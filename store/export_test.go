@@ -6,6 +6,7 @@ import (
 	"io"
 	"sync"
 
+	"github.com/peertrail/peertrail/chain"
 	"github.com/peertrail/peertrail/ingest/record"
 )
 
@@ -19,7 +20,7 @@ type StreamFaults struct {
 	Lost    int
 }
 
-func (f *StreamFaults) insertStream(ctx context.Context, table string, columns []Column, format string, r io.Reader) error {
+func (f *StreamFaults) insertBlocks(ctx context.Context, table string, columns []Column, r io.Reader) error {
 	f.mu.Lock()
 	aborted, lost := false, false
 	if table == EventsTable {
@@ -39,7 +40,7 @@ func (f *StreamFaults) insertStream(ctx context.Context, table string, columns [
 		}
 		return errors.New("insert aborted (simulated, nothing committed)")
 	}
-	if err := f.Embedded.insertStream(ctx, table, columns, format, r); err != nil || !lost {
+	if err := f.Embedded.insertBlocks(ctx, table, columns, r); err != nil || !lost {
 		return err
 	}
 	return errors.New("read: connection reset by peer (simulated, after the insert committed)")
@@ -48,6 +49,11 @@ func (f *StreamFaults) insertStream(ctx context.Context, table string, columns [
 // InsertEventsNative inserts records into table as the writer streams them: Native blocks.
 func (s *Embedded) InsertEventsNative(ctx context.Context, table string, records []record.Record) error {
 	rs := eventStream(newEventBlock(), records)
-	rs.buf = nil
-	return s.insertStream(ctx, table, EventColumns, rs.format(), rs)
+	return s.insertBlocks(ctx, table, EventColumns, rs)
+}
+
+// InsertChainsNative inserts chains into table as the chain writer streams them: Native blocks.
+func (s *Embedded) InsertChainsNative(ctx context.Context, table string, chains []*chain.Chain) error {
+	rs := chainStream(newChainBlock(), chains)
+	return s.insertBlocks(ctx, table, ChainColumns, rs)
 }

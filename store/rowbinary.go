@@ -1,12 +1,9 @@
 package store
 
 import (
-	"context"
 	"encoding/binary"
 	"fmt"
-	"io"
 	"math"
-	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -15,8 +12,8 @@ import (
 
 // The embedded engine takes bulk data as a byte stream in one of ClickHouse's input formats.
 // RowBinary is cheap to produce from rows of values and to parse (no text escaping, no number
-// formatting), so Insert and the chains' stream encode rows into it; the events, most of the
-// data, go as Native blocks (eventblock.go), which the engine reads for less. An encoder is
+// formatting), so Insert encodes rows into it; the writer's events and chains, nearly all the
+// data, go as Native blocks (nativeblock.go), which the engine reads for less. An encoder is
 // compiled once per column type.
 
 // valueEncoder appends one value in RowBinary.
@@ -271,124 +268,4 @@ func appendMap[V any](b []byte, m map[string]V, val valueEncoder) ([]byte, error
 		}
 	}
 	return b, nil
-}
-
-// The rows of the writers (eventrows.go, chainwriter.go) streamed to the engine as it reads
-// them, and the RowBinary values they share.
-
-// rowStreamer is a Store that takes rows in an input format from a reader (the embedded engine).
-type rowStreamer interface {
-	insertStream(ctx context.Context, table string, columns []Column, format string, r io.Reader) error
-}
-
-// insertStream streams rs into table in one insert, encoding it in a buffer of w.rows.
-func (w *Writer) insertStream(ctx context.Context, s rowStreamer, table string, columns []Column, rs *rowStream) error {
-	buf, _ := w.rows.Get()
-	rs.buf = buf[:0]
-	err := s.insertStream(ctx, table, columns, rs.format(), rs)
-	w.rows.Put(rs.buf[:0])
-	return err
-}
-
-// insertStream streams r, rows of columns in format, into table in one insert.
-func (s *Embedded) insertStream(ctx context.Context, table string, columns []Column, format string, r io.Reader) error {
-	_, err := s.engine.Insert(ctx, insertStatement(table, columns), format, r)
-	return embeddedError("insert", err)
-}
-
-// rowStream is an io.Reader of the rows of n units, encoded a chunk at a time as it is read
-// (the chains' and the events' streams). A unit may be several rows (a spool frame's) or none.
-// Either row appends the i-th unit's rows in RowBinary, or (block set) it adds them to block,
-// which is encoded as a Native block once it holds eventBlockRows rows, and at the end.
-type rowStream struct {
-	n     int
-	row   func(b []byte, i int) []byte
-	block *eventBlock
-	next  int
-	buf   []byte
-	off   int
-	// err, once row sets it, ends the stream with it.
-	err error
-}
-
-// format is the input format of the stream's bytes.
-func (r *rowStream) format() string {
-	if r.block != nil {
-		return "Native"
-	}
-	return "RowBinary"
-}
-
-func (r *rowStream) Read(p []byte) (int, error) {
-	for r.off == len(r.buf) {
-		if r.next == r.n {
-			return 0, io.EOF
-		}
-		r.buf, r.off = r.buf[:0], 0
-		for r.next < r.n && len(r.buf) < rowReaderChunk && r.err == nil {
-			r.buf = r.row(r.buf, r.next)
-			r.next++
-			if r.block != nil && r.err == nil && (r.next == r.n || r.block.rows() >= eventBlockRows) {
-				r.buf = r.block.encode(r.buf)
-			}
-		}
-		if r.err != nil {
-			return 0, r.err
-		}
-	}
-	n := copy(p, r.buf[r.off:])
-	r.off += n
-	return n, nil
-}
-
-// done reports whether every row was read.
-func (r *rowStream) done() bool { return r.next == r.n && r.off == len(r.buf) }
-
-func rbString(b []byte, s string) []byte {
-	b = binary.AppendUvarint(b, uint64(len(s)))
-	return append(b, s...)
-}
-
-func rbBool(b []byte, x bool) []byte {
-	if x {
-		return append(b, 1)
-	}
-	return append(b, 0)
-}
-
-func rbStrings(b []byte, ss []string) []byte {
-	b = binary.AppendUvarint(b, uint64(len(ss)))
-	for _, s := range ss {
-		b = rbString(b, s)
-	}
-	return b
-}
-
-// rbTime is DateTime64(6): microseconds since 1970, as the generic encoder computes them (the
-// zero time is 0, the column default).
-func rbTime(b []byte, t time.Time) []byte {
-	var ticks int64
-	if !t.IsZero() {
-		ticks = t.UnixNano() / 1000
-	}
-	return binary.LittleEndian.AppendUint64(b, uint64(ticks))
-}
-
-// rbExtra is a Map(String, Array(String)) with its keys sorted, as mapEncoder writes it, so
-// that equal maps are equal bytes. Extras are rare and small; sorting them allocates.
-func rbExtra(b []byte, m map[string][]string) []byte {
-	b = binary.AppendUvarint(b, uint64(len(m)))
-	if len(m) == 0 {
-		return b
-	}
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	for _, k := range keys {
-		b = rbString(b, k)
-		b = rbStrings(b, m[k])
-	}
-	return b
 }

@@ -104,14 +104,17 @@ type Writer struct {
 	known   bool
 	suspect time.Time
 
-	// rows are the row streams' encoding buffers, kept between inserts (the events' and the
-	// chains' run at once).
+	// rows are the block streams' encoding buffers, kept between inserts (the events' and the
+	// chains' run at once) up to a few blocks' size.
 	rows *bufpool.Free[[]byte]
 	// block holds the events of the Native block being encoded (eventBlock); made at the first
 	// insert, used only by Consume's goroutine.
 	block *eventBlock
 
 	chainMu sync.Mutex // serialises WriteChains' check-then-insert
+	// chainBlock holds the chains of the Native block being encoded; made at the first insert
+	// (under chainMu).
+	chainBlock *chainBlock
 	// written is what the chains table holds of the chains written (under chainMu).
 	written      *writtenChains
 	chainMetrics *chainMetrics
@@ -122,7 +125,7 @@ func NewWriter(s Store, codec *record.Codec, opts WriterOptions) *Writer {
 	opts.defaults()
 	w := &Writer{store: s, codec: codec, frame: record.NewFrameReader(), opts: opts, log: opts.Logger, metrics: newWriterMetrics(),
 		written: newWrittenChains(opts.RememberChains), chainMetrics: newChainMetrics(),
-		rows: bufpool.NewFree(2, func(b []byte) bool { return cap(b) <= 4*rowReaderChunk })}
+		rows: bufpool.NewFree(2, func(b []byte) bool { return cap(b) <= 4<<20 })}
 	w.written.shared = opts.Deduplicate
 	return w
 }
@@ -297,36 +300,36 @@ func (w *Writer) writeFrames(ctx context.Context) error {
 		}
 		return w.writeFramesDeduplicated(ctx, s)
 	}
-	if s, ok := w.store.(rowStreamer); ok {
+	if s, ok := w.store.(blockStreamer); ok {
 		if err := w.findTableEnd(ctx); err != nil {
 			return err
 		}
 		var (
 			rows   int
 			newest time.Time
-			rs     = &rowStream{n: len(w.frames), block: w.eventBlock()}
+			block  = w.eventBlock()
+			rs     = &blockStream{n: len(w.frames), block: block}
 		)
-		rs.row = func(b []byte, i int) []byte {
+		rs.add = func(i int) {
 			f := &w.frames[i]
-			// The records alias the reader's memory until the next frame: each is a row before then.
+			// The records alias the reader's memory until the next frame; the block copies what it keeps.
 			batch, err := w.frame.Decode(f.payload)
 			if err != nil {
 				w.badFrame(f.pos, err)
-				return b
+				return
 			}
 			for j := range batch.Records {
 				r := &batch.Records[j]
 				if !w.newerThanTable(r) {
 					rs.err = errUnsure
-					return b
+					return
 				}
-				rs.block.add(r)
+				block.add(r)
 				rows++
 				if r.ReceivedAt.After(newest) {
 					newest = r.ReceivedAt
 				}
 			}
-			return b
 		}
 		start := time.Now()
 		err := w.insertStream(ctx, s, EventsTable, EventColumns, rs)
@@ -430,7 +433,7 @@ func (w *Writer) writeEvents(ctx context.Context, records []record.Record) error
 		}
 	}
 	start := time.Now()
-	if s, ok := w.store.(rowStreamer); ok {
+	if s, ok := w.store.(blockStreamer); ok {
 		err = w.insertStream(ctx, s, EventsTable, EventColumns, eventStream(w.eventBlock(), records))
 	} else {
 		rows := make([][]any, len(records))
