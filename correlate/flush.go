@@ -47,8 +47,9 @@ const defaultFlushBatch = 50_000
 // maxSpareChains bounds the batch whose memory is kept for the next (520 bytes a chain): a
 // five-second flush's chains up to about 13,000 events a second (a chain for two events), 17 MB.
 // A larger batch's memory goes back to the collector rather than stay, and a burst's never
-// stays. With 16,384, at 10,000 events a second every flush grew its slice from nothing again, copying
-// as it went (BENCHMARKS.md, "The events go to the engine as Native blocks").
+// stays. With 16,384, at 10,000 events a second every flush grew its slice from nothing again,
+// copying as it went (BENCHMARKS.md, "the events and chains reach the engine as Native
+// blocks").
 const maxSpareChains = 32_768
 
 // flush hands the pending chains to the sink, flushBatch at a time. co.mu is not held while

@@ -106,8 +106,8 @@ func TestEventBlocksOwnTheirStrings(t *testing.T) {
 }
 
 // BenchmarkEventBlocks is Go's share of an events insert: the writer's records added to Native
-// blocks and encoded, as the engine reads them (BENCHMARKS.md, "The events go to the engine as
-// Native blocks"):
+// blocks and encoded, as the engine reads them (BENCHMARKS.md, "the events and chains reach
+// the engine as Native blocks"):
 //
 //	go test ./store -run '^$' -bench EventBlocks -count 5
 func BenchmarkEventBlocks(b *testing.B) {

@@ -13,10 +13,10 @@ import (
 
 // Rows for the embedded engine in ClickHouse's Native format: blocks of columns, the
 // LowCardinality ones with their dictionaries built here. The engine parsed RowBinary events at
-// about three times the CPU of the same rows as Native (BENCHMARKS.md, "The events go to the
-// engine as Native blocks"), most of it building those dictionaries value by value. ch-go's
-// proto columns do the encoding; eventBlock and chainBlock only fill them in their tables'
-// column order.
+// about three times the CPU of the same rows as Native (BENCHMARKS.md, "the events and chains
+// reach the engine as Native blocks"), most of it building those dictionaries value by value.
+// ch-go's proto columns do the encoding; eventBlock and chainBlock only fill them in their
+// tables' column order.
 
 // nativeBlockRows is how many rows a Native block holds: the engine gathers an insert's blocks
 // into one part whatever their size, so a block is only as large as keeps its memory small
