@@ -118,6 +118,15 @@ func (b *chainBlock) add(c *chain.Chain) {
 	b.firstReceived.AppendRaw(dateTime64(c.FirstReceived))
 	b.lastReceived.AppendRaw(dateTime64(c.LastReceived))
 	b.records.Append(uint32(max(c.Records, 0)))
+	b.size += len(c.ID) + len(c.AuditID) + len(c.Explanation) + len(c.RequestURI) + len(c.Name) + sideSize(c.Entry) + sideSize(c.Peer)
+}
+
+// sideSize is about how many bytes of strings a side holds, its largest ones.
+func sideSize(s *chain.Side) int {
+	if s == nil {
+		return 0
+	}
+	return len(s.Message) + len(s.UserAgent) + len(s.UID) + 16*(len(s.Groups)+len(s.SourceIPs)+len(s.Extra)+len(s.ImpersonatedExtra))
 }
 
 // addSide appends s's columns to sb; a missing side is its zero values.

@@ -86,4 +86,6 @@ func (b *eventBlock) add(r *record.Record) {
 	b.responseObjectBytes.Append(r.ResponseObjectBytes)
 	b.receivedAt.AppendRaw(dateTime64(r.ReceivedAt))
 	b.raw.AppendBytes(r.Raw)
+	// The other strings are parts of the raw JSON: about as many bytes again.
+	b.size += 2 * len(r.Raw)
 }

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -134,4 +135,37 @@ func BenchmarkEventBlocks(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(records)), "ns/event")
+}
+
+// countingBlock counts the blocks a stream encodes and the most rows one held.
+type countingBlock struct {
+	*eventBlock
+	blocks, most int
+}
+
+func (c *countingBlock) encode(b []byte) []byte {
+	c.blocks++
+	c.most = max(c.most, c.rows())
+	return c.eventBlock.encode(b)
+}
+
+// Large events (the RequestResponse level carries whole objects) make smaller blocks: a block's
+// memory is bounded by its bytes as well as its rows.
+func TestEventBlocksBoundTheirBytes(t *testing.T) {
+	raw := []byte(`{"kind":"Event","requestObject":"` + strings.Repeat("x", 1<<20) + `"}`)
+	records := make([]record.Record, 40)
+	for i := range records {
+		records[i] = record.Record{APIServer: "kas-1", AuditID: fmt.Sprint(i), Raw: raw}
+	}
+	block := &countingBlock{eventBlock: newEventBlock()}
+	out, err := io.ReadAll(&blockStream{n: len(records), block: block, add: func(i int) { block.add(&records[i]) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if block.most > 2 || block.blocks < 20 {
+		t.Fatalf("40 events of 1 MiB went in %d blocks of at most %d rows; want blocks of 4 MiB or so, two events each", block.blocks, block.most)
+	}
+	if len(out) < 40<<20 {
+		t.Fatalf("%d bytes encoded for 40 MiB of raw JSON", len(out))
+	}
 }

@@ -18,17 +18,23 @@ import (
 // ch-go's proto columns do the encoding; eventBlock and chainBlock only fill them in their
 // tables' column order.
 
-// nativeBlockRows is how many rows a Native block holds: the engine gathers an insert's blocks
-// into one part whatever their size, so a block is only as large as keeps its memory small
-// (about 1.5 MB at a kilobyte of raw JSON an event).
-const nativeBlockRows = 1024
+// A Native block is encoded once it holds nativeBlockRows rows or about nativeBlockBytes of
+// strings, whichever comes first: the engine gathers an insert's blocks into one part whatever
+// their size, so a block is only as large as keeps its memory small (about 1.5 MB at a
+// kilobyte of raw JSON an event; events at the RequestResponse level can be megabytes each).
+const (
+	nativeBlockRows  = 1024
+	nativeBlockBytes = 4 << 20
+)
 
 // nativeBlock is the columns of a block of rows and what encoding them needs. It is reused:
 // encode empties it. Not safe for concurrent use; one stream at a time owns it.
 type nativeBlock struct {
 	table string
 	input proto.Input
-	out   proto.Buffer
+	// size is about how many bytes of strings the rows added hold (the rows' add counts them).
+	size int
+	out  proto.Buffer
 	// owned holds the block's copies of the strings its LowCardinality columns keep (own).
 	owned map[string]string
 	strs  []string
@@ -65,6 +71,9 @@ func ts(c *proto.ColDateTime64) proto.Column {
 // rows is how many rows the block holds.
 func (b *nativeBlock) rows() int { return b.input[0].Data.Rows() }
 
+// full reports whether the block is to be encoded now.
+func (b *nativeBlock) full() bool { return b.rows() >= nativeBlockRows || b.size >= nativeBlockBytes }
+
 // encode appends the block in Native format to out and empties it; an empty block appends
 // nothing.
 func (b *nativeBlock) encode(out []byte) []byte {
@@ -87,6 +96,7 @@ func (b *nativeBlock) encode(out []byte) []byte {
 // reset empties the block.
 func (b *nativeBlock) reset() {
 	b.input.Reset()
+	b.size = 0
 	clear(b.owned)
 }
 
@@ -166,7 +176,7 @@ func (s *Embedded) insertBlocks(ctx context.Context, table string, columns []Col
 
 // blockStream is an io.Reader of the rows of n units as Native blocks, encoded as it is read
 // (the chains' and the events' streams): add adds the i-th unit's rows to block, which is
-// encoded once it holds nativeBlockRows rows, and at the end. A unit may be several rows (a
+// encoded once it is full, and at the end. A unit may be several rows (a
 // spool frame's) or none.
 type blockStream struct {
 	n     int
@@ -181,7 +191,7 @@ type blockStream struct {
 
 // blockEncoder is the Native block a blockStream's rows are added to (nativeBlock).
 type blockEncoder interface {
-	rows() int
+	full() bool
 	encode(b []byte) []byte
 }
 
@@ -194,7 +204,7 @@ func (r *blockStream) Read(p []byte) (int, error) {
 		for r.next < r.n && len(r.buf) == 0 && r.err == nil {
 			r.add(r.next)
 			r.next++
-			if r.err == nil && (r.next == r.n || r.block.rows() >= nativeBlockRows) {
+			if r.err == nil && (r.next == r.n || r.block.full()) {
 				r.buf = r.block.encode(r.buf)
 			}
 		}
