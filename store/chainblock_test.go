@@ -54,33 +54,11 @@ func TestChainNativeBlocksMatchChainRow(t *testing.T) {
 			rows = append(rows, store.ChainRow(&c))
 		}
 	}
-	for _, table := range []string{"native_chains_blocks", "native_chains_rows"} {
-		if err := s.Exec(ctx, "CREATE OR REPLACE TABLE peertrail."+table+" AS peertrail.chains ENGINE = MergeTree ORDER BY tuple() PRIMARY KEY tuple()"); err != nil {
-			t.Fatal(err)
-		}
-		defer s.Exec(ctx, "DROP TABLE IF EXISTS peertrail."+table)
-	}
-	if err := s.InsertChainsNative(ctx, "peertrail.native_chains_blocks", chains); err != nil {
-		t.Fatalf("native blocks: %v", err)
-	}
-	if err := s.Insert(ctx, "peertrail.native_chains_rows", store.ChainColumns, rows); err != nil {
-		t.Fatalf("generic rows: %v", err)
-	}
-	read := func(table string) string {
-		t.Helper()
-		res, err := s.Query(ctx, "SELECT count(), sum(cityHash64(toString(tuple(*)))), max(cityHash64(toString(tuple(*)))), "+
-			"uniqExact(toString(tuple(*))) FROM peertrail."+table, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return strings.Join(res.Rows[0], " ")
-	}
-	blocks, want := read("native_chains_blocks"), read("native_chains_rows")
-	if blocks != want {
-		t.Fatalf("the table from Native blocks differs from the one from ChainRow: count, sum, max and distinct of row hashes %s, want %s", blocks, want)
-	}
+	blocks := sameAsRows(t, s, "chains", store.ChainColumns, rows, func(table string) error {
+		return s.InsertChainsNative(ctx, table, chains)
+	})
 	t.Logf("%d chains, %s", len(chains), blocks)
-	res, err := s.Query(ctx, "SELECT entry_extra, other_apiservers, other_codes, findings, peer_apiserver_version, version FROM peertrail.native_chains_blocks WHERE id = {id:String}",
+	res, err := s.Query(ctx, "SELECT entry_extra, other_apiservers, other_codes, findings, peer_apiserver_version, version FROM peertrail.chains_blocks WHERE id = {id:String}",
 		map[string]string{"id": full.ID + "-0-0"})
 	if err != nil || len(res.Rows) != 1 {
 		t.Fatalf("the full chain: %v %v", res, err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -61,34 +62,12 @@ func TestEventNativeBlocksMatchEventRow(t *testing.T) {
 	for i := range records {
 		rows[i] = store.EventRow(&records[i])
 	}
-	for _, table := range []string{"native_check_blocks", "native_check_rows"} {
-		if err := s.Exec(ctx, "CREATE OR REPLACE TABLE peertrail."+table+" AS peertrail.events ENGINE = MergeTree ORDER BY tuple() PRIMARY KEY tuple()"); err != nil {
-			t.Fatal(err)
-		}
-		defer s.Exec(ctx, "DROP TABLE IF EXISTS peertrail."+table)
-	}
-	if err := s.InsertEventsNative(ctx, "peertrail.native_check_blocks", records); err != nil {
-		t.Fatalf("native blocks: %v", err)
-	}
-	if err := s.Insert(ctx, "peertrail.native_check_rows", store.EventColumns, rows); err != nil {
-		t.Fatalf("generic rows: %v", err)
-	}
-	read := func(table string) string {
-		t.Helper()
-		res, err := s.Query(ctx, "SELECT count(), sum(cityHash64(toString(tuple(*)))), max(cityHash64(toString(tuple(*)))), "+
-			"uniqExact(toString(tuple(*))) FROM peertrail."+table, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return res.Rows[0][0] + " " + res.Rows[0][1] + " " + res.Rows[0][2] + " " + res.Rows[0][3]
-	}
-	blocks, want := read("native_check_blocks"), read("native_check_rows")
-	if blocks != want {
-		t.Fatalf("the table from Native blocks differs from the one from EventRow: count, sum, max and distinct of row hashes %s, want %s", blocks, want)
-	}
+	blocks := sameAsRows(t, s, "events", store.EventColumns, rows, func(table string) error {
+		return s.InsertEventsNative(ctx, table, records)
+	})
 	t.Logf("%d records, %s", len(records), blocks)
 	// Every value came through, not only equally on both sides: spot-check the full record.
-	res, err := s.Query(ctx, "SELECT user_extra, impersonated_extra, annotations, message, received_at, request_object_bytes, code FROM peertrail.native_check_blocks WHERE audit_id = 'x' LIMIT 1", nil)
+	res, err := s.Query(ctx, "SELECT user_extra, impersonated_extra, annotations, message, received_at, request_object_bytes, code FROM peertrail.events_blocks WHERE audit_id = 'x' LIMIT 1", nil)
 	if err != nil || len(res.Rows) != 1 {
 		t.Fatalf("the full record: %v %v", res, err)
 	}
@@ -99,4 +78,40 @@ func TestEventNativeBlocksMatchEventRow(t *testing.T) {
 			t.Errorf("column %d = %q, want %q", i, got[i], want)
 		}
 	}
+}
+
+// sameAsRows fills a copy of like (a table of peertrail) with insertBlocks, another with rows
+// through the generic encoder, fails t unless every row is the same in both (compared by the
+// count, sum, maximum and distinct count of the rows' hashes), and returns those figures. The
+// copy made from blocks stays, as peertrail.<like>_blocks, until the test ends.
+func sameAsRows(t *testing.T, s *store.Embedded, like string, columns []store.Column, rows [][]any, insertBlocks func(table string) error) string {
+	t.Helper()
+	ctx := context.Background()
+	blocks, generic := "peertrail."+like+"_blocks", "peertrail."+like+"_rows"
+	for _, table := range []string{blocks, generic} {
+		if err := s.Exec(ctx, "CREATE OR REPLACE TABLE "+table+" AS peertrail."+like+" ENGINE = MergeTree ORDER BY tuple() PRIMARY KEY tuple()"); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Exec(context.Background(), "DROP TABLE IF EXISTS "+table) })
+	}
+	if err := insertBlocks(blocks); err != nil {
+		t.Fatalf("native blocks: %v", err)
+	}
+	if err := s.Insert(ctx, generic, columns, rows); err != nil {
+		t.Fatalf("generic rows: %v", err)
+	}
+	read := func(table string) string {
+		t.Helper()
+		res, err := s.Query(ctx, "SELECT count(), sum(cityHash64(toString(tuple(*)))), max(cityHash64(toString(tuple(*)))), "+
+			"uniqExact(toString(tuple(*))) FROM "+table, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.Join(res.Rows[0], " ")
+	}
+	got, want := read(blocks), read(generic)
+	if got != want {
+		t.Fatalf("%s from Native blocks differs from the generic encoder's rows: count, sum, max and distinct of row hashes %s, want %s", like, got, want)
+	}
+	return got
 }
