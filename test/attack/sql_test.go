@@ -55,6 +55,10 @@ type sqlTarget struct {
 	tokenFile string // the readers' token file
 	cwd       string // serve's working directory
 	logs      *syncBuffer
+	// client is this serve's own: a connection the shared client kept to an earlier test's
+	// serve, killed since, was taken up again when this one listened on the same port, and the
+	// request on it was reset.
+	client *http.Client
 }
 
 type syncBuffer struct {
@@ -93,7 +97,9 @@ func startSQLTargetIn(t *testing.T, dir string, extra ...string) *sqlTarget {
 		t.Fatal(err)
 	}
 	st := &sqlTarget{dataDir: filepath.Join(dir, "data"), logs: &syncBuffer{}, user: "default",
-		tokenFile: filepath.Join(dir, "reader-token"), cwd: filepath.Join(dir, "cwd")}
+		tokenFile: filepath.Join(dir, "reader-token"), cwd: filepath.Join(dir, "cwd"),
+		client: &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}}
+	t.Cleanup(st.client.CloseIdleConnections)
 	if err := os.WriteFile(st.tokenFile, []byte("attack-suite-reader-token\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -175,7 +181,7 @@ func (st *sqlTarget) query(ctx context.Context, q string, params url.Values) (in
 		return 0, "", "", err
 	}
 	req.SetBasicAuth(st.user, st.pass)
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := st.client.Do(req)
 	if err != nil {
 		return 0, "", "", err
 	}
@@ -196,7 +202,7 @@ func (st *sqlTarget) mustQuery(t *testing.T, q string) string {
 // post sends one EventList as apiserver name and wants it acknowledged.
 func (st *sqlTarget) post(t *testing.T, name string, body []byte) {
 	t.Helper()
-	resp, err := http.Post(st.url+"/audit/"+name, "application/json", bytes.NewReader(body))
+	resp, err := st.client.Post(st.url+"/audit/"+name, "application/json", bytes.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -624,7 +630,7 @@ func TestSQLNeedsThePassword(t *testing.T) {
 		if c.user != "" {
 			req.SetBasicAuth(c.user, c.pass)
 		}
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := st.client.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -743,6 +749,13 @@ func TestSQLEveryTableFunctionIsRefused(t *testing.T) {
 		for _, sh := range shapes {
 			stmt := "SELECT * FROM " + name + "(" + sh + ") LIMIT 3"
 			code, exc, body, err := st.query(ctx, stmt, nil)
+			if err != nil && syscall.Kill(st.cmd.Process.Pid, 0) == nil {
+				// The first query after serve starts is now and then dropped without an answer
+				// (EOF, a reset) while serve runs on; asked again, it is answered. Only a
+				// second failure, or a dead serve, fails the test.
+				t.Logf("%s: %v; asking again", stmt, err)
+				code, exc, body, err = st.query(ctx, stmt, nil)
+			}
 			if err != nil {
 				t.Fatalf("%s: %v", stmt, err)
 			}
