@@ -125,7 +125,7 @@ func NewWriter(s Store, codec *record.Codec, opts WriterOptions) *Writer {
 	opts.defaults()
 	w := &Writer{store: s, codec: codec, frame: record.NewFrameReader(), opts: opts, log: opts.Logger, metrics: newWriterMetrics(),
 		written: newWrittenChains(opts.RememberChains), chainMetrics: newChainMetrics(),
-		rows: bufpool.NewFree(2, func(b []byte) bool { return cap(b) <= 4<<20 })}
+		rows: bufpool.NewFree(2, func(b []byte) bool { return cap(b) <= nativeBlockBytes })}
 	w.written.shared = opts.Deduplicate
 	return w
 }
