@@ -103,7 +103,7 @@ func readAll(b []byte, r io.Reader) ([]byte, error) {
 }
 
 // bulkChunk is how many batches one bulk insert holds: 100,000 events of 400, the operation of
-// store's BenchmarkInsert engine_bulk_rowbinary.
+// store's BenchmarkInsert engine_bulk_native.
 const bulkChunk = 250
 
 // Bulk is what EngineBulk measured.
@@ -119,8 +119,8 @@ type Bulk struct {
 
 // EngineBulk is the store's ceiling: the embedded engine, opened in this process on dataDir
 // (the server must not run meanwhile: both would share the two cores), inserts the same
-// rows the run sent (the batches decoded by ingest/record, turned into rows by the store's own
-// EventRow and encoded as RowBinary beforehand) into peertrail.events, materialized views
+// rows the run sent (the batches decoded by ingest/record and encoded beforehand as the writer
+// sends them, Native blocks) into peertrail.events, materialized views
 // included, in streaming inserts of 100,000 rows; after each, chainsPerEvent times as many
 // chains into peertrail.chains, views included, taken in turn from chains (rows of the run's
 // own chains table: what the correlator wrote for these requests, in number and shape). Only
@@ -149,7 +149,7 @@ func EngineBulk(ctx context.Context, t *Traffic, batches int, dataDir string, ch
 	)
 	for from := 0; from < batches; from += bulkChunk / len(bodies) {
 		to := min(batches, from+max(1, bulkChunk/len(bodies)))
-		var all [][]any
+		var all []record.Record
 		for seq := from; seq < to; seq++ {
 			for si, b := range bodies {
 				body = b.AppendRender(body, si, seq)
@@ -158,35 +158,33 @@ func EngineBulk(ctx context.Context, t *Traffic, batches int, dataDir string, ch
 				if err != nil {
 					return res, fmt.Errorf("engine bulk ceiling: decode: %w", err)
 				}
-				for j := range recs {
-					all = append(all, store.EventRow(&recs[j]))
-				}
+				all = append(all, recs...)
 			}
 		}
-		data, err := store.EncodeRowBinary(store.EventColumns, all)
+		data, err := store.EncodeEventsNative(all)
 		if err != nil {
 			return res, fmt.Errorf("engine bulk ceiling: encode: %w", err)
 		}
 		var chainData []byte
 		if len(chains) > 0 {
 			owed += float64(len(all)) * chainsPerEvent
-			rows := make([][]any, 0, int(owed))
+			batch := make([]*chain.Chain, 0, int(owed))
 			for ; owed >= 1; owed-- {
-				rows = append(rows, store.ChainRow(chains[nextChain%len(chains)]))
+				batch = append(batch, chains[nextChain%len(chains)])
 				nextChain++
 			}
-			if chainData, err = store.EncodeRowBinary(store.ChainColumns, rows); err != nil {
+			if chainData, err = store.EncodeChainsNative(batch); err != nil {
 				return res, fmt.Errorf("engine bulk ceiling: encode chains: %w", err)
 			}
-			res.Chains += len(rows)
+			res.Chains += len(batch)
 		}
 		t0 := time.Now()
-		if err := s.InsertRowBinary(ctx, store.EventsTable, store.EventColumns, data); err != nil {
+		if err := s.InsertNative(ctx, store.EventsTable, store.EventColumns, data); err != nil {
 			return res, fmt.Errorf("engine bulk ceiling: insert: %w", err)
 		}
 		events += time.Since(t0)
 		if len(chainData) > 0 {
-			if err := s.InsertRowBinary(ctx, store.ChainsTable, store.ChainColumns, chainData); err != nil {
+			if err := s.InsertNative(ctx, store.ChainsTable, store.ChainColumns, chainData); err != nil {
 				return res, fmt.Errorf("engine bulk ceiling: insert chains: %w", err)
 			}
 		}

@@ -86,7 +86,8 @@ func freshBatches(b *testing.B) []record.Batch {
 }
 
 // BenchmarkInsert compares, on the same kind of rows in the same run, the engine's own bulk
-// insert (RowBinary already encoded, one streaming insert) with the store writer end to end:
+// insert (RowBinary, the generic Insert's encoding, or Native, the writer's, already encoded,
+// one streaming insert) with the store writer end to end:
 // frames read from an on-disk spool by Spool.Run, decoded (S2, then ingest/record's binary
 // record encoding), turned into rows, encoded and inserted by the Writer, positions committed.
 func BenchmarkInsert(b *testing.B) {
@@ -116,6 +117,28 @@ func BenchmarkInsert(b *testing.B) {
 		}
 		b.ReportMetric(float64(rows*b.N)/b.Elapsed().Seconds(), "rows/s")
 		b.ReportMetric(float64(bytes)/float64(b.N)/float64(rows), "RowBinary-bytes/row")
+	})
+
+	b.Run("engine_bulk_native", func(b *testing.B) {
+		var bytes int64
+		for i := 0; i < b.N; i++ {
+			b.StopTimer()
+			var all []record.Record
+			for _, bt := range freshBatches(b) {
+				all = append(all, bt.Records...)
+			}
+			data, err := store.EncodeEventsNative(all)
+			if err != nil {
+				b.Fatal(err)
+			}
+			bytes += int64(len(data))
+			b.StartTimer()
+			if err := s.InsertNative(ctx, store.EventsTable, store.EventColumns, data); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64(rows*b.N)/b.Elapsed().Seconds(), "rows/s")
+		b.ReportMetric(float64(bytes)/float64(b.N)/float64(rows), "Native-bytes/row")
 	})
 
 	b.Run("writer_from_spool", func(b *testing.B) {

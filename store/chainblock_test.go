@@ -55,7 +55,11 @@ func TestChainNativeBlocksMatchChainRow(t *testing.T) {
 		}
 	}
 	blocks := sameAsRows(t, s, "chains", store.ChainColumns, rows, func(table string) error {
-		return s.InsertChainsNative(ctx, table, chains)
+		data, err := store.EncodeChainsNative(chains)
+		if err != nil {
+			return err
+		}
+		return s.InsertNative(ctx, table, store.ChainColumns, data)
 	})
 	t.Logf("%d chains, %s", len(chains), blocks)
 	res, err := s.Query(ctx, "SELECT entry_extra, other_apiservers, other_codes, findings, peer_apiserver_version, version FROM peertrail.chains_blocks WHERE id = {id:String}",

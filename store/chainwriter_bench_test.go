@@ -22,7 +22,7 @@ import (
 //
 // Each operation writes benchChains fresh final chains (a third proxied with both sides, the
 // rest local), first received after every chain the table holds: the engine's own insert of
-// their RowBinary, encoded beforehand, in one insert (engine-chains/s, the ceiling) and in the
+// their Native blocks (as the writer sends them), encoded beforehand, in one insert (engine-chains/s, the ceiling) and in the
 // writer's batch sizes (engine-batches-chains/s: each insert costs the engine parts of the
 // table and of each rollup), and through the writer in the correlator's batch sizes: 50,000
 // (its flushBatch, the most one WriteChains gets, in a burst's backlog) and 10,000. One writer
@@ -48,19 +48,13 @@ func BenchmarkChainWriter(b *testing.B) {
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
 				b.StopTimer()
-				// The ceiling: the same kind of rows, RowBinary encoded beforehand, one insert.
-				ref := freshChains(b)
-				rows := make([][]any, len(ref))
-				for j := range ref {
-					rows[j] = store.ChainRow(&ref[j])
-				}
-				data, err := store.EncodeRowBinary(store.ChainColumns, rows)
+				// The ceiling: the same kind of rows, Native blocks encoded beforehand, one insert.
+				data, err := store.EncodeChainsNative(pointers(freshChains(b)))
 				if err != nil {
 					b.Fatal(err)
 				}
-				rows, ref = nil, nil
 				start := time.Now()
-				if err := s.InsertRowBinary(ctx, store.ChainsTable, store.ChainColumns, data); err != nil {
+				if err := s.InsertNative(ctx, store.ChainsTable, store.ChainColumns, data); err != nil {
 					b.Fatal(err)
 				}
 				engineDur += time.Since(start)
@@ -69,14 +63,10 @@ func BenchmarkChainWriter(b *testing.B) {
 				// The engine's own insert in the writer's batch sizes: what an insert costs
 				// the engine apart from its rows (parts of the table and of each rollup).
 				var pieces [][]byte
-				ref = freshChains(b)
+				ref := pointers(freshChains(b))
 				for len(ref) > 0 {
 					n := min(batch, len(ref))
-					rows := make([][]any, n)
-					for j := range rows {
-						rows[j] = store.ChainRow(&ref[j])
-					}
-					data, err := store.EncodeRowBinary(store.ChainColumns, rows)
+					data, err := store.EncodeChainsNative(ref[:n])
 					if err != nil {
 						b.Fatal(err)
 					}
@@ -85,7 +75,7 @@ func BenchmarkChainWriter(b *testing.B) {
 				}
 				start = time.Now()
 				for _, data := range pieces {
-					if err := s.InsertRowBinary(ctx, store.ChainsTable, store.ChainColumns, data); err != nil {
+					if err := s.InsertNative(ctx, store.ChainsTable, store.ChainColumns, data); err != nil {
 						b.Fatal(err)
 					}
 				}
@@ -204,6 +194,15 @@ func freshChains(b *testing.B) []chain.Chain {
 			c.Records = 2
 		}
 		out[i] = c
+	}
+	return out
+}
+
+// pointers are the chains of cs, as a sink takes them.
+func pointers(cs []chain.Chain) []*chain.Chain {
+	out := make([]*chain.Chain, len(cs))
+	for i := range cs {
+		out[i] = &cs[i]
 	}
 	return out
 }

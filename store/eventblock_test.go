@@ -63,7 +63,11 @@ func TestEventNativeBlocksMatchEventRow(t *testing.T) {
 		rows[i] = store.EventRow(&records[i])
 	}
 	blocks := sameAsRows(t, s, "events", store.EventColumns, rows, func(table string) error {
-		return s.InsertEventsNative(ctx, table, records)
+		data, err := store.EncodeEventsNative(records)
+		if err != nil {
+			return err
+		}
+		return s.InsertNative(ctx, table, store.EventColumns, data)
 	})
 	t.Logf("%d records, %s", len(records), blocks)
 	// Every value came through, not only equally on both sides: spot-check the full record.

@@ -5,9 +5,6 @@ import (
 	"errors"
 	"io"
 	"sync"
-
-	"github.com/peertrail/peertrail/chain"
-	"github.com/peertrail/peertrail/ingest/record"
 )
 
 // StreamFaults is the embedded store whose streamed inserts into the events table fail on
@@ -44,16 +41,4 @@ func (f *StreamFaults) insertBlocks(ctx context.Context, table string, columns [
 		return err
 	}
 	return errors.New("read: connection reset by peer (simulated, after the insert committed)")
-}
-
-// InsertEventsNative inserts records into table as the writer streams them: Native blocks.
-func (s *Embedded) InsertEventsNative(ctx context.Context, table string, records []record.Record) error {
-	rs := eventStream(newEventBlock(), records)
-	return s.insertBlocks(ctx, table, EventColumns, rs)
-}
-
-// InsertChainsNative inserts chains into table as the chain writer streams them: Native blocks.
-func (s *Embedded) InsertChainsNative(ctx context.Context, table string, chains []*chain.Chain) error {
-	rs := chainStream(newChainBlock(), chains)
-	return s.insertBlocks(ctx, table, ChainColumns, rs)
 }

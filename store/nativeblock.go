@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -9,6 +10,9 @@ import (
 	"time"
 
 	"github.com/ClickHouse/ch-go/proto"
+
+	"github.com/peertrail/peertrail/chain"
+	"github.com/peertrail/peertrail/ingest/record"
 )
 
 // Rows for the embedded engine in ClickHouse's Native format: blocks of columns, the
@@ -172,6 +176,25 @@ func (w *Writer) insertStream(ctx context.Context, s blockStreamer, table string
 func (s *Embedded) insertBlocks(ctx context.Context, table string, columns []Column, r io.Reader) error {
 	_, err := s.engine.Insert(ctx, insertStatement(table, columns), "Native", r)
 	return embeddedError("insert", err)
+}
+
+// EncodeEventsNative encodes records as the writer sends them to the embedded engine: Native
+// blocks of EventColumns. With InsertNative, it lets a benchmark or a ceiling time the
+// engine's insert of what the writer sends, without the encoding.
+func EncodeEventsNative(records []record.Record) ([]byte, error) {
+	return io.ReadAll(eventStream(newEventBlock(), records))
+}
+
+// EncodeChainsNative encodes chains as the chain writer sends them: Native blocks of
+// ChainColumns.
+func EncodeChainsNative(chains []*chain.Chain) ([]byte, error) {
+	return io.ReadAll(chainStream(newChainBlock(), chains))
+}
+
+// InsertNative inserts data, Native blocks of columns (EncodeEventsNative,
+// EncodeChainsNative), into table in one insert.
+func (s *Embedded) InsertNative(ctx context.Context, table string, columns []Column, data []byte) error {
+	return s.insertBlocks(ctx, table, columns, bytes.NewReader(data))
 }
 
 // blockStream is an io.Reader of the rows of n units as Native blocks, encoded as it is read
