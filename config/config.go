@@ -147,6 +147,12 @@ type Store struct {
 	Unconfined bool `json:"unconfinedEngine,omitempty"`
 	// Retention is how long events and chains are kept.
 	Retention Duration `json:"retention,omitempty"`
+	// FlushInterval is how long records and final chains may wait before they are inserted
+	// (an insert is also made at 50,000 of them): each insert is a part of its table and of
+	// every view on it for the engine to write and merge again, so fewer inserts at low rates
+	// cost less CPU, and the SQL interface sees records that much later (the chain API and
+	// the gate read chains from memory). Between 1s and the late window.
+	FlushInterval Duration `json:"flushInterval,omitempty"`
 	// ClickHouse server connection, for Engine "clickhouse".
 	DSN          string `json:"clickhouseDSN,omitempty"`
 	User         string `json:"clickhouseUser,omitempty"`
@@ -322,6 +328,9 @@ func (f File) Validate() error {
 	}
 	if f.Limits.MaxReadingBytes > 0 && f.Limits.MaxReadingBytes < f.Limits.MaxBodyBytes {
 		errs = append(errs, fmt.Errorf("limits: maxReadingBytes (%s) is below maxBodyBytes (%s): a body of the largest size could never be read", f.Limits.MaxReadingBytes, f.Limits.MaxBodyBytes))
+	}
+	if fi := f.Store.FlushInterval; fi != 0 && (fi < Duration(time.Second) || (f.Correlate.LateWindow > 0 && fi >= f.Correlate.LateWindow)) {
+		errs = append(errs, fmt.Errorf("store.flushInterval (%s) must be at least 1s and below the late window (%s): a final chain must reach the store before it may leave memory", fi, f.Correlate.LateWindow))
 	}
 	if f.MemoryLimit > 0 && f.Store.MaxMemory >= f.MemoryLimit {
 		errs = append(errs, fmt.Errorf("store.maxMemory (%s) is not below memoryLimit (%s): the engine's cap is part of the process's memory", f.Store.MaxMemory, f.MemoryLimit))

@@ -144,6 +144,10 @@ type Config struct {
 	Tracer     *Tracer    // nil: no traces
 	Log        *slog.Logger
 	MaxPending int
+	// FlushEvery is how long final chains may wait for the sink while records keep coming
+	// (0: defaultFlushEvery); the store writer's FlushInterval, so that both tables take
+	// their inserts at the same pace.
+	FlushEvery time.Duration
 	// StateFile keeps the capability view across restarts ("" keeps it in memory only).
 	StateFile string
 }
@@ -160,9 +164,12 @@ func New(cfg Config) *Correlator {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
+	if cfg.FlushEvery <= 0 {
+		cfg.FlushEvery = defaultFlushEvery
+	}
 	co := &Correlator{
 		opts: cfg.Join, codec: cfg.Codec, classifier: cfg.Classifier, caps: cfg.Caps, sink: cfg.Sink,
-		tracer: cfg.Tracer, log: cfg.Log, m: newCorrelateMetrics(), now: time.Now, maxPending: cfg.MaxPending, flushBatch: defaultFlushBatch, flushEvery: defaultFlushEvery,
+		tracer: cfg.Tracer, log: cfg.Log, m: newCorrelateMetrics(), now: time.Now, maxPending: cfg.MaxPending, flushBatch: defaultFlushBatch, flushEvery: cfg.FlushEvery,
 		j: NewJoiner(cfg.Join), stateFile: cfg.StateFile, intern: record.NewInterner(),
 		versionErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: metrics.APIServerVersionUnparseableTotal,

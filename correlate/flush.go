@@ -12,7 +12,9 @@ import (
 
 // flushDue reports whether Consume should hand the pending chains to the sink now: when asked
 // to (the spool is idle, or a burst's chains are being closed a flushBatch at a time), when a
-// batch is full, or flushEvery after the last time. Few large inserts, not one per Consume:
+// batch is full, when the pending chains fill the memory a flush keeps for the next
+// (maxSpareChains: at high rates every flush reuses it, rather than wait flushEvery for more
+// and allocate it anew), or flushEvery after the last time. Few large inserts, not one per Consume:
 // each makes a part of the chains table and of every view on it for the engine to merge
 // (BENCHMARKS.md, "The chains went to the store at every Consume").
 func (co *Correlator) flushDue(now bool) bool {
@@ -23,7 +25,7 @@ func (co *Correlator) flushDue(now bool) bool {
 		return false
 	}
 	t := co.now()
-	if now || n >= co.flushBatch || n >= co.maxPending || t.Sub(co.lastFlush) >= co.flushEvery || t.Before(co.lastFlush) ||
+	if now || n >= co.flushBatch || n >= maxSpareChains || n >= co.maxPending || t.Sub(co.lastFlush) >= co.flushEvery || t.Before(co.lastFlush) ||
 		co.j.now-co.lastFlushStream >= co.flushEvery.Nanoseconds() {
 		// Stream time counts too: a replay runs through minutes of it in a second, and a
 		// chain must reach the store before the late window lets it leave memory.
@@ -33,23 +35,23 @@ func (co *Correlator) flushDue(now bool) bool {
 	return false
 }
 
-// defaultFlushEvery is Correlator.flushEvery: how long final chains may wait for the sink while
-// records keep coming (the chain API and the gate read them from memory meanwhile). Five
-// seconds, as the events writer's flush: each insert makes a part of the chains table and of
-// its five views for the engine to merge (store migration 0013).
-const defaultFlushEvery = 5 * time.Second
+// defaultFlushEvery is Correlator.flushEvery unless Config.FlushEvery: how long final chains
+// may wait for the sink while records keep coming (the chain API and the gate read them from
+// memory meanwhile). Fifteen seconds, as the events writer's flush: each insert makes a part of
+// the chains table and of its five views for the engine to merge (store migration 0013).
+const defaultFlushEvery = 15 * time.Second
 
 // defaultFlushBatch is Correlator.flushBatch: as many chains as one insert of the store takes
 // (each insert costs the engine a fixed time beside its rows) while a burst's chains never
 // wait all together as Chain values (BENCHMARKS.md, "correlate").
 const defaultFlushBatch = 50_000
 
-// maxSpareChains bounds the batch whose memory is kept for the next (520 bytes a chain): a
-// five-second flush's chains up to about 13,000 events a second (a chain for two events), 17 MB.
-// A larger batch's memory goes back to the collector rather than stay, and a burst's never
-// stays. With 16,384, at 10,000 events a second every flush grew its slice from nothing again,
-// copying as it went (BENCHMARKS.md, "the events and chains reach the engine as Native
-// blocks").
+// maxSpareChains bounds the batch whose memory is kept for the next (520 bytes a chain), 17
+// MB, and so how many chains a flush waits for (flushDue). A larger batch's memory goes back
+// to the collector rather than stay, and a burst's never stays. With 16,384, at 10,000 events
+// a second every flush grew its slice from nothing again, copying as it went; flushes of
+// fifteen seconds' chains did the same (BENCHMARKS.md, "the events and chains reach the
+// engine as Native blocks", "A twenty-second session").
 const maxSpareChains = 32_768
 
 // flush hands the pending chains to the sink, flushBatch at a time. co.mu is not held while
@@ -131,8 +133,8 @@ func (co *Correlator) flushBatchOf(ctx context.Context) (done bool, err error) {
 	return false, err
 }
 
-// maxFreeSides bounds the sides kept to build chains in (Correlator.freeSides): a five-second
-// flush's worth (two sides a chain) up to the rate maxSpareChains keeps, 21 MB.
+// maxFreeSides bounds the sides kept to build chains in (Correlator.freeSides): a flush's worth
+// of maxSpareChains chains (two sides a chain), 21 MB.
 const maxFreeSides = 65_536
 
 // takeSides returns the sides of the chains (which the sink has taken), cleared, in a list

@@ -336,6 +336,23 @@ func TestStopLeavesTheRestToTheReplay(t *testing.T) {
 	}
 }
 
+// TestFlushDueAtTheSpareMemory: the pending chains go to the sink once they fill the memory a
+// flush keeps for the next, however long before flushEvery: at high rates every flush then
+// reuses it instead of allocating a larger batch anew.
+func TestFlushDueAtTheSpareMemory(t *testing.T) {
+	h := newHarness(t, JoinOptions{Window: time.Second})
+	h.co.flushEvery = time.Hour
+	h.co.lastFlush, h.co.lastFlushStream = h.co.now(), h.co.j.now
+	h.co.pending = make([]chain.Chain, maxSpareChains-1)
+	if h.co.flushDue(false) {
+		t.Fatalf("due at %d pending chains right after a flush, with an hour between flushes", len(h.co.pending))
+	}
+	h.co.pending = append(h.co.pending, chain.Chain{})
+	if !h.co.flushDue(false) {
+		t.Fatalf("not due at %d pending chains (maxSpareChains)", len(h.co.pending))
+	}
+}
+
 // TestChainsGoToTheSinkEveryFlush: while records keep coming, the chains that became final are
 // handed to the sink together once every flushEvery of wall or stream time (each insert is a
 // part for the store to merge), and all of them when the spool goes idle.
@@ -343,6 +360,7 @@ func TestChainsGoToTheSinkEveryFlush(t *testing.T) {
 	h := newHarness(t, JoinOptions{Window: 500 * time.Millisecond})
 	clock := t0.Add(time.Hour)
 	h.co.now = func() time.Time { return clock }
+	h.co.flushEvery = 2 * time.Second // several intervals in the span (serve's --store-flush-interval)
 	const n = 120
 	span := time.Duration(n) * 100 * time.Millisecond
 	for i := range n {

@@ -25,11 +25,12 @@ type WriterOptions struct {
 	// FlushRows is how many records the writer gathers before it inserts them (default
 	// 50,000): ClickHouse wants few large inserts, not many small ones.
 	FlushRows int
-	// FlushInterval bounds how long a record waits for a flush (default 5s). It is checked
+	// FlushInterval bounds how long a record waits for a flush (default 15s). It is checked
 	// when the spool delivers entries or reports idleness (spool.RunOptions.Idle), so the
 	// effective bound is the larger of the two. Each insert costs a part of the events table
-	// and of each of its views, and the merges that rewrite them: at 2,000 events/s a second's
-	// inserts cost a third more CPU than five seconds' (migration 0013, BENCHMARKS.md).
+	// and of each of its views, and the merges that rewrite them: at 2,000 events/s inserts
+	// every five seconds cost a third less CPU than every second, and every fifteen a third
+	// less again (migration 0013, BENCHMARKS.md).
 	FlushInterval time.Duration
 	Logger        *slog.Logger
 	// RememberChains bounds how many chains the chain sink remembers having written (default
@@ -51,7 +52,7 @@ func (o *WriterOptions) defaults() {
 		o.FlushRows = 50_000
 	}
 	if o.FlushInterval <= 0 {
-		o.FlushInterval = 5 * time.Second
+		o.FlushInterval = 15 * time.Second
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
