@@ -122,6 +122,9 @@ func runDemo(ctx context.Context, f *demoFlags, out, errOut io.Writer) error {
 	reader := &http.Client{Transport: withBearer(nil, token), Timeout: time.Minute}
 	// The simulated apiservers send a batch every second: a short window closes chains quickly.
 	cfg.Correlate.ChainWindow = config.Duration(5 * time.Second)
+	// The report reads the store right after the load: inserts every second rather than
+	// serve's fifteen (which spare the engine's CPU at a steady rate, not a demo's concern).
+	cfg.Store.FlushInterval = config.Duration(time.Second)
 	// Only warnings: the demo's own output is the point. Not the warning that any local client
 	// may post as any apiserver: the demo's simulated apiservers have no credentials on purpose,
 	// and the first line a newcomer read was that warning.
@@ -161,7 +164,7 @@ func runDemo(ctx context.Context, f *demoFlags, out, errOut io.Writer) error {
 			return err
 		}
 	}
-	// The store writer flushes once a second.
+	// The store writer flushes once a second (cfg.Store.FlushInterval).
 	time.Sleep(1500 * time.Millisecond)
 
 	fmt.Fprintln(out, "\n=== What peertrail saw (peertrail report)")
