@@ -148,7 +148,7 @@ type Store struct {
 	// Retention is how long events and chains are kept.
 	Retention Duration `json:"retention,omitempty"`
 	// FlushInterval is how long records and final chains may wait before they are inserted
-	// (an insert is also made at 50,000 of them): each insert is a part of its table and of
+	// (sooner at 50,000 records or 32,768 chains): each insert is a part of its table and of
 	// every view on it for the engine to write and merge again, so fewer inserts at low rates
 	// cost less CPU, and the SQL interface sees records that much later (the chain API and
 	// the gate read chains from memory). Between 1s and the late window.
