@@ -151,7 +151,8 @@ type Store struct {
 	// (sooner at 50,000 records or 32,768 chains): each insert is a part of its table and of
 	// every view on it for the engine to write and merge again, so fewer inserts at low rates
 	// cost less CPU, and the SQL interface sees records that much later (the chain API and
-	// the gate read chains from memory). Between 1s and the late window.
+	// the gate read chains from memory). At least 1s; serve uses at most half the late window
+	// (File.StoreFlushInterval).
 	FlushInterval Duration `json:"flushInterval,omitempty"`
 	// ClickHouse server connection, for Engine "clickhouse".
 	DSN          string `json:"clickhouseDSN,omitempty"`
@@ -329,8 +330,8 @@ func (f File) Validate() error {
 	if f.Limits.MaxReadingBytes > 0 && f.Limits.MaxReadingBytes < f.Limits.MaxBodyBytes {
 		errs = append(errs, fmt.Errorf("limits: maxReadingBytes (%s) is below maxBodyBytes (%s): a body of the largest size could never be read", f.Limits.MaxReadingBytes, f.Limits.MaxBodyBytes))
 	}
-	if fi := f.Store.FlushInterval; fi != 0 && (fi < Duration(time.Second) || (f.Correlate.LateWindow > 0 && fi >= f.Correlate.LateWindow)) {
-		errs = append(errs, fmt.Errorf("store.flushInterval (%s) must be at least 1s and below the late window (%s): a final chain must reach the store before it may leave memory", fi, f.Correlate.LateWindow))
+	if fi := f.Store.FlushInterval; fi != 0 && fi < Duration(time.Second) {
+		errs = append(errs, fmt.Errorf("store.flushInterval (%s) must be at least 1s", fi))
 	}
 	if f.MemoryLimit > 0 && f.Store.MaxMemory >= f.MemoryLimit {
 		errs = append(errs, fmt.Errorf("store.maxMemory (%s) is not below memoryLimit (%s): the engine's cap is part of the process's memory", f.Store.MaxMemory, f.MemoryLimit))
@@ -354,6 +355,18 @@ func (f File) Validate() error {
 		errs = append(errs, errors.New("--clickhouse-deduplicate needs --store clickhouse: an embedded store is one aggregator's own"))
 	}
 	return errors.Join(errs...)
+}
+
+// StoreFlushInterval is the flush interval serve uses: Store.FlushInterval, but at most half the
+// late window, so that a final chain reaches the store before a late record could no longer
+// find it in memory (a short late window is a test's or a replay's choice, not a reason to
+// refuse the default). Zero leaves the store's and the correlator's own default.
+func (f File) StoreFlushInterval() time.Duration {
+	fi := time.Duration(f.Store.FlushInterval)
+	if lw := time.Duration(f.Correlate.LateWindow); lw > 0 && (fi == 0 || fi > lw/2) {
+		fi = lw / 2
+	}
+	return fi
 }
 
 // validateAgents checks the agents an aggregator takes frames from: names, credentials (a

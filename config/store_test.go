@@ -6,27 +6,52 @@ import (
 	"time"
 )
 
-// TestValidateFlushInterval: the store's flush interval is at least a second and below the
-// late window, after which a final chain may leave memory whether or not it was stored.
+// TestValidateFlushInterval: the store's flush interval is at least a second; a late window
+// shorter than it (a test's, a replay's) is no reason to refuse the default.
 func TestValidateFlushInterval(t *testing.T) {
-	for fi, want := range map[time.Duration]string{
-		0:                      "", // the library's default
-		time.Second:            "",
-		15 * time.Second:       "",
-		4 * time.Minute:        "",
-		500 * time.Millisecond: "at least 1s",
-		5 * time.Minute:        "below the late window",
-		time.Hour:              "below the late window",
+	for _, c := range []struct {
+		flush, late time.Duration
+		want        string
+	}{
+		{0, 0, ""}, // the library's default
+		{time.Second, 0, ""},
+		{15 * time.Second, 0, ""},
+		{15 * time.Second, 2 * time.Second, ""},
+		{time.Hour, 0, ""},
+		{500 * time.Millisecond, 0, "at least 1s"},
 	} {
 		f := Defaults()
 		f.APIServers = []APIServer{{Name: "kas-a"}}
-		f.Store.FlushInterval = Duration(fi)
+		f.Store.FlushInterval = Duration(c.flush)
+		if c.late > 0 {
+			f.Correlate.LateWindow = Duration(c.late)
+		}
 		err := f.Validate()
 		switch {
-		case want == "" && err != nil:
-			t.Errorf("flushInterval %v: %v", fi, err)
-		case want != "" && (err == nil || !strings.Contains(err.Error(), want)):
-			t.Errorf("flushInterval %v: %v, want an error saying %q", fi, err, want)
+		case c.want == "" && err != nil:
+			t.Errorf("flushInterval %v, late window %v: %v", c.flush, c.late, err)
+		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
+			t.Errorf("flushInterval %v: %v, want an error saying %q", c.flush, err, c.want)
+		}
+	}
+}
+
+// TestStoreFlushIntervalWithinTheLateWindow: serve flushes at most every half late window, so a
+// final chain is stored before it may leave memory; otherwise as configured.
+func TestStoreFlushIntervalWithinTheLateWindow(t *testing.T) {
+	for _, c := range []struct {
+		flush, late, want time.Duration
+	}{
+		{15 * time.Second, 5 * time.Minute, 15 * time.Second},
+		{15 * time.Second, 2 * time.Second, time.Second},
+		{0, 2 * time.Second, time.Second},
+		{0, 0, 0},
+		{4 * time.Minute, 5 * time.Minute, 150 * time.Second},
+	} {
+		f := Defaults()
+		f.Store.FlushInterval, f.Correlate.LateWindow = Duration(c.flush), Duration(c.late)
+		if got := f.StoreFlushInterval(); got != c.want {
+			t.Errorf("flushInterval %v, late window %v: serve flushes every %v, want %v", c.flush, c.late, got, c.want)
 		}
 	}
 }

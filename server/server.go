@@ -193,7 +193,7 @@ func newServer(ctx context.Context, cfg config.File, log *slog.Logger, agent boo
 	}
 	if s.store != nil {
 		s.writer = store.NewWriter(s.store, s.codec, store.WriterOptions{Logger: log, Deduplicate: cfg.Store.Deduplicate,
-			FlushInterval: time.Duration(cfg.Store.FlushInterval)})
+			FlushInterval: cfg.StoreFlushInterval()})
 		s.registry.MustRegister(s.writer.Collectors()...)
 	}
 	if emb != nil {
@@ -334,7 +334,7 @@ func (s *Server) newCorrelator(ctx context.Context, cfg config.File) error {
 	opts.LateWindow = time.Duration(cfg.Correlate.LateWindow)
 	opts.MaxOpen = cfg.Correlate.MaxOpenChains
 	ccfg := correlate.Config{
-		Join: opts, Codec: s.codec, Caps: caps, Tracer: tracer, Log: s.log, FlushEvery: time.Duration(cfg.Store.FlushInterval),
+		Join: opts, Codec: s.codec, Caps: caps, Tracer: tracer, Log: s.log, FlushEvery: cfg.StoreFlushInterval(),
 		StateFile: filepath.Join(cfg.DataDir, "correlate", "capabilities.json"),
 	}
 	if s.writer != nil {
