@@ -357,13 +357,16 @@ func (f File) Validate() error {
 	return errors.Join(errs...)
 }
 
-// StoreFlushInterval is the flush interval serve uses: Store.FlushInterval, but at most half the
-// late window, so that a final chain reaches the store before a late record could no longer
-// find it in memory (a short late window is a test's or a replay's choice, not a reason to
-// refuse the default). Zero leaves the store's and the correlator's own default.
+// StoreFlushInterval is the flush interval serve uses: Store.FlushInterval (zero: the
+// default's), but at most half the late window, so that a final chain reaches the store before
+// a late record could no longer find it in memory (a short late window is a test's or a
+// replay's choice, not a reason to refuse the default).
 func (f File) StoreFlushInterval() time.Duration {
 	fi := time.Duration(f.Store.FlushInterval)
-	if lw := time.Duration(f.Correlate.LateWindow); lw > 0 && (fi == 0 || fi > lw/2) {
+	if fi == 0 {
+		fi = time.Duration(Defaults().Store.FlushInterval)
+	}
+	if lw := time.Duration(f.Correlate.LateWindow); lw > 0 && fi > lw/2 {
 		fi = lw / 2
 	}
 	return fi

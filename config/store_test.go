@@ -37,7 +37,8 @@ func TestValidateFlushInterval(t *testing.T) {
 }
 
 // TestStoreFlushIntervalWithinTheLateWindow: serve flushes at most every half late window, so a
-// final chain is stored before it may leave memory; otherwise as configured.
+// final chain is stored before it may leave memory; otherwise as configured, zero as the
+// default.
 func TestStoreFlushIntervalWithinTheLateWindow(t *testing.T) {
 	for _, c := range []struct {
 		flush, late, want time.Duration
@@ -45,7 +46,8 @@ func TestStoreFlushIntervalWithinTheLateWindow(t *testing.T) {
 		{15 * time.Second, 5 * time.Minute, 15 * time.Second},
 		{15 * time.Second, 2 * time.Second, time.Second},
 		{0, 2 * time.Second, time.Second},
-		{0, 0, 0},
+		{0, 5 * time.Minute, 15 * time.Second}, // zero is the default, not half the late window
+		{0, 0, 15 * time.Second},
 		{4 * time.Minute, 5 * time.Minute, 150 * time.Second},
 	} {
 		f := Defaults()
