@@ -22,9 +22,10 @@ import (
 //
 // Each operation writes benchChains fresh final chains (a third proxied with both sides, the
 // rest local), first received after every chain the table holds: the engine's own insert of
-// their Native blocks (as the writer sends them), encoded beforehand, in one insert (engine-chains/s, the ceiling) and in the
-// writer's batch sizes (engine-batches-chains/s: each insert costs the engine parts of the
-// table and of each rollup), and through the writer in the correlator's batch sizes: 50,000
+// their Native blocks (as the writer sends them), encoded beforehand, in one insert
+// (engine-chains/s, the ceiling) and in the writer's batch sizes (engine-batches-chains/s:
+// each insert costs the engine parts of the table and of each rollup), and through the writer
+// in the correlator's batch sizes: 50,000
 // (its flushBatch, the most one WriteChains gets, in a burst's backlog) and 10,000. One writer
 // serves every operation, as in a process, so what it keeps between batches is in
 // retained-B/chain.
