@@ -581,10 +581,7 @@ func (co *Correlator) apply(ctx context.Context, cs *chainState, ch *draft, prev
 		if len(co.pending) == 0 || cs.firstPos < co.pendFirst {
 			co.pendFirst = cs.firstPos
 		}
-		if co.pending == nil {
-			co.pending, co.spare = co.spare, nil
-		}
-		co.pending = append(co.pending, ch.Chain)
+		co.appendPending(&ch.Chain)
 	}
 }
 

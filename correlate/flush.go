@@ -25,7 +25,7 @@ func (co *Correlator) flushDue(now bool) bool {
 		return false
 	}
 	t := co.now()
-	if now || n >= co.flushBatch || n >= maxSpareChains || n >= co.maxPending || t.Sub(co.lastFlush) >= co.flushEvery || t.Before(co.lastFlush) ||
+	if now || n >= co.flushBatch || n >= flushAtChains || n >= co.maxPending || t.Sub(co.lastFlush) >= co.flushEvery || t.Before(co.lastFlush) ||
 		co.j.now-co.lastFlushStream >= co.flushEvery.Nanoseconds() {
 		// Stream time counts too: a replay runs through minutes of it in a second, and a
 		// chain must reach the store before the late window lets it leave memory.
@@ -46,13 +46,28 @@ const defaultFlushEvery = 15 * time.Second
 // wait all together as Chain values (BENCHMARKS.md, "correlate").
 const defaultFlushBatch = 50_000
 
-// maxSpareChains bounds the batch whose memory is kept for the next (520 bytes a chain), 17
-// MB, and so how many chains a flush waits for (flushDue). A larger batch's memory goes back
-// to the collector rather than stay, and a burst's never stays. With 16,384, at 10,000 events
-// a second every flush grew its slice from nothing again, copying as it went; flushes of
-// fifteen seconds' chains did the same (BENCHMARKS.md, "the events and chains reach the
-// engine as Native blocks", "A twenty-second session").
-const maxSpareChains = 32_768
+// flushAtChains is how many pending chains make a flush due, however long before flushEvery:
+// at 10,000 events/s about every seven seconds.
+const flushAtChains = 32_768
+
+// maxSpareChains bounds the batch whose memory is kept for the next (520 bytes a chain), 21
+// MB. A larger batch's memory goes back to the collector rather than stay, and a burst's never
+// stays. It is a quarter above flushAtChains because flushDue looks once a Consume has closed
+// its chains, so a batch passes the count by what one Consume closed (at 10,000 events/s a few
+// thousand): with the two equal, nearly every batch passed the bound and the next grew its
+// slice from nothing, half of all the bytes serve allocated (BENCHMARKS.md, "A twenty-third
+// session"). With 16,384, at 10,000 events/s every flush grew its slice from nothing again;
+// flushes of fifteen seconds' chains did the same (BENCHMARKS.md, "the events and chains
+// reach the engine as Native blocks", "A twenty-second session").
+const maxSpareChains = flushAtChains + flushAtChains/4
+
+// appendPending adds a final chain to pending, in the memory the last flush kept if it is free.
+func (co *Correlator) appendPending(ch *chain.Chain) {
+	if co.pending == nil {
+		co.pending, co.spare = co.spare, nil
+	}
+	co.pending = append(co.pending, *ch)
+}
 
 // flush hands the pending chains to the sink, flushBatch at a time. co.mu is not held while
 // the sink writes, so a slow store holds up only the goroutine that calls Consume (and so the
@@ -134,7 +149,7 @@ func (co *Correlator) flushBatchOf(ctx context.Context) (done bool, err error) {
 }
 
 // maxFreeSides bounds the sides kept to build chains in (Correlator.freeSides): a flush's worth
-// of maxSpareChains chains (two sides a chain), 21 MB.
+// of flushAtChains chains (two sides a chain), 21 MB.
 const maxFreeSides = 65_536
 
 // takeSides returns the sides of the chains (which the sink has taken), cleared, in a list

@@ -336,20 +336,37 @@ func TestStopLeavesTheRestToTheReplay(t *testing.T) {
 	}
 }
 
-// TestFlushDueAtTheSpareMemory: the pending chains go to the sink once they fill the memory a
-// flush keeps for the next, however long before flushEvery: at high rates every flush then
-// reuses it instead of allocating a larger batch anew.
+// TestFlushDueAtTheSpareMemory: the pending chains go to the sink once they reach
+// flushAtChains, however long before flushEvery, and a batch that passed the count by what one
+// Consume closes keeps its memory for the next: at high rates every flush then reuses it
+// instead of growing its slice anew.
 func TestFlushDueAtTheSpareMemory(t *testing.T) {
 	h := newHarness(t, JoinOptions{Window: time.Second})
 	h.co.flushEvery = time.Hour
 	h.co.lastFlush, h.co.lastFlushStream = h.co.now(), h.co.j.now
-	h.co.pending = make([]chain.Chain, maxSpareChains-1)
+	for range flushAtChains - 1 {
+		h.co.appendPending(&chain.Chain{})
+	}
 	if h.co.flushDue(false) {
 		t.Fatalf("due at %d pending chains right after a flush, with an hour between flushes", len(h.co.pending))
 	}
-	h.co.pending = append(h.co.pending, chain.Chain{})
+	// One Consume closes a few thousand chains past the count before flushDue looks.
+	for range 5_000 {
+		h.co.appendPending(&chain.Chain{})
+	}
 	if !h.co.flushDue(false) {
-		t.Fatalf("not due at %d pending chains (maxSpareChains)", len(h.co.pending))
+		t.Fatalf("not due at %d pending chains (flushAtChains %d)", len(h.co.pending), flushAtChains)
+	}
+	n, mem := len(h.co.pending), &h.co.pending[:1][0]
+	if err := h.co.flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if len(h.co.pending) != 0 || cap(h.co.spare) < n || &h.co.spare[:1][0] != mem {
+		t.Fatalf("after a flush of %d chains: %d pending, a spare of capacity %d; want the batch's memory kept", n, len(h.co.pending), cap(h.co.spare))
+	}
+	h.co.appendPending(&chain.Chain{})
+	if &h.co.pending[0] != mem {
+		t.Fatal("the next pending chain is not in the kept memory")
 	}
 }
 
