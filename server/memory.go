@@ -25,8 +25,8 @@ type Budget struct {
 	// runtime's own and the kernel's page cache of the spool), at least 256 MiB.
 	Go int64
 	// EngineDecay is how soon the engine's allocator returns the pages the engine freed:
-	// limitedDecay when Total is a limit (config.File.MemoryLimit or the cgroup's), else 0,
-	// the library's own 5 s.
+	// limitedDecay when Total is a limit (config.File.MemoryLimit or the cgroup's), else
+	// unlimitedDecay.
 	EngineDecay time.Duration
 }
 
@@ -35,6 +35,12 @@ type Budget struct {
 // under a limit memory comes before the CPU an earlier return costs, as with Go's soft limit
 // (BENCHMARKS.md, "A fourth session").
 const limitedDecay = time.Second
+
+// unlimitedDecay is Budget.EngineDecay without a limit, six times the library's own 5 s: the
+// engine's inserts come every few seconds, and with 5 s the pages one freed were mostly given
+// back before the next took them again, a page fault each. It buys less CPU for more resident
+// memory (BENCHMARKS.md, "A twenty-third session").
+const unlimitedDecay = 30 * time.Second
 
 // minGoLimit keeps a small Total from starving the receiver and the correlator.
 const minGoLimit = 256 << 20
@@ -51,6 +57,7 @@ func MemoryBudget(cfg config.File) Budget {
 		if b.Engine <= 0 {
 			b.Engine = b.Total / 2
 		}
+		b.EngineDecay = unlimitedDecay
 		if limited {
 			b.EngineDecay = limitedDecay
 		}

@@ -144,8 +144,8 @@ const allocatorConfEnv = "JE_MALLOC_CONF"
 //
 // Why: every insert and merge frees what it used, and jemalloc keeps freed pages resident for
 // 5 s (its dirty pages); a shorter decay holds less for more CPU, the page faults that take
-// the pages again (BENCHMARKS.md, "A fourth session"), so it is a choice for a process short
-// of memory, not a default.
+// the pages again, a longer one the reverse (BENCHMARKS.md, "A fourth session", "A
+// twenty-third session"): the caller chooses (serve: server.Budget).
 func allocatorConf(decay time.Duration) {
 	if decay <= 0 || os.Getenv(allocatorConfEnv) != "" {
 		return
