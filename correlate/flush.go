@@ -150,7 +150,7 @@ func (co *Correlator) flushBatchOf(ctx context.Context) (done bool, err error) {
 
 // maxFreeSides bounds the sides kept to build chains in (Correlator.freeSides): a flush's worth
 // of flushAtChains chains (two sides a chain), 21 MB.
-const maxFreeSides = 65_536
+const maxFreeSides = 2 * flushAtChains
 
 // takeSides returns the sides of the chains (which the sink has taken), cleared, in a list
 // whose memory is reused. A chain's sides are its roles (Entry, Peer, Others; a side without
