@@ -25,10 +25,9 @@ import (
 // their Native blocks (as the writer sends them), encoded beforehand, in one insert
 // (engine-chains/s, the ceiling) and in the writer's batch sizes (engine-batches-chains/s:
 // each insert costs the engine parts of the table and of each rollup), and through the writer
-// in the correlator's batch sizes: 50,000
-// (its flushBatch, the most one WriteChains gets, in a burst's backlog) and 10,000. One writer
-// serves every operation, as in a process, so what it keeps between batches is in
-// retained-B/chain.
+// in the correlator's batch sizes: 50,000 (its flushBatch, the most one WriteChains gets, in a
+// burst's backlog) and 10,000. One writer serves every operation, as in a process, so what it
+// keeps between batches is in retained-B/chain.
 func BenchmarkChainWriter(b *testing.B) {
 	s := engine(b)
 	ctx := context.Background()
