@@ -10,8 +10,8 @@ import (
 	"github.com/peertrail/peertrail/store"
 )
 
-// mergeSelectorSettings are migration 0014's: what makes the engine wait for twenty parts of
-// a size before it merges them.
+// mergeSelectorSettings are migration 0014's: what makes the engine wait for ten parts of a
+// size before it merges them.
 const mergeSelectorSettings = "merge_selector_base, merge_selector_enable_heuristic_to_lower_max_parts_to_merge_at_once"
 
 // The tables that take every event and every chain carry migration 0014's merge settings, and
@@ -22,7 +22,7 @@ func TestMergeSelectorWaitsForMoreParts(t *testing.T) {
 	for _, table := range []string{"events", "chains", "audit_ids", "report_chains"} {
 		e := scalar(t, s, "SELECT engine_full FROM system.tables WHERE database = {db:String} AND name = {t:String}",
 			map[string]string{"db": store.Database, "t": table})
-		for _, want := range []string{"merge_selector_base = 20", "merge_selector_enable_heuristic_to_lower_max_parts_to_merge_at_once = 0"} {
+		for _, want := range []string{"merge_selector_base = 10", "merge_selector_enable_heuristic_to_lower_max_parts_to_merge_at_once = 0"} {
 			if !strings.Contains(e, want) {
 				t.Errorf("%s: want %q in its settings; engine: %s", table, want, e)
 			}
@@ -70,7 +70,7 @@ func TestMergeSelectorWaitsForMoreParts(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	if got := parts(set); got != "8" {
-		t.Errorf("%s: %s active parts after %s merged, want all 8 (twenty parts of a size before a merge)", set, got, def)
+		t.Errorf("%s: %s active parts after %s merged, want all 8 (ten parts of a size before a merge)", set, got, def)
 	}
 	if got := scalar(t, s, fmt.Sprintf("SELECT count() FROM %s", set), nil); got != "8" {
 		t.Errorf("%s: %s rows, want 8", set, got)
