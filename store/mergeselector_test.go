@@ -2,7 +2,6 @@ package store_test
 
 import (
 	"context"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -33,7 +32,9 @@ func TestMergeSelectorWaitsForMoreParts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	set, def := store.Database+".events_selector_set", store.Database+".events_selector_default"
+	// The copies by name in system.parts, and qualified in statements.
+	setName, defName := "events_selector_set", "events_selector_default"
+	set, def := store.Database+"."+setName, store.Database+"."+defName
 	for _, q := range []string{
 		"CREATE TABLE " + set + " AS " + store.Database + ".events",
 		"CREATE TABLE " + def + " AS " + store.Database + ".events",
@@ -55,24 +56,23 @@ func TestMergeSelectorWaitsForMoreParts(t *testing.T) {
 			}
 		}
 	}
-	parts := func(table string) string {
-		_, name, _ := strings.Cut(table, ".")
+	parts := func(name string) string {
 		return scalar(t, s, "SELECT count() FROM system.parts WHERE database = {db:String} AND table = {t:String} AND active",
 			map[string]string{"db": store.Database, "t": name})
 	}
 	// The engine's defaults merge five parts of a size: wait until it has (it picks merges a
 	// few times a second), then the table with 0014's settings must still have all eight.
 	deadline := time.Now().Add(60 * time.Second)
-	for parts(def) == "8" {
+	for parts(defName) == "8" {
 		if time.Now().After(deadline) {
 			t.Fatalf("%s: eight parts after a minute with the engine's default merge settings; the comparison says nothing", def)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	if got := parts(set); got != "8" {
+	if got := parts(setName); got != "8" {
 		t.Errorf("%s: %s active parts after %s merged, want all 8 (ten parts of a size before a merge)", set, got, def)
 	}
-	if got := scalar(t, s, fmt.Sprintf("SELECT count() FROM %s", set), nil); got != "8" {
+	if got := scalar(t, s, "SELECT count() FROM "+set, nil); got != "8" {
 		t.Errorf("%s: %s rows, want 8", set, got)
 	}
 }
