@@ -13,8 +13,8 @@ type chainBlock struct {
 	version                                                                       proto.ColUInt64
 	revision, records                                                             proto.ColUInt32
 	evicted                                                                       proto.ColBool
-	state, class, verb, group, apiVersion, resource, subresource, namespace, user *proto.ColLowCardinality[string]
-	realUser                                                                      *proto.ColLowCardinality[string]
+	state, class, verb, group, apiVersion, resource, subresource, namespace, user *lcStr
+	realUser                                                                      *lcStr
 	findings, otherAPIServers                                                     *proto.ColArr[string]
 	code                                                                          proto.ColInt32
 	otherCodes                                                                    *proto.ColArr[int32]
@@ -29,7 +29,7 @@ type chainBlock struct {
 // sideBlock is the columns of one side (has_<side> and sideColumns).
 type sideBlock struct {
 	has, hasObjects                                                        proto.ColBool
-	apiserver, user, impersonatedUser, userAgent, reason, apiserverVersion *proto.ColLowCardinality[string]
+	apiserver, user, impersonatedUser, userAgent, reason, apiserverVersion *lcStr
 	code                                                                   proto.ColInt32
 	uid, message                                                           proto.ColStr
 	groups, impersonatedGroups, sourceIPs, stages                          *proto.ColArr[string]
@@ -80,31 +80,31 @@ func (b *chainBlock) add(c *chain.Chain) {
 	b.version.Append(ChainVersion(c))
 	b.revision.Append(uint32(max(c.Revision, 0)))
 	b.evicted.Append(c.Evicted)
-	b.state.Append(b.own(string(c.State)))
-	b.class.Append(b.own(string(c.Class)))
+	b.state.Append(string(c.State))
+	b.class.Append(string(c.Class))
 	b.strs = b.strs[:0]
 	for _, f := range c.Findings {
-		b.strs = append(b.strs, b.own(string(f)))
+		b.strs = append(b.strs, string(f))
 	}
 	b.findings.Append(b.strs)
 	b.explanation.Append(c.Explanation)
-	b.verb.Append(b.own(c.Verb))
+	b.verb.Append(c.Verb)
 	b.requestURI.Append(c.RequestURI)
-	b.group.Append(b.own(c.Group))
-	b.apiVersion.Append(b.own(c.Version))
-	b.resource.Append(b.own(c.Resource))
-	b.subresource.Append(b.own(c.Subresource))
-	b.namespace.Append(b.own(c.Namespace))
+	b.group.Append(c.Group)
+	b.apiVersion.Append(c.Version)
+	b.resource.Append(c.Resource)
+	b.subresource.Append(c.Subresource)
+	b.namespace.Append(c.Namespace)
 	b.name.Append(c.Name)
-	b.user.Append(b.own(c.User))
-	b.realUser.Append(b.own(c.RealUser))
+	b.user.Append(c.User)
+	b.realUser.Append(c.RealUser)
 	b.code.Append(c.Code)
 	b.addSide(&b.entry, c.Entry)
 	b.addSide(&b.peer, c.Peer)
 	b.strs, b.codes = b.strs[:0], b.codes[:0]
 	for _, o := range c.Others {
 		if o != nil {
-			b.strs = append(b.strs, b.own(o.APIServer))
+			b.strs = append(b.strs, o.APIServer)
 			b.codes = append(b.codes, o.Code)
 		}
 	}
@@ -135,22 +135,22 @@ func (b *chainBlock) addSide(sb *sideBlock, s *chain.Side) {
 	if s == nil {
 		s = &chain.Side{}
 	}
-	sb.apiserver.Append(b.own(s.APIServer))
+	sb.apiserver.Append(s.APIServer)
 	sb.code.Append(s.Code)
-	sb.user.Append(b.own(s.User))
+	sb.user.Append(s.User)
 	sb.uid.Append(s.UID)
-	sb.groups.Append(b.ownAll(s.Groups))
+	sb.groups.Append(s.Groups)
 	b.appendExtra(sb.extra, s.Extra)
-	sb.impersonatedUser.Append(b.own(s.ImpersonatedUser))
-	sb.impersonatedGroups.Append(b.ownAll(s.ImpersonatedGroups))
+	sb.impersonatedUser.Append(s.ImpersonatedUser)
+	sb.impersonatedGroups.Append(s.ImpersonatedGroups)
 	b.appendExtra(sb.impersonatedExtra, s.ImpersonatedExtra)
 	sb.sourceIPs.Append(s.SourceIPs)
-	sb.userAgent.Append(b.own(s.UserAgent))
+	sb.userAgent.Append(s.UserAgent)
 	sb.message.Append(s.Message)
-	sb.reason.Append(b.own(s.Reason))
+	sb.reason.Append(s.Reason)
 	sb.requestReceived.AppendRaw(dateTime64(s.RequestReceived))
 	sb.completed.AppendRaw(dateTime64(s.Completed))
-	sb.stages.Append(b.ownAll(s.Stages))
+	sb.stages.Append(s.Stages)
 	sb.hasObjects.Append(s.HasObjects)
-	sb.apiserverVersion.Append(b.own(s.APIServerVersion))
+	sb.apiserverVersion.Append(s.APIServerVersion)
 }

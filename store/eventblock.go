@@ -10,7 +10,7 @@ import (
 // for concurrent use; the writer's events goroutine owns it.
 type eventBlock struct {
 	apiserver, stage, level, verb, group, version, resource, subresource, namespace, userName,
-	impersonatedUser, impersonationConstraint, userAgent, status, reason *proto.ColLowCardinality[string]
+	impersonatedUser, impersonationConstraint, userAgent, status, reason *lcStr
 	auditID, requestURI, name, userUID, impersonatedUID, message, raw proto.ColStr
 	userGroups, impersonatedGroups, sourceIPs                         *proto.ColArr[string]
 	userExtra, impersonatedExtra                                      *proto.ColMap[string, []string]
@@ -50,32 +50,32 @@ func newEventBlock() *eventBlock {
 
 // add appends r's row (the values of EventRow).
 func (b *eventBlock) add(r *record.Record) {
-	b.apiserver.Append(b.own(r.APIServer))
+	b.apiserver.Append(r.APIServer)
 	b.auditID.Append(r.AuditID)
-	b.stage.Append(b.own(r.Stage))
-	b.level.Append(b.own(r.Level))
-	b.verb.Append(b.own(r.Verb))
+	b.stage.Append(r.Stage)
+	b.level.Append(r.Level)
+	b.verb.Append(r.Verb)
 	b.requestURI.Append(r.RequestURI)
-	b.group.Append(b.own(r.Group))
-	b.version.Append(b.own(r.Version))
-	b.resource.Append(b.own(r.Resource))
-	b.subresource.Append(b.own(r.Subresource))
-	b.namespace.Append(b.own(r.Namespace))
+	b.group.Append(r.Group)
+	b.version.Append(r.Version)
+	b.resource.Append(r.Resource)
+	b.subresource.Append(r.Subresource)
+	b.namespace.Append(r.Namespace)
 	b.name.Append(r.Name)
-	b.userName.Append(b.own(r.UserName))
+	b.userName.Append(r.UserName)
 	b.userUID.Append(r.UserUID)
-	b.userGroups.Append(b.ownAll(r.UserGroups))
+	b.userGroups.Append(r.UserGroups)
 	b.appendExtra(b.userExtra, r.UserExtra)
-	b.impersonatedUser.Append(b.own(r.ImpersonatedUser))
+	b.impersonatedUser.Append(r.ImpersonatedUser)
 	b.impersonatedUID.Append(r.ImpersonatedUID)
-	b.impersonatedGroups.Append(b.ownAll(r.ImpersonatedGroups))
+	b.impersonatedGroups.Append(r.ImpersonatedGroups)
 	b.appendExtra(b.impersonatedExtra, r.ImpersonatedExtra)
-	b.impersonationConstraint.Append(b.own(r.ImpersonationConstraint))
+	b.impersonationConstraint.Append(r.ImpersonationConstraint)
 	b.sourceIPs.Append(r.SourceIPs)
-	b.userAgent.Append(b.own(r.UserAgent))
+	b.userAgent.Append(r.UserAgent)
 	b.code.Append(r.Code)
-	b.status.Append(b.own(r.Status))
-	b.reason.Append(b.own(r.Reason))
+	b.status.Append(r.Status)
+	b.reason.Append(r.Reason)
 	b.message.Append(r.Message)
 	b.requestReceived.AppendRaw(dateTime64(r.RequestReceivedTimestamp))
 	b.stageTimestamp.AppendRaw(dateTime64(r.StageTimestamp))

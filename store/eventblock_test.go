@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -55,6 +56,18 @@ func TestEventNativeBlocksMatchEventRow(t *testing.T) {
 		}
 		records = append(records, recs...)
 	}
+	// A LowCardinality column's keys are as narrow as its block's dictionary allows: more than
+	// 256 distinct values in a block take 16-bit keys, more than 65,536 32-bit ones.
+	for i := range 600 {
+		records = append(records, record.Record{APIServer: "kas-many", AuditID: fmt.Sprint("many-", i),
+			UserName: fmt.Sprint("user-", i), UserGroups: []string{fmt.Sprint("g-", i), "system:authenticated"},
+			UserExtra: map[string][]string{fmt.Sprint("key-", i%300): {"v"}}})
+	}
+	wide := make([]string, 70000)
+	for i := range wide {
+		wide[i] = fmt.Sprint("group-", i)
+	}
+	records = append(records, record.Record{APIServer: "kas-wide", AuditID: "wide", ImpersonatedGroups: wide})
 	for len(records) < 3000 {
 		records = append(records, records...)
 	}

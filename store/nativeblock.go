@@ -19,8 +19,8 @@ import (
 // LowCardinality ones with their dictionaries built here. The engine parsed RowBinary events at
 // about three times the CPU of the same rows as Native (BENCHMARKS.md, "the events and chains
 // reach the engine as Native blocks"), most of it building those dictionaries value by value.
-// ch-go's proto columns do the encoding; eventBlock and chainBlock only fill them in their
-// tables' column order.
+// ch-go's proto columns do the encoding, but for LowCardinality (lcStr); eventBlock and
+// chainBlock only fill them in their tables' column order.
 
 // A Native block is encoded once it holds nativeBlockRows rows or about nativeBlockBytes of
 // strings, whichever comes first: the engine gathers an insert's blocks into one part whatever
@@ -39,9 +39,7 @@ type nativeBlock struct {
 	// size is about how many bytes of strings the rows added hold (the rows' add counts them).
 	size int
 	out  proto.Buffer
-	// owned holds the block's copies of the strings its LowCardinality columns keep (own).
-	owned map[string]string
-	strs  []string
+	strs []string // scratch for a row's list of strings
 	// Scratch for a row's map entries in key order (equal maps, equal bytes, as Insert writes them).
 	extraKV []proto.KV[string, []string]
 	strKV   []proto.KV[string, string]
@@ -53,7 +51,7 @@ func newNativeBlock(table string, columns []Column, cols []proto.Column) nativeB
 	if len(cols) != len(columns) {
 		panic(fmt.Sprintf("store: %d Native columns for the %d of %s", len(cols), len(columns), table))
 	}
-	b := nativeBlock{table: table, owned: map[string]string{}}
+	b := nativeBlock{table: table}
 	for i, c := range cols {
 		if got := string(c.Type()); got != columns[i].Type {
 			panic(fmt.Sprintf("store: %s.%s is %s, its Native column %s", table, columns[i].Name, columns[i].Type, got))
@@ -64,7 +62,7 @@ func newNativeBlock(table string, columns []Column, cols []proto.Column) nativeB
 }
 
 // lc is a LowCardinality(String) column.
-func lc() *proto.ColLowCardinality[string] { return new(proto.ColStr).LowCardinality() }
+func lc() *lcStr { return newLCStr() }
 
 // ts is c as DateTime64(6, 'UTC').
 func ts(c *proto.ColDateTime64) proto.Column {
@@ -101,29 +99,6 @@ func (b *nativeBlock) encode(out []byte) []byte {
 func (b *nativeBlock) reset() {
 	b.input.Reset()
 	b.size = 0
-	clear(b.owned)
-}
-
-// own returns the block's copy of v. A LowCardinality column keeps the strings it is given
-// until the block is encoded, and a frame's records alias the frame reader's memory only until
-// it decodes the next frame; the other columns copy the bytes as they append them.
-func (b *nativeBlock) own(v string) string {
-	if s, ok := b.owned[v]; ok {
-		return s
-	}
-	s := strings.Clone(v)
-	b.owned[s] = s
-	return s
-}
-
-// ownAll is vs as the block's copies, in a list reused by the next call (the columns copy
-// the list, not the strings).
-func (b *nativeBlock) ownAll(vs []string) []string {
-	b.strs = b.strs[:0]
-	for _, v := range vs {
-		b.strs = append(b.strs, b.own(v))
-	}
-	return b.strs
 }
 
 // dateTime64 is t as DateTime64(6): microseconds since 1970, the zero time 0 (as rbTime).
@@ -138,7 +113,7 @@ func dateTime64(t time.Time) proto.DateTime64 {
 func (b *nativeBlock) appendExtra(c *proto.ColMap[string, []string], m map[string][]string) {
 	kv := b.extraKV[:0]
 	for k, v := range m {
-		kv = append(kv, proto.KV[string, []string]{Key: b.own(k), Value: v})
+		kv = append(kv, proto.KV[string, []string]{Key: k, Value: v})
 	}
 	slices.SortFunc(kv, func(x, y proto.KV[string, []string]) int { return strings.Compare(x.Key, y.Key) })
 	c.AppendKV(kv)
@@ -150,7 +125,7 @@ func (b *nativeBlock) appendExtra(c *proto.ColMap[string, []string], m map[strin
 func (b *nativeBlock) appendStringMap(c *proto.ColMap[string, string], m map[string]string) {
 	kv := b.strKV[:0]
 	for k, v := range m {
-		kv = append(kv, proto.KV[string, string]{Key: b.own(k), Value: v})
+		kv = append(kv, proto.KV[string, string]{Key: k, Value: v})
 	}
 	slices.SortFunc(kv, func(x, y proto.KV[string, string]) int { return strings.Compare(x.Key, y.Key) })
 	c.AppendKV(kv)
