@@ -13,7 +13,7 @@ import (
 // ch-go's ColLowCardinality keeps every value it is given and builds the dictionary when the
 // block is encoded, so the block first had to look each value up in a map of its own copies (a
 // frame's records alias memory the next frame overwrites) and then the column looked it up
-// again: two map lookups a value, 3% of serve's CPU at 10,000 events/s (BENCHMARKS.md).
+// again: two map lookups a value (BENCHMARKS.md, "A twenty-fifth session").
 //
 // It writes what ColLowCardinality writes (ClickHouse's key serialization version 1, then per
 // block the dictionary as additional keys and the rows' keys in the narrowest width). Write
