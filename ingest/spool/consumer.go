@@ -120,6 +120,9 @@ func (s *Spool) Run(ctx context.Context, name string, c Consumer, opts RunOption
 				opts.OnError(err)
 			}
 			log.Warn("spool consumer failed; retrying the same entries", "err", err, "retry_in", backoff, "entries", len(batch))
+			// What it passed before is committed while it fails, or a consumer that skips
+			// entries it cannot deliver (the agent's shipper) would free nothing.
+			commit(false)
 			select {
 			case <-time.After(backoff):
 			case <-ctx.Done():

@@ -415,6 +415,55 @@ func TestRunDeliversInOrderRetriesAndResumes(t *testing.T) {
 	}
 }
 
+// passThenFail consumes its first batch, then fails every batch after it, as the agent's
+// shipper does for an aggregator away once it has given up the frames it held.
+type passThenFail struct {
+	mu     sync.Mutex
+	passed Position
+}
+
+func (c *passThenFail) Consume(_ context.Context, es []Entry) (Position, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.passed == 0 && len(es) > 0 {
+		c.passed = es[len(es)-1].End
+		return c.passed, nil
+	}
+	return 0, errors.New("aggregator away")
+}
+
+// What a consumer passed is committed, and its segments freed, while its later batches fail:
+// a commit due after a success must not wait for the next success (the first batch passes
+// within CommitEvery of Run's start, so only a commit made while failing can record it).
+func TestRunCommitsWhatPassedWhileTheConsumerFails(t *testing.T) {
+	s := open(t, t.TempDir(), func(o *Options) { o.Consumers = []string{"a"} })
+	defer s.Close()
+	for i := range 10 {
+		appendWait(t, s, payload(i))
+	}
+	c := &passThenFail{}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- s.Run(ctx, "a", c, RunOptions{Idle: 10 * time.Millisecond, RetryMin: time.Millisecond,
+			RetryMax: 5 * time.Millisecond, CommitEvery: 50 * time.Millisecond})
+	}()
+	waitFor(t, func() bool { c.mu.Lock(); defer c.mu.Unlock(); return c.passed > 0 })
+	for i := 10; i < 20; i++ { // the batches that fail
+		appendWait(t, s, payload(i))
+	}
+	waitFor(t, func() bool { pos, _ := s.Committed("a"); return pos > 0 })
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if pos, _ := s.Committed("a"); pos != c.passed {
+		t.Fatalf("committed %d, the consumer passed %d", pos, c.passed)
+	}
+}
+
 func TestBlockedReaderReturnsOnClose(t *testing.T) {
 	s := open(t, t.TempDir(), nil)
 	r := s.NewReader(0)
