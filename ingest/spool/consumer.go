@@ -34,7 +34,8 @@ type RunOptions struct {
 	MaxBytes   int
 	// Idle is how long Run waits for new entries before calling Consume with none.
 	Idle time.Duration
-	// CommitEvery bounds how often the position is persisted (each commit is an fsync).
+	// CommitEvery bounds how often the position is persisted (each commit is an fsync). A
+	// commit due is made after a Consume that succeeds, or during the retries of one that fails.
 	CommitEvery time.Duration
 	// RetryMin and RetryMax bound the exponential backoff after a failed Consume.
 	RetryMin, RetryMax time.Duration
