@@ -23,7 +23,8 @@ type chainBlock struct {
 	requestTime, firstReceived, lastReceived                                      proto.ColDateTime64
 
 	nativeBlock
-	codes []int32 // scratch for a row's other_codes
+	strs  []string // scratch for a row's findings, then its other_apiservers
+	codes []int32  // scratch for a row's other_codes
 }
 
 // sideBlock is the columns of one side (has_<side> and sideColumns).

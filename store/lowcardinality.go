@@ -37,7 +37,8 @@ const (
 // the map's capacity, not its length): one block of many distinct values does not stay.
 const maxKeptLCIndex = 4096
 
-func newLCStr() *lcStr { return &lcStr{index: map[string]uint32{}} }
+// lc is an empty LowCardinality(String) column.
+func lc() *lcStr { return &lcStr{index: map[string]uint32{}} }
 
 // Append adds the row v.
 func (c *lcStr) Append(v string) {

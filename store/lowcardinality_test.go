@@ -16,8 +16,8 @@ import (
 func TestLCStrReadsBackAsLowCardinality(t *testing.T) {
 	for _, distinct := range []int{1, 256, 257, 65536, 65537} {
 		t.Run(fmt.Sprint(distinct), func(t *testing.T) {
-			c := newLCStr()
-			arr := proto.NewArray[string](newLCStr())
+			c := lc()
+			arr := proto.NewArray[string](lc())
 			for round := range 2 {
 				var want []string
 				// Every value is written over the one before in the same memory, as a frame
@@ -63,12 +63,12 @@ func TestLCStrReadsBackAsLowCardinality(t *testing.T) {
 // An empty column writes nothing but its state, as ch-go's does.
 func TestLCStrEmptyWritesNothing(t *testing.T) {
 	var mine, theirs proto.Buffer
-	newLCStr().EncodeColumn(&mine)
+	lc().EncodeColumn(&mine)
 	new(proto.ColStr).LowCardinality().EncodeColumn(&theirs)
 	if len(mine.Buf) != 0 || len(theirs.Buf) != 0 {
 		t.Fatalf("an empty column wrote %d bytes (ch-go's %d)", len(mine.Buf), len(theirs.Buf))
 	}
-	newLCStr().EncodeState(&mine)
+	lc().EncodeState(&mine)
 	new(proto.ColStr).LowCardinality().EncodeState(&theirs)
 	if !bytes.Equal(mine.Buf, theirs.Buf) {
 		t.Fatalf("state %x, ch-go's %x", mine.Buf, theirs.Buf)

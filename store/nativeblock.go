@@ -39,7 +39,6 @@ type nativeBlock struct {
 	// size is about how many bytes of strings the rows added hold (the rows' add counts them).
 	size int
 	out  proto.Buffer
-	strs []string // scratch for a row's list of strings
 	// Scratch for a row's map entries in key order (equal maps, equal bytes, as Insert writes them).
 	extraKV []proto.KV[string, []string]
 	strKV   []proto.KV[string, string]
@@ -60,9 +59,6 @@ func newNativeBlock(table string, columns []Column, cols []proto.Column) nativeB
 	}
 	return b
 }
-
-// lc is a LowCardinality(String) column.
-func lc() *lcStr { return newLCStr() }
 
 // ts is c as DateTime64(6, 'UTC').
 func ts(c *proto.ColDateTime64) proto.Column {
