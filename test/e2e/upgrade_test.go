@@ -345,9 +345,11 @@ func TestRollingUpgrade(t *testing.T) {
 	for _, n := range names {
 		r.retire(n)
 	}
+	markers := map[string]string{}
 	for _, n := range names {
-		r.flush(n)
+		markers[n] = r.flush(n)
 	}
+	r.waitEventsStored(markers)
 	t.Logf("scenarios done after %s; checking", time.Since(start).Round(time.Millisecond))
 
 	r.verify()
@@ -527,8 +529,9 @@ func (r *ruTest) expect(res ruResp, w ruWant) {
 }
 
 // flush makes sure peertrail has everything server audited so far: a request to it, whose
-// record reaches peertrail after every earlier one (the webhook sends in order).
-func (r *ruTest) flush(server string) {
+// record reaches peertrail after every earlier one (the webhook sends in order). It returns
+// the request's audit ID.
+func (r *ruTest) flush(server string) string {
 	r.t.Helper()
 	// Not a core read: the shipped audit policy does not record those (never forwarded).
 	res := r.do(server, "admin", "GET", "/apis/rbac.authorization.k8s.io/v1/clusterroles", "", nil)
@@ -543,6 +546,40 @@ func (r *ruTest) flush(server string) {
 		return err == nil && c != nil && c.Entry != nil && slices.Contains(c.Entry.Stages, "ResponseComplete"), nil
 	}); err != nil {
 		r.t.Fatalf("flush marker %s of %s never reached peertrail: %v", res.auditID, server, err)
+	}
+	return res.auditID
+}
+
+// waitEventsStored waits until each server's flush marker (server -> audit ID) is in
+// peertrail.events. The chain API has a record as soon as the correlator does, but the
+// events writer inserts every store.flushInterval (15 s by default) or 50,000 records, so the
+// table and its rollups trail it by up to that; the writer inserts the spool in order, so
+// with a server's marker every earlier record of it is stored.
+func (r *ruTest) waitEventsStored(markers map[string]string) {
+	r.t.Helper()
+	var missing []string
+	if err := pollUntil(r.ctx, 90*time.Second, func() (bool, error) {
+		var rows []struct {
+			APIServer string `json:"apiserver"`
+			AuditID   string `json:"audit_id"`
+		}
+		if err := r.pt.sql(r.ctx, `SELECT DISTINCT apiserver, audit_id FROM peertrail.events
+			WHERE stage = 'ResponseComplete' AND audit_id IN (`+sqlStrings(r.t, slices.Collect(maps.Values(markers)))+`)`, &rows); err != nil {
+			return false, err
+		}
+		stored := map[string]bool{}
+		for _, rw := range rows {
+			stored[rw.APIServer+" "+rw.AuditID] = true
+		}
+		missing = missing[:0]
+		for server, id := range markers {
+			if !stored[server+" "+id] {
+				missing = append(missing, server+" "+id)
+			}
+		}
+		return len(missing) == 0, nil
+	}); err != nil {
+		r.t.Fatalf("flush markers never in peertrail.events: %v (missing %v)", err, missing)
 	}
 }
 
