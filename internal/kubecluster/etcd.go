@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"syscall"
 	"time"
+
+	"github.com/peertrail/peertrail/internal/childproc"
 )
 
 // Etcd is a single-member etcd on loopback.
@@ -80,13 +82,13 @@ func StartEtcd(ctx context.Context, dir string) (*Etcd, error) {
 	// Debian's etcd reads ETCD_* from the environment; keep ours clean.
 	e.cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "HOME=" + dir}
 	e.cmd.Stdout, e.cmd.Stderr = logf, logf
-	e.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := e.cmd.Start(); err != nil {
+	proc, err := childproc.Start(e.cmd)
+	if err != nil {
 		logf.Close()
-		return nil, fmt.Errorf("kubecluster: start etcd: %w", err)
+		return nil, fmt.Errorf("kubecluster: etcd: %w", err)
 	}
 	go func() {
-		_ = e.cmd.Wait()
+		_ = proc.Wait()
 		logf.Close()
 		close(e.done)
 	}()

@@ -14,6 +14,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/peertrail/peertrail/internal/childproc"
 )
 
 // Server is one kube-apiserver of the cluster. Its hostname, port and
@@ -227,16 +229,16 @@ func (s *Server) start() error {
 	cmd.Stdout = logf
 	cmd.Stderr = logf
 	cmd.Dir = s.Dir
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	proc, err := childproc.Start(cmd)
+	if err != nil {
 		logf.Close()
-		return fmt.Errorf("kubecluster: start %s: %w", s.Name, err)
+		return fmt.Errorf("kubecluster: %s: %w", s.Name, err)
 	}
 	done := make(chan struct{})
 	s.cmd, s.done, s.exitErr = cmd, done, nil
 	s.logFiles = append(s.logFiles, logPath)
 	go func() {
-		err := cmd.Wait()
+		err := proc.Wait()
 		logf.Close()
 		s.mu.Lock()
 		s.exitErr = err

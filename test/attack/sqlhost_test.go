@@ -40,10 +40,8 @@ func (st *sqlTarget) stop(t *testing.T) time.Duration {
 	t.Helper()
 	start := time.Now()
 	st.cmd.Process.Signal(syscall.SIGTERM)
-	done := make(chan struct{})
-	go func() { st.cmd.Wait(); close(done) }()
 	select {
-	case <-done:
+	case <-st.proc.Done():
 	case <-time.After(60 * time.Second):
 		t.Fatal("serve did not exit within 60s of SIGTERM")
 	}
@@ -143,8 +141,10 @@ func TestSQLHostIsOutOfReach(t *testing.T) {
 	}
 
 	// The process is alive, and answers at once: no slot is held.
-	if st.cmd.ProcessState != nil {
-		t.Fatalf("serve died: %v", st.cmd.ProcessState)
+	select {
+	case <-st.proc.Done():
+		t.Fatalf("serve died: %v", st.proc.Wait())
+	default:
 	}
 	start := time.Now()
 	if got := st.count(t, "SELECT count() FROM peertrail.events"); got != events {

@@ -53,6 +53,7 @@ import (
 
 	"github.com/peertrail/peertrail/chain"
 	"github.com/peertrail/peertrail/deploy"
+	"github.com/peertrail/peertrail/internal/childproc"
 	"github.com/peertrail/peertrail/metrics"
 	"github.com/peertrail/peertrail/store"
 	"github.com/peertrail/peertrail/test/e2e/harness"
@@ -1249,12 +1250,12 @@ func startPeertrail(t *testing.T, bin string, args []string, logFile string) fun
 	}
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = lf, lf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	proc, err := childproc.Start(cmd)
+	if err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan struct{})
-	go func() { cmd.Wait(); lf.Close(); close(done) }()
+	go func() { proc.Wait(); lf.Close(); close(done) }()
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("peertrail %s\n%s", strings.Join(args, " "), tailOf(logFile))

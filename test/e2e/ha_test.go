@@ -55,6 +55,7 @@ import (
 
 	"github.com/peertrail/peertrail/chain"
 	"github.com/peertrail/peertrail/gate"
+	"github.com/peertrail/peertrail/internal/childproc"
 	"github.com/peertrail/peertrail/metrics"
 	"github.com/peertrail/peertrail/test/e2e/harness"
 )
@@ -96,14 +97,14 @@ func (p *haProc) start(ctx context.Context, t *testing.T, bin string) {
 	}
 	cmd := exec.Command(bin, p.args...)
 	cmd.Stdout, cmd.Stderr = lf, lf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	proc, err := childproc.Start(cmd)
+	if err != nil {
 		p.mu.Unlock()
 		t.Fatal(err)
 	}
 	done := make(chan struct{})
 	go func() {
-		cmd.Wait()
+		proc.Wait()
 		lf.Close()
 		close(done)
 	}()

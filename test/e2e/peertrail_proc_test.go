@@ -28,6 +28,7 @@ import (
 	"time"
 
 	"github.com/peertrail/peertrail/chain"
+	"github.com/peertrail/peertrail/internal/childproc"
 	"github.com/peertrail/peertrail/server"
 	"github.com/peertrail/peertrail/test/e2e/harness"
 )
@@ -102,15 +103,15 @@ func startPT(ctx context.Context, t *testing.T, bin string, args []string, logFi
 	}
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = lf, lf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	proc, err := childproc.Start(cmd)
+	if err != nil {
 		lf.Close()
 		t.Fatal(err)
 	}
 	done := make(chan struct{})
 	p := &ptProc{bin: bin, LogFile: logFile, done: done, caFile: ca.CertFile, tokenFile: tf}
 	go func() {
-		p.exitErr = cmd.Wait()
+		p.exitErr = proc.Wait()
 		lf.Close()
 		close(done)
 	}()
