@@ -438,8 +438,11 @@ func sampleChains(ctx context.Context, db store.Store) ([]*chain.Chain, error) {
 
 const (
 	// count() of a MergeTree table reads the parts' row counts only.
-	eventsCount      = "SELECT count() FROM peertrail.events"
-	finalChainsCount = "SELECT uniqExact(id) FROM peertrail.chains WHERE state = 'final'"
+	eventsCount = "SELECT count() FROM peertrail.events"
+	// FINAL streams the chains' revisions in key order: a uniqExact(id) held every id at once
+	// and passed the SQL interface's 1 GiB a query at 17.6 million chains (an hour at 10,000
+	// events/s). It counts the chains whose latest revision is final.
+	finalChainsCount = "SELECT count() FROM peertrail.chains FINAL WHERE state = 'final'"
 )
 
 // baseline is what the store held before a run: nothing in a fresh data directory, earlier
@@ -595,7 +598,7 @@ func (o Options) progress(ctx context.Context, c *child, live *loadgen.Live, sto
 			return strconv.FormatInt(int64(m[i]), 10)
 		}
 		// Chain rows written come from /metrics while loading; the chains table is counted only
-		// in the final wait (a uniqExact over it is not free).
+		// in the final wait (counting it is not free).
 		inChains := metric(3) + " written"
 		if n := final.Load(); n > 0 {
 			inChains = strconv.FormatInt(n, 10)
