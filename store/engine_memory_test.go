@@ -103,11 +103,11 @@ func engineMemoryHelper(ctx context.Context, fail func(string, ...any) int) int 
 			return fail("insert into %s: %v", x, err)
 		}
 	}
-	// Five of these inserts merge into about 170 MB, below the tables' 256 MiB (migration 0013),
-	// where the engine merges into a compact part, all columns at once: it merges one column at
-	// a time only into a wide part. The settings under test are for those merges (the parts
-	// past 256 MiB), so the copies write wide parts from where they did before 0013 (events
-	// from 32 MiB, migration 0012; chains from the engine's 10 MiB).
+	// The engine merges one column at a time only into a wide part, and these five small
+	// inserts may merge below the tables' thresholds for one (migrations 0013 and 0015), into a
+	// compact part, all columns at once. The settings under test are for the merges into wide
+	// parts, so the copies write wide parts from where they did before 0013 (events from 32 MiB,
+	// migration 0012; chains from the engine's 10 MiB).
 	for _, tb := range tables {
 		q := "ALTER TABLE " + store.Database + "." + tb.name + "_settings MODIFY SETTING min_bytes_for_wide_part = " + map[string]string{"events": "33554432", "chains": "10485760"}[tb.name]
 		if err := s.Exec(ctx, q); err != nil {

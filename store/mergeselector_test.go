@@ -2,10 +2,13 @@ package store_test
 
 import (
 	"context"
+	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/peertrail/peertrail/chain"
 	"github.com/peertrail/peertrail/store"
 )
 
@@ -74,5 +77,111 @@ func TestMergeSelectorWaitsForMoreParts(t *testing.T) {
 	}
 	if got := scalar(t, s, "SELECT count() FROM "+set, nil); got != "8" {
 		t.Errorf("%s: %s rows, want 8", set, got)
+	}
+}
+
+// Migration 0015: an insert of events or chains below the table's threshold is written as a
+// compact part, and a merge of such parts past it as a wide one (merged a column at a time),
+// where 0013's 256 MiB made the same merge a compact part (every column at once).
+func TestMergesPastAnInsertWriteWideParts(t *testing.T) {
+	s := engine(t)
+	ctx := context.Background()
+	at := time.Now().UTC().Truncate(time.Minute)
+	tables := []struct {
+		name      string
+		threshold int64 // migration 0015's min_bytes_for_wide_part
+		columns   []store.Column
+		rows      func(n int) ([][]any, error)
+	}{
+		{"events", 128 << 20, store.EventColumns, simulatedEventRows},
+		{"chains", 64 << 20, store.ChainColumns, func(n int) ([][]any, error) {
+			rows := make([][]any, n)
+			for i := range rows {
+				c := chainAt(fmt.Sprintf("wide-%07d", i), at.Add(time.Duration(i)*time.Millisecond), chain.StateFinal, at.Add(time.Minute))
+				rows[i] = store.ChainRow(&c)
+			}
+			return rows, nil
+		}},
+	}
+	for _, tb := range tables {
+		e := scalar(t, s, "SELECT engine_full FROM system.tables WHERE database = {db:String} AND name = {t:String}",
+			map[string]string{"db": store.Database, "t": tb.name})
+		if want := fmt.Sprintf("min_bytes_for_wide_part = %d", tb.threshold); !strings.Contains(e, want) {
+			t.Errorf("%s: want %q in its settings; engine: %s", tb.name, want, e)
+		}
+		// Copies with the table's settings and with 0013's; merges only when asked.
+		now, before := tb.name+"_wide_now", tb.name+"_wide_0013"
+		for _, q := range []string{
+			"CREATE TABLE " + store.Database + "." + now + " AS " + store.Database + "." + tb.name,
+			"CREATE TABLE " + store.Database + "." + before + " AS " + store.Database + "." + tb.name,
+			"ALTER TABLE " + store.Database + "." + before + " MODIFY SETTING min_bytes_for_wide_part = 268435456",
+			"SYSTEM STOP MERGES " + store.Database + "." + now,
+			"SYSTEM STOP MERGES " + store.Database + "." + before,
+		} {
+			if err := s.Exec(ctx, q); err != nil {
+				t.Fatalf("%s: %v", q, err)
+			}
+		}
+		t.Cleanup(func() {
+			for _, x := range []string{now, before} {
+				_ = s.Exec(context.Background(), "DROP TABLE IF EXISTS "+store.Database+"."+x+" SYNC")
+			}
+		})
+		parts := func(x string) [][]string {
+			return query(t, s, "SELECT part_type, toString(data_uncompressed_bytes) FROM system.parts WHERE database = {db:String} AND table = {t:String} AND active ORDER BY name",
+				map[string]string{"db": store.Database, "t": x}).Rows
+		}
+		// Inserts of about a quarter of the threshold each, five of them: the merge is past it.
+		probe, err := tb.rows(1000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Insert(ctx, store.Database+"."+now, tb.columns, probe); err != nil {
+			t.Fatal(err)
+		}
+		size, err := strconv.ParseInt(parts(now)[0][1], 10, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Exec(ctx, "TRUNCATE TABLE "+store.Database+"."+now); err != nil {
+			t.Fatal(err)
+		}
+		// Rows of their own for each insert: copies would fold into one in the merge.
+		n := int(int64(1000) * tb.threshold / 4 / size)
+		rows, err := tb.rows(5 * n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, x := range []string{now, before} {
+			for i := range 5 {
+				if err := s.Insert(ctx, store.Database+"."+x, tb.columns, rows[i*n:(i+1)*n]); err != nil {
+					t.Fatalf("insert into %s: %v", x, err)
+				}
+			}
+			var sum int64
+			for _, p := range parts(x) {
+				n, _ := strconv.ParseInt(p[1], 10, 64)
+				sum += n
+				if p[0] != "Compact" {
+					t.Errorf("%s: an insert of %s bytes was written as a %s part, want Compact (below %d)", x, p[1], p[0], tb.threshold)
+				}
+			}
+			if sum <= tb.threshold {
+				t.Fatalf("%s: five inserts hold %d bytes, not past %d: the test says nothing", x, sum, tb.threshold)
+			}
+			for _, q := range []string{"SYSTEM START MERGES " + store.Database + "." + x, "OPTIMIZE TABLE " + store.Database + "." + x + " FINAL"} {
+				if err := s.Exec(ctx, q); err != nil {
+					t.Fatalf("%s: %v", q, err)
+				}
+			}
+			got := parts(x)
+			want := map[string]string{now: "Wide", before: "Compact"}[x]
+			if len(got) != 1 || got[0][0] != want {
+				t.Errorf("%s: merging five parts of %d bytes in all gave %v, want one %s part", x, sum, got, want)
+			}
+			if c := scalar(t, s, "SELECT count() FROM "+store.Database+"."+x, nil); c != strconv.Itoa(5*n) {
+				t.Errorf("%s: %s rows after the merge, want %d", x, c, 5*n)
+			}
+		}
 	}
 }
