@@ -10,9 +10,11 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/peertrail/peertrail/chain"
 	"github.com/peertrail/peertrail/ingest/record"
 	"github.com/peertrail/peertrail/ingest/spool"
 	"github.com/peertrail/peertrail/metrics"
@@ -179,6 +181,124 @@ func BenchmarkInsert(b *testing.B) {
 		}
 		b.ReportMetric(float64(rows*b.N)/b.Elapsed().Seconds(), "rows/s")
 	})
+}
+
+// BenchmarkMerge times the engine's merge of eight inserted parts into one, for the two tables
+// that take every event and every chain, into a compact part (the horizontal algorithm, every
+// column of every row at once) and into a wide part (the vertical one, a column at a time), on
+// the same rows: those already in the store, when it is a kept one (PEERTRAIL_STORE_TEST_DIR set
+// to a bench's <data-dir>/clickhouse: BENCHMARKS.md's figures), else the simulator's events and
+// synthetic chains. cpu-us/row is the process's CPU over the merge (the engine runs in it),
+// disk-B/row the merged part's bytes.
+func BenchmarkMerge(b *testing.B) {
+	s := engine(b)
+	ctx := context.Background()
+	const parts = 8
+	exec := func(q string) {
+		b.Helper()
+		if err := s.Exec(ctx, q); err != nil {
+			b.Fatalf("%s: %v", q, err)
+		}
+	}
+	for _, tb := range []struct{ table, at string }{{"events", "received_at"}, {"chains", "first_received"}} {
+		src := store.Database + "." + tb.table
+		if n, _ := strconv.Atoi(scalar(b, s, "SELECT count() FROM "+src, nil)); n < 100_000 {
+			src = store.Database + ".merge_source_" + tb.table
+			exec("DROP TABLE IF EXISTS " + src + " SYNC")
+			exec("CREATE TABLE " + src + " AS " + store.Database + "." + tb.table)
+			if err := fillMergeSource(b, s, src, tb.table); err != nil {
+				b.Fatal(err)
+			}
+		}
+		// Eight ranges of the rows by time, as eight inserts a few seconds apart would be.
+		var bounds []string
+		for k := 0; k < parts; k++ {
+			bounds = append(bounds, scalar(b, s, fmt.Sprintf("SELECT toString(quantileExact(%g)(%s)) FROM %s", float64(k)/parts, tb.at, src), nil))
+		}
+		for _, format := range []struct{ name, minBytes string }{{"Compact", "1000000000000"}, {"Wide", "0"}} {
+			b.Run(tb.table+"/"+format.name, func(b *testing.B) {
+				dst := store.Database + ".merge_" + tb.table
+				var cpu time.Duration
+				var rows, bytes float64
+				for range b.N {
+					b.StopTimer()
+					exec("DROP TABLE IF EXISTS " + dst + " SYNC")
+					exec("CREATE TABLE " + dst + " AS " + store.Database + "." + tb.table)
+					exec("ALTER TABLE " + dst + " MODIFY SETTING min_bytes_for_wide_part = " + format.minBytes)
+					exec("SYSTEM STOP MERGES " + dst)
+					for k := range parts {
+						where := tb.at + " >= '" + bounds[k] + "'"
+						if k+1 < parts {
+							where += " AND " + tb.at + " < '" + bounds[k+1] + "'"
+						}
+						exec("INSERT INTO " + dst + " SELECT * FROM " + src + " WHERE " + where + " SETTINGS optimize_on_insert = 0, max_threads = 1")
+					}
+					exec("SYSTEM START MERGES " + dst)
+					before := processCPU(b)
+					b.StartTimer()
+					exec("OPTIMIZE TABLE " + dst + " FINAL")
+					b.StopTimer()
+					cpu += processCPU(b) - before
+					r := query(b, s, "SELECT any(part_type), count(), sum(rows), sum(bytes_on_disk) FROM system.parts WHERE database = {db:String} AND table = {t:String} AND active",
+						map[string]string{"db": store.Database, "t": "merge_" + tb.table}).Rows[0]
+					if r[0] != format.name || r[1] != "1" {
+						b.Fatalf("%s: merged into %s %s part(s), want one %s part", dst, r[1], r[0], format.name)
+					}
+					n, _ := strconv.ParseFloat(r[2], 64)
+					d, _ := strconv.ParseFloat(r[3], 64)
+					rows, bytes = rows+n, bytes+d
+					b.StartTimer()
+				}
+				exec("DROP TABLE IF EXISTS " + dst + " SYNC")
+				b.ReportMetric(float64(cpu.Microseconds())/rows, "cpu-us/row")
+				b.ReportMetric(bytes/rows, "disk-B/row")
+			})
+		}
+	}
+}
+
+// fillMergeSource fills dst, a copy of table, with rows for BenchmarkMerge: 400,000 of the
+// simulator's events, or 400,000 synthetic chains.
+func fillMergeSource(b *testing.B, s *store.Embedded, dst, table string) error {
+	ctx := context.Background()
+	if table == "events" {
+		for range 4 {
+			var recs []record.Record
+			for _, bt := range freshBatches(b) {
+				recs = append(recs, bt.Records...)
+			}
+			data, err := store.EncodeEventsNative(recs)
+			if err != nil {
+				return err
+			}
+			if err := s.InsertNative(ctx, dst, store.EventColumns, data); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	at := time.Now().UTC().Truncate(time.Hour)
+	for k := range 4 {
+		rows := make([][]any, 100_000)
+		for i := range rows {
+			t := at.Add(time.Duration(k*len(rows)+i) * 100 * time.Microsecond)
+			c := chainAt(fmt.Sprintf("merge-%07d", k*len(rows)+i), t, chain.StateFinal, t.Add(time.Second))
+			rows[i] = store.ChainRow(&c)
+		}
+		if err := s.Insert(ctx, dst, store.ChainColumns, rows); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// processCPU is the CPU time this process has used, the engine's threads included.
+func processCPU(tb testing.TB) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		tb.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // The big data set: forwarded requests at 10,000 events/s (2,500 requests/s, four records each:
