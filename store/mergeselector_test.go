@@ -160,8 +160,8 @@ func TestMergesPastAnInsertWriteWideParts(t *testing.T) {
 			}
 			var sum int64
 			for _, p := range parts(x) {
-				n, _ := strconv.ParseInt(p[1], 10, 64)
-				sum += n
+				bytes, _ := strconv.ParseInt(p[1], 10, 64)
+				sum += bytes
 				if p[0] != "Compact" {
 					t.Errorf("%s: an insert of %s bytes was written as a %s part, want Compact (below %d)", x, p[1], p[0], tb.threshold)
 				}
