@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/peertrail/peertrail/chain"
 	"github.com/peertrail/peertrail/ingest/record"
 	"github.com/peertrail/peertrail/ingest/spool"
 	"github.com/peertrail/peertrail/metrics"
@@ -277,15 +276,9 @@ func fillMergeSource(b *testing.B, s *store.Embedded, dst, table string) error {
 		}
 		return nil
 	}
-	at := time.Now().UTC().Truncate(time.Hour)
+	rows := finalChainRows("merge", time.Now().UTC().Truncate(time.Hour), 400_000)
 	for k := range 4 {
-		rows := make([][]any, 100_000)
-		for i := range rows {
-			t := at.Add(time.Duration(k*len(rows)+i) * 100 * time.Microsecond)
-			c := chainAt(fmt.Sprintf("merge-%07d", k*len(rows)+i), t, chain.StateFinal, t.Add(time.Second))
-			rows[i] = store.ChainRow(&c)
-		}
-		if err := s.Insert(ctx, dst, store.ChainColumns, rows); err != nil {
+		if err := s.Insert(ctx, dst, store.ChainColumns, rows[k*100_000:(k+1)*100_000]); err != nil {
 			return err
 		}
 	}

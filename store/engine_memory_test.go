@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/peertrail/peertrail/chain"
 	"github.com/peertrail/peertrail/simulate"
 	"github.com/peertrail/peertrail/store"
 )
@@ -44,11 +43,7 @@ func engineMemoryHelper(ctx context.Context, fail func(string, ...any) int) int 
 		return fail("events: %v", err)
 	}
 	at := time.Now().UTC().Truncate(time.Minute)
-	chains := make([][]any, 20_000)
-	for i := range chains {
-		c := chainAt(fmt.Sprintf("memory-%05d", i), at.Add(time.Duration(i)*time.Millisecond), chain.StateFinal, at.Add(time.Minute))
-		chains[i] = store.ChainRow(&c)
-	}
+	chains := finalChainRows("memory", at, 20_000)
 	tables := []struct {
 		name    string
 		columns []store.Column

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/peertrail/peertrail/chain"
 	"github.com/peertrail/peertrail/store"
 )
 
@@ -94,14 +93,7 @@ func TestMergesPastAnInsertWriteWideParts(t *testing.T) {
 		rows      func(n int) ([][]any, error)
 	}{
 		{"events", 128 << 20, store.EventColumns, simulatedEventRows},
-		{"chains", 64 << 20, store.ChainColumns, func(n int) ([][]any, error) {
-			rows := make([][]any, n)
-			for i := range rows {
-				c := chainAt(fmt.Sprintf("wide-%07d", i), at.Add(time.Duration(i)*time.Millisecond), chain.StateFinal, at.Add(time.Minute))
-				rows[i] = store.ChainRow(&c)
-			}
-			return rows, nil
-		}},
+		{"chains", 64 << 20, store.ChainColumns, func(n int) ([][]any, error) { return finalChainRows("wide", at, n), nil }},
 	}
 	for _, tb := range tables {
 		e := scalar(t, s, "SELECT engine_full FROM system.tables WHERE database = {db:String} AND name = {t:String}",

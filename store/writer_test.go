@@ -677,6 +677,17 @@ func chainAt(id string, t time.Time, state chain.State, last time.Time) chain.Ch
 	}
 }
 
+// finalChainRows are n chains' rows of the chains table, final, auditIDs prefix-0000000 on,
+// received a millisecond apart from at.
+func finalChainRows(prefix string, at time.Time, n int) [][]any {
+	rows := make([][]any, n)
+	for i := range rows {
+		c := chainAt(fmt.Sprintf("%s-%07d", prefix, i), at.Add(time.Duration(i)*time.Millisecond), chain.StateFinal, at.Add(time.Minute))
+		rows[i] = store.ChainRow(&c)
+	}
+	return rows
+}
+
 // The correlator emits a chain several times (open, final, again after a restart): the table
 // ends with the final version, and the rollup counts the chain once.
 func TestWriteChainsIdempotent(t *testing.T) {
