@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"hash/maphash"
+	"math"
 	"sort"
 	"strconv"
 	"time"
@@ -66,10 +67,15 @@ func (w *Writer) WriteChains(ctx context.Context, chains []chain.Chain) error {
 		if latest[keys[i]] != i {
 			continue
 		}
-		v, ok := rec.version(keys[i])
+		v, records, ok := rec.version(keys[i])
 		switch {
-		case ok && v >= ChainVersion(c):
+		case ok && v >= ChainVersion(c) && records >= c.Records:
 			continue // written already
+		case ok && v >= ChainVersion(c):
+			// The row lacks records this chain joined, at a revision no higher than the row's
+			// (a restart numbers revisions afresh): it supersedes the row one revision above
+			// it, and the lookup gives the row to retract.
+			lookup = append(lookup, i)
 		case ok && !versionFinal(v):
 			write = append(write, c) // over an open row, which no rollup counted
 		case ok || rec.mayBeStored(c.FirstReceived):
@@ -89,7 +95,7 @@ func (w *Writer) WriteChains(ctx context.Context, chains []chain.Chain) error {
 			prev, ok := stored[c.ID]
 			if ok && prev.version >= ChainVersion(c) {
 				if int(prev.records) >= c.Records {
-					rec.put(keys[i], prev.version, c.FirstReceived)
+					rec.put(keys[i], prev.version, int(prev.records), c.FirstReceived)
 					continue
 				}
 				// The stored row lacks records this one joined: a replay after a restart
@@ -142,7 +148,7 @@ func (w *Writer) WriteChains(ctx context.Context, chains []chain.Chain) error {
 	}
 	for _, c := range write {
 		if c.State != StateRetracted {
-			rec.put(rec.key(c.ID), ChainVersion(c), c.FirstReceived)
+			rec.put(rec.key(c.ID), ChainVersion(c), c.Records, c.FirstReceived)
 		}
 	}
 	w.metrics.chainsRetracted.Add(float64(retracted))
@@ -469,7 +475,10 @@ type chainKey [2]uint64
 type writtenEntry struct {
 	key     chainKey
 	version uint64
-	first   int64 // first receipt, µs since 1970
+	// first is the first receipt in whole seconds since 1970, rounded up: a floor raised to it
+	// covers the chain (a few more chains are looked up), and the entry stays 32 bytes.
+	first   uint32
+	records uint32 // the records the row of version joined
 }
 
 // minIndex is the index's size while the record is small.
@@ -527,12 +536,14 @@ func (r *writtenChains) grow() {
 	}
 }
 
-// version returns the version the record holds of the chain with key k.
-func (r *writtenChains) version(k chainKey) (uint64, bool) {
+// version returns the version the record holds of the chain with key k and how many records
+// that row joined.
+func (r *writtenChains) version(k chainKey) (v uint64, records int, ok bool) {
 	if _, p := r.find(k); p != 0 {
-		return r.ring[p-1].version, true
+		e := &r.ring[p-1]
+		return e.version, int(e.records), true
 	}
-	return 0, false
+	return 0, 0, false
 }
 
 // mayBeStored reports whether a chain first received at first may be in the store without
@@ -542,18 +553,26 @@ func (r *writtenChains) mayBeStored(first time.Time) bool {
 	return r.shared || !r.known || !asStored(first).After(r.floor)
 }
 
-// put records that the store holds version v of the chain with key k, first received at first.
-func (r *writtenChains) put(k chainKey, v uint64, first time.Time) {
+// put records that the store holds version v of the chain with key k, a row that joined
+// records records, first received at first.
+func (r *writtenChains) put(k chainKey, v uint64, records int, first time.Time) {
+	n := uint32(min(max(records, 0), math.MaxUint32))
 	if _, p := r.find(k); p != 0 {
 		e := &r.ring[p-1]
-		e.version = max(e.version, v)
+		if v > e.version {
+			e.version, e.records = v, n
+		}
 		return
 	}
 	if r.maxEntries <= 0 {
 		r.raiseFloor(first)
 		return
 	}
-	e := writtenEntry{key: k, version: v, first: first.UnixMicro()}
+	sec := first.Unix()
+	if first.Nanosecond() > 0 {
+		sec++
+	}
+	e := writtenEntry{key: k, version: v, first: uint32(min(max(sec, 0), math.MaxUint32)), records: n}
 	var pos int
 	if len(r.ring) < r.maxEntries {
 		if len(r.ring) == cap(r.ring) { // double up to the bound, not past it as append would
@@ -569,7 +588,7 @@ func (r *writtenChains) put(k chainKey, v uint64, first time.Time) {
 		if slot, p := r.find(old.key); p == int32(pos+1) {
 			r.unindex(slot)
 		}
-		r.raiseFloor(time.UnixMicro(old.first))
+		r.raiseFloor(time.Unix(int64(old.first), 0))
 		r.ring[pos] = e
 		r.head = (r.head + 1) % len(r.ring)
 	}

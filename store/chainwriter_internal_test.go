@@ -19,16 +19,16 @@ func TestWrittenChainsBound(t *testing.T) {
 		if r.mayBeStored(at(i + 1)) {
 			t.Fatalf("%s, first received after the floor, may be stored", id)
 		}
-		r.put(r.key(id), uint64(i+1), at(i+1))
-		r.put(r.key(id), 0, at(i+1)) // a lower version does not replace a higher one
+		r.put(r.key(id), uint64(i+1), 2, at(i+1))
+		r.put(r.key(id), 0, 4, at(i+1)) // a lower version does not replace a higher one, nor its records
 	}
 	if r.entries() != 3 {
 		t.Errorf("%d entries, want 3", r.entries())
 	}
 	for i, id := range ids {
-		v, ok := r.version(r.key(id))
-		if remembered := i >= 2; ok != remembered || (ok && v != uint64(i+1)) {
-			t.Errorf("%s: version %d, %v", id, v, ok)
+		v, records, ok := r.version(r.key(id))
+		if remembered := i >= 2; ok != remembered || (ok && (v != uint64(i+1) || records != 2)) {
+			t.Errorf("%s: version %d, records %d, %v", id, v, records, ok)
 		}
 		if forgotten := i < 2; forgotten && !r.mayBeStored(at(i+1)) {
 			t.Errorf("%s was forgotten, but a chain first received with it is not looked up", id)
@@ -49,8 +49,8 @@ func TestWrittenChainsBound(t *testing.T) {
 
 // The record against a model of what it promises, over random puts, forgets and drops: a chain
 // is remembered, with the highest version put, if it was recorded among the last maxEntries
-// chains recorded and not forgotten since; the floor is the latest first receipt of a chain
-// that fell out.
+// chains recorded and not forgotten since, with the records of its highest version's row; the
+// floor is the latest first receipt of a chain that fell out, rounded up to the second.
 func TestWrittenChainsModel(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	base := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
@@ -58,6 +58,7 @@ func TestWrittenChainsModel(t *testing.T) {
 		r := newWrittenChains(maxEntries)
 		type entry struct {
 			version uint64
+			records int
 			seq     int // when it was last recorded as new
 			first   time.Time
 		}
@@ -73,17 +74,19 @@ func TestWrittenChainsModel(t *testing.T) {
 				r.forget(k)
 				delete(model, k)
 			default:
-				v := uint64(rng.IntN(50))
+				v, records := uint64(rng.IntN(50)), 1+rng.IntN(64)
 				first, ok := byKey[k]
 				if !ok {
 					first = base.Add(time.Duration(op) * time.Millisecond)
 					byKey[k] = first
 				}
 				if e := model[k]; e != nil {
-					e.version = max(e.version, v)
+					if v > e.version {
+						e.version, e.records = v, records
+					}
 				} else {
 					recordings, recorded = append(recordings, first), append(recorded, k)
-					model[k] = &entry{version: v, seq: len(recordings), first: first}
+					model[k] = &entry{version: v, records: records, seq: len(recordings), first: first}
 					// The ring's oldest place comes round.
 					if out := len(recorded) - maxEntries - 1; out >= 0 {
 						if e := model[recorded[out]]; e != nil && e.seq == out+1 {
@@ -91,13 +94,16 @@ func TestWrittenChainsModel(t *testing.T) {
 						}
 					}
 				}
-				r.put(k, v, first)
+				r.put(k, v, records, first)
 			}
 		}
 		// The floor: the newest first receipt of the chains recorded before the last
 		// maxEntries, forgotten or not: their places in the ring have come round.
 		var floor time.Time
 		for _, first := range recordings[:max(len(recordings)-maxEntries, 0)] {
+			if up := first.Truncate(time.Second); up.Before(first) {
+				first = up.Add(time.Second)
+			}
 			if first.After(floor) {
 				floor = first
 			}
@@ -110,10 +116,10 @@ func TestWrittenChainsModel(t *testing.T) {
 		}
 		for id := range ids {
 			k := r.key(fmt.Sprint("chain-", id))
-			v, ok := r.version(k)
+			v, records, ok := r.version(k)
 			e := model[k]
-			if ok != (e != nil) || ok && v != e.version {
-				t.Fatalf("max %d: chain-%d: record (%d, %v), model %+v", maxEntries, id, v, ok, e)
+			if ok != (e != nil) || ok && (v != e.version || records != e.records) {
+				t.Fatalf("max %d: chain-%d: record (%d, %d, %v), model %+v", maxEntries, id, v, records, ok, e)
 			}
 		}
 		if perEntry := r.bytes() / maxEntries; maxEntries >= 5000 && perEntry > 48 {

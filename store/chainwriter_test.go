@@ -118,6 +118,49 @@ func TestWriteChainsReplayAfterRestart(t *testing.T) {
 	}
 }
 
+// A restart numbers revisions afresh, so a chain that a late record reopens after it can come
+// at a revision no higher than the row the last process wrote (judged again there, a revision
+// per verdict). The replayed chain with the same records as that row is skipped, and the writer
+// then knows the row; the reopened chain, which joined records the row lacks, must still
+// supersede it (found in TestHALayoutSurvivesEveryPeertrailProcess: one aggregator kept the
+// peer's record alone, "local", where the other had the forward).
+func TestWriteChainsReopenedAfterARestartBelowTheStoredRevision(t *testing.T) {
+	s := engine(t)
+	ctx := context.Background()
+	codec := newCodec(t)
+	const a = "reopened-a"
+	chains := chainsAfterStored(t, s, a, 10)
+	lone := make([]chain.Chain, len(chains))
+	for i, c := range chains {
+		c.Peer, c.Class, c.Records, c.Revision = nil, chain.ClassLocal, 2, 3
+		lone[i] = c
+	}
+	w := store.NewWriter(s, codec, store.WriterOptions{})
+	if err := w.WriteChains(ctx, lone); err != nil {
+		t.Fatal(err)
+	}
+	// The restart: the replay joins the lone records first and judges them once (revision 1),
+	// then the late records come (revision 2).
+	w2 := store.NewWriter(s, codec, store.WriterOptions{})
+	replayed := make([]chain.Chain, len(lone))
+	for i, c := range lone {
+		c.Revision = 1
+		replayed[i] = c
+	}
+	if err := w2.WriteChains(ctx, replayed); err != nil {
+		t.Fatal(err)
+	}
+	if err := w2.WriteChains(ctx, revised(chains, chain.ClassProxied)); err != nil {
+		t.Fatal(err)
+	}
+	if got := rollupByClass(t, s, a); len(got) != 1 || got["proxied"] != "10" {
+		t.Errorf("rollup: %v, want proxied 10", got)
+	}
+	if got := scalar(t, s, "SELECT toString(countIf(class = 'proxied' AND records = 4)) || '/' || toString(count()) FROM peertrail.chains FINAL WHERE audit_id LIKE 'reopened-a-%' AND state = 'final'", nil); got != "10/10" {
+		t.Errorf("chains FINAL: %s proxied with every record, want 10/10", got)
+	}
+}
+
 // An insert of chains that landed but answered an error (the connection broke after the commit)
 // leaves the writer unsure: offered again, the batch is looked up and not written twice, neither
 // new chains nor a revision that retracted a final row.

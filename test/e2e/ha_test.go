@@ -562,7 +562,7 @@ func TestHALayoutSurvivesEveryPeertrailProcess(t *testing.T) {
 		t.Fatalf("building the replacement binary: %v", err)
 	}
 	for _, n := range order {
-		t.Logf("replace %s", n)
+		t.Logf("replace %s at %s", n, time.Now().Format(time.StampMilli))
 		stopAt := time.Now()
 		procs[n].stop(t)
 		procs[n].start(ctx, t, rebuiltBin)
@@ -848,6 +848,29 @@ func (c haChain) String() string {
 	return fmt.Sprintf("%s %v entry=%s peer=%s", c.Class, c.Findings, c.Entry, c.Peer)
 }
 
+// haDumpAuditID logs every row each aggregator holds of auditID id, chains (all revisions and
+// states) and events with their receipt times, for a disagreement to be read after the run.
+func haDumpAuditID(t *testing.T, ctx context.Context, procs map[string]*haProc, aggNames []string, id string) {
+	t.Helper()
+	for _, a := range aggNames {
+		for _, q := range []string{
+			`SELECT id, revision, state, class, findings, records, entry_apiserver, peer_apiserver, first_received, last_received, explanation
+			FROM peertrail.chains WHERE audit_id = '` + id + `' ORDER BY version`,
+			`SELECT apiserver, stage, code, source_ips, request_received_timestamp, stage_timestamp, received_at
+			FROM peertrail.events WHERE audit_id = '` + id + `' ORDER BY received_at`,
+		} {
+			var rows []map[string]any
+			if err := procs[a].api().sql(ctx, q, &rows); err != nil {
+				t.Logf("%s: %v", a, err)
+				continue
+			}
+			for _, rw := range rows {
+				t.Logf("%s %s: %v", a, id, rw)
+			}
+		}
+	}
+}
+
 // haCheckChains: both aggregators' final chains agree for every auditID, and with what the
 // clients saw.
 func haCheckChains(t *testing.T, ctx context.Context, procs map[string]*haProc, aggNames []string, sent []rlSent) {
@@ -902,6 +925,9 @@ func haCheckChains(t *testing.T, ctx context.Context, procs map[string]*haProc, 
 			break
 		}
 		t.Errorf("the aggregators disagree: %s", d)
+		if i < 3 {
+			haDumpAuditID(t, ctx, procs, aggNames, strings.SplitN(d, ":", 2)[0])
+		}
 	}
 
 	// What each client saw.
