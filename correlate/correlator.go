@@ -97,6 +97,8 @@ type Correlator struct {
 	lastSave     time.Time
 	savedChanges uint64
 	savedSafe    spool.Position
+	// lastReplaySave is when the replay account was last saved (remnant.go).
+	lastReplaySave time.Time
 
 	// flushMu serialises the hand-over of final chains to the sink, which runs without mu
 	// (see flush); it is taken before mu, never while holding it.
@@ -117,6 +119,7 @@ type Correlator struct {
 	// stays before inflightFirst.
 	inflight      int
 	inflightFirst spool.Position
+	inflightLast  int64 // the earliest latest receipt of the chains with the sink, Unix ns
 	win           window
 	noise         noiseEpisodes
 	// undecided are final chains decided without the evidence they waited for; reevaluatedAt
@@ -148,8 +151,12 @@ type Config struct {
 	// (0: defaultFlushEvery); the store writer's FlushInterval, so that both tables take
 	// their inserts at the same pace.
 	FlushEvery time.Duration
-	// StateFile keeps the capability view across restarts ("" keeps it in memory only).
+	// StateFile keeps the capability view across restarts ("" keeps it in memory only), and
+	// beside it the account of what was joined, for the replay (remnant.go).
 	StateFile string
+	// SpoolEnd is the spool's end when the process started: an account that reaches past it
+	// was kept for another spool (one made anew) and is ignored.
+	SpoolEnd spool.Position
 }
 
 // New returns a Correlator. A state file that cannot be read is reported and ignored: the view
@@ -189,6 +196,9 @@ func New(cfg Config) *Correlator {
 		if err != nil && !errors.Is(err, fs.ErrNotExist) {
 			cfg.Log.Warn("correlate: capability state unreadable; relearning from traffic", "file", cfg.StateFile, "err", err)
 		}
+		if err := co.loadReplay(cfg.SpoolEnd); err != nil {
+			cfg.Log.Warn("correlate: the replay account is unreadable; a replay may judge remnants of stored chains again", "err", err)
+		}
 	}
 	return co
 }
@@ -212,6 +222,7 @@ const saveEvery = time.Second
 // it changed: a committed position must never run ahead of the saved view, or a crash would
 // lose what the skipped records taught.
 func (co *Correlator) checkpointLocked(safe spool.Position, force bool) spool.Position {
+	co.saveReplayLocked(force)
 	if co.stateFile == "" {
 		return safe
 	}
@@ -472,6 +483,10 @@ func (co *Correlator) safeLocked() spool.Position {
 }
 
 func (co *Correlator) finishLocked(ctx context.Context, cs *chainState) {
+	if co.j.remnant(cs) {
+		cs.silent = true
+		return
+	}
 	prev := co.prevResult(cs)
 	// Of the draft only apply's copy of its Chain outlives this call (the classifier's holds
 	// for the call), so one draft's memory serves every chain finished.

@@ -2,6 +2,7 @@ package correlate
 
 import (
 	"context"
+	"math"
 	"time"
 
 	"github.com/peertrail/peertrail/chain"
@@ -108,7 +109,12 @@ func (co *Correlator) flushBatchOf(ctx context.Context) (done bool, err error) {
 	if co.pending = co.pending[n:]; len(co.pending) == 0 {
 		co.pending = nil
 	}
-	co.inflight, co.inflightFirst = n, first
+	co.inflight, co.inflightFirst, co.inflightLast = n, first, math.MaxInt64
+	for i := range batch {
+		if batch[i].Verb != "watch" { // never a remnant (remnant.go)
+			co.inflightLast = min(co.inflightLast, batch[i].LastReceived.UnixNano())
+		}
+	}
 	co.m.pending.Set(float64(n + len(co.pending)))
 	co.mu.Unlock()
 

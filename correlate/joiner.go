@@ -147,7 +147,13 @@ type chainState struct {
 	reuse   uint8
 	held    bool // it was kept open once to wait for evidence (Joiner.hold)
 	waiting bool // final without the evidence it waited for (Correlator.undecided)
-	res     result
+	// fresh says a record of it lies at or past Joiner.replayEnd: not all of it is a replay
+	// of what the last process joined (see remnant.go).
+	fresh bool
+	// silent says it is a replayed remnant of a chain stored whole (remnant.go): final,
+	// unjudged, unseen, kept only for a record that may still join it.
+	silent bool
+	res    result
 }
 
 // The bits of chainState.reuse.
@@ -236,12 +242,20 @@ type Joiner struct {
 	// Dropped counts records not joined because their chain, or their auditID, already had
 	// MaxChainRecords (see there).
 	Dropped int64
+	// Remnants counts chains of a replay that left memory unseen, remnants of chains stored
+	// whole (remnant.go).
+	Remnants int64
 	// shared are final chains that another request's chain of their auditID has just made
 	// reuseShared: their verdict gains FindingAuditIDReused (Correlator.markSharedLocked).
 	shared []chainRef
 	// leaving, when set, is called with each final chain just before it leaves memory for good
 	// (past the late window, or beyond MaxRecent): from then on nothing changes its verdict.
 	leaving func(*chainState)
+	// departedLast is the latest receipt (Unix ns) of a chain that left memory; replayEnd and
+	// horizon are the last process's account of the spool it had joined (see remnant.go).
+	departedLast int64
+	replayEnd    spool.Position
+	horizon      int64
 }
 
 // MaxChainRecords bounds the records one chain takes, and the chains one auditID has in memory
@@ -375,6 +389,9 @@ func (j *Joiner) Add(r *record.Record, pos spool.Position) *chainState {
 	}
 	if recv > c.last {
 		c.last = recv
+	}
+	if pos >= j.replayEnd {
+		c.fresh = true
 	}
 	c.records++
 	j.addToSide(c, r, rr)
@@ -674,7 +691,7 @@ func (j *Joiner) split(c *chainState, parts [][]int) []*chainState {
 		n.uri, n.canonURI, n.name = j.strs.retain(c.uri), j.strs.retain(c.canonURI), j.strs.retain(c.name)
 		n.target = j.targets.retain(c.target)
 		n.firstPos, n.first, n.last, n.checked = c.firstPos, c.first, c.last, c.checked
-		n.evicted, n.held = c.evicted, c.held
+		n.evicted, n.held, n.fresh = c.evicted, c.held, c.fresh
 		n.reuse = c.reuse&^reuseDropped | reuseShared | reuseSplit // the drops stay counted in c
 		n.sameID = j.chains.set(&j.slab, n.key, n.self)
 		var own []side
@@ -724,6 +741,7 @@ func (j *Joiner) setSides(c *chainState, sides []side) {
 }
 
 func (j *Joiner) reopen(c *chainState) {
+	c.silent = false
 	j.remove(&j.done, c)
 	j.nDone--
 	c.final = false
@@ -850,6 +868,10 @@ func (j *Joiner) expireRecent() {
 		}
 		if j.leaving != nil {
 			j.leaving(c)
+		}
+		j.departedLast = max(j.departedLast, c.last)
+		if c.silent {
+			j.Remnants++
 		}
 		j.forget(c)
 	}

@@ -103,6 +103,13 @@ func (co *Correlator) Collectors() []prometheus.Collector {
 		defer co.mu.Unlock()
 		return float64(co.j.Dropped)
 	})
+	remnants := prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: metrics.CorrelateReplayRemnantsTotal, Help: "Chains of a replay after a restart that left memory unseen: the last process had stored them whole (a remnant of a chain whose earlier records lay before where the replay began, or a chain replayed whole).",
+	}, func() float64 {
+		co.mu.Lock()
+		defer co.mu.Unlock()
+		return float64(co.j.Remnants)
+	})
 	// The forwarded counts of the apiservers known by now (configured) exist at 0, so that the
 	// first forward shows as an increase and the cross-check with their own counter holds from
 	// the start.
@@ -113,7 +120,7 @@ func (co *Correlator) Collectors() []prometheus.Collector {
 			}
 		}
 	}
-	return []prometheus.Collector{m.records, m.chains, m.forwarded, m.findings, m.overhead, m.proxiedDur, m.open, m.evictions, reopened, dropped, m.reclassified, m.held, m.reevaluated, m.pending, m.sinkErrors, m.badFrames, co.versionErrors, newMemCollector(co)}
+	return []prometheus.Collector{m.records, m.chains, m.forwarded, m.findings, m.overhead, m.proxiedDur, m.open, m.evictions, reopened, dropped, remnants, m.reclassified, m.held, m.reevaluated, m.pending, m.sinkErrors, m.badFrames, co.versionErrors, newMemCollector(co)}
 }
 
 // memCollector reports what the joiner holds (Joiner.memory), read under the lock at scrape

@@ -39,6 +39,9 @@ func (co *Correlator) view(cs *chainState) *draft {
 // views returns cs as the API shows it (view): one chain, or, for an open chain whose records
 // are more than one request (draft.apart), the chains the correlator will split it into.
 func (co *Correlator) views(cs *chainState) []*draft {
+	if cs.silent {
+		return nil // a replayed remnant: the store has its chain
+	}
 	ch := co.view(cs)
 	if len(ch.apart) == 0 {
 		return []*draft{ch}

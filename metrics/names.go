@@ -210,6 +210,9 @@ const (
 	// CorrelateDroppedRecordsTotal counts records not joined because their chain or auditID
 	// already had as many as a chain takes (a reused Audit-ID; finding audit_id_reused).
 	CorrelateDroppedRecordsTotal = "peertrail_correlate_dropped_records_total"
+	// CorrelateReplayRemnantsTotal counts chains of a replay after a restart that left memory
+	// unseen: the last process had stored them whole.
+	CorrelateReplayRemnantsTotal = "peertrail_correlate_replay_remnants_total"
 	// CorrelateReclassifiedTotal counts reopened chains whose class changed, by old and new class.
 	CorrelateReclassifiedTotal = "peertrail_correlate_reclassified_total"
 	// CorrelateHeldTotal counts chains kept open one more chain window to wait for evidence.

@@ -335,7 +335,7 @@ func (s *Server) newCorrelator(ctx context.Context, cfg config.File) error {
 	opts.MaxOpen = cfg.Correlate.MaxOpenChains
 	ccfg := correlate.Config{
 		Join: opts, Codec: s.codec, Caps: caps, Tracer: tracer, Log: s.log, FlushEvery: cfg.StoreFlushInterval(),
-		StateFile: filepath.Join(cfg.DataDir, "correlate", "capabilities.json"),
+		StateFile: filepath.Join(cfg.DataDir, "correlate", "capabilities.json"), SpoolEnd: s.spool.Written(),
 	}
 	if s.writer != nil {
 		ccfg.Sink = s.writer

@@ -1,0 +1,154 @@
+package correlate
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/peertrail/peertrail/chain"
+	"github.com/peertrail/peertrail/ingest/record"
+	"github.com/peertrail/peertrail/ingest/spool"
+)
+
+// A restart replays the spool from the first record of the oldest chain still in memory. A
+// frame there may hold the later record of a chain that had already left memory, stored whole:
+// here y's peer record, behind x's entry (x stays in memory: its peer's record comes late).
+// Joined alone after the restart it made a second chain of y, broken ("entry audit missing"),
+// beside the stored proxied one (found in TestHALayoutSurvivesEveryPeertrailProcess: the two
+// aggregators, restarted at other moments, disagreed). With the last process's account of
+// what it had joined, the replay drops it unseen; without one (the control) it comes back.
+func TestReplayDropsRemnantsOfStoredChains(t *testing.T) {
+	opts := JoinOptions{Window: 5 * time.Second, WatchWindow: time.Hour, LateWindow: time.Minute, MaxOpen: 1_000_000, MaxRecent: 200_000}
+	dir := t.TempDir()
+	codec, err := record.NewCodec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(codec.Close)
+	start := func(stateFile string, spoolEnd spool.Position) (*Correlator, *memSink) {
+		caps := NewCapabilities(15 * time.Minute)
+		for name, addr := range map[string]string{"kas-a": addrA, "kas-b": addrB, "kas-c": addrC} {
+			caps.NoteServer(name, "", addr, t0)
+		}
+		sink := &memSink{}
+		co := New(Config{Join: opts, Codec: codec, Caps: caps, Sink: sink, StateFile: stateFile, SpoolEnd: spoolEnd})
+		return co, sink
+	}
+
+	var entries []spool.Entry
+	var pos spool.Position
+	frame := func(recs []record.Record) {
+		keys := make([]record.Key, len(recs))
+		for i := range recs {
+			keys[i] = recs[i].Key()
+		}
+		b, err := codec.AppendFrame(nil, recs[0].APIServer, recs[0].ReceivedAt, recs, keys)
+		if err != nil {
+			t.Fatal(err)
+		}
+		entries = append(entries, spool.Entry{Pos: pos, End: pos + spool.Position(len(b)), Payload: b})
+		pos += spool.Position(len(b))
+	}
+	at := func(d time.Duration) time.Time { return t0.Add(d) }
+	y, x := podgroups("y", t0), podgroups("x", at(200*time.Millisecond))
+	frame(y.records(sideOpts{apiserver: "kas-a", sourceIPs: []string{client}, code: 200, end: 20 * time.Millisecond, received: at(time.Second)}))
+	// With x's entry, a watch that runs on past the restart: its old receipt must not hold back
+	// the horizon, or no remnant would ever be recognised in a cluster (watches run for hours).
+	w := req{id: "w", verb: "watch", uri: "/api/v1/namespaces/default/pods?watch=true", version: "v1", resource: "pods", user: "alice", at: at(100 * time.Millisecond)}
+	frame(append(x.records(sideOpts{apiserver: "kas-b", sourceIPs: []string{client}, code: 200, end: 20 * time.Millisecond, received: at(1200 * time.Millisecond)}),
+		w.records(sideOpts{apiserver: "kas-b", sourceIPs: []string{client}, code: 200, stages: []string{"RequestReceived", "ResponseStarted"}, received: at(1200 * time.Millisecond)})...))
+	frame(y.records(sideOpts{apiserver: "kas-c", sourceIPs: []string{client, addrA}, code: 200, objects: true, start: 2 * time.Millisecond, end: 15 * time.Millisecond, uri: sortedQuery(y.uri), received: at(1500 * time.Millisecond)}))
+	for s := 2; s <= 90; s++ {
+		if s == 50 {
+			frame(x.records(sideOpts{apiserver: "kas-c", sourceIPs: []string{client, addrB}, code: 200, objects: true, start: 2 * time.Millisecond, end: 15 * time.Millisecond, uri: sortedQuery(x.uri), received: at(50 * time.Second)}))
+		}
+		f := pods(fmt.Sprintf("f-%d", s), at(time.Duration(s)*time.Second-500*time.Millisecond))
+		frame(f.records(sideOpts{apiserver: "kas-a", sourceIPs: []string{client}, code: 200, objects: true, end: 5 * time.Millisecond, received: at(time.Duration(s) * time.Second)}))
+	}
+
+	// The first process joins it all, a frame at a time, and stops.
+	state := filepath.Join(dir, "correlate", "capabilities.json")
+	first, firstSink := start(state, 0)
+	var committed spool.Position
+	for _, e := range entries {
+		b, err := codec.DecodeFrame(e.Payload)
+		if err != nil {
+			t.Fatal(err)
+		}
+		first.now = func() time.Time { return b.Records[0].ReceivedAt }
+		p, err := first.Consume(context.Background(), []spool.Entry{e})
+		if err != nil {
+			t.Fatal(err)
+		}
+		committed = max(committed, p)
+	}
+	if err := first.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if committed != entries[1].Pos {
+		t.Fatalf("committed %d, want x's first record at %d (y has left memory, x not)", committed, entries[1].Pos)
+	}
+	stored := map[string]chain.Class{}
+	for _, c := range firstSink.chains {
+		if c.AuditID == "y" || c.AuditID == "x" {
+			stored[c.AuditID+" "+c.ID] = c.Class
+		}
+	}
+
+	replay := func(co *Correlator, sink *memSink) map[string]chain.Class {
+		for _, e := range entries {
+			if e.Pos < committed {
+				continue
+			}
+			if _, err := co.Consume(context.Background(), []spool.Entry{e}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		co.now = func() time.Time { return at(200 * time.Second) }
+		if _, err := co.Consume(context.Background(), nil); err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]chain.Class{}
+		for _, c := range sink.chains {
+			if c.AuditID == "y" || c.AuditID == "x" {
+				got[c.AuditID+" "+c.ID] = c.Class
+			}
+		}
+		return got
+	}
+	// The control: without the account the replay makes y's peer record a chain of its own.
+	control, controlSink := start("", 0)
+	if got := replay(control, controlSink); len(got) != 2 {
+		t.Fatalf("control: chains of x and y %v (stored before: %v), want x's again and y's remnant", got, stored)
+	}
+	again, againSink := start(state, pos)
+	got := replay(again, againSink)
+	for k, class := range got {
+		if stored[k] != class {
+			t.Errorf("after the restart: %s %s, stored before as %q (all stored: %v)", k, class, stored[k], stored)
+		}
+	}
+	if len(got) != 1 || again.j.Remnants == 0 {
+		t.Errorf("after the restart: %v, %d remnants left unseen; want x's chain again and y's remnant unseen", got, again.j.Remnants)
+	}
+
+	// Restarts a few seconds apart: the second process stops after a few frames of its replay,
+	// before any chain of its own left memory; its account still covers what the first stored.
+	brief, _ := start(state, pos)
+	for _, e := range entries {
+		if e.Pos >= committed && e.Pos < entries[6].Pos {
+			if _, err := brief.Consume(context.Background(), []spool.Entry{e}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := brief.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	third, thirdSink := start(state, pos)
+	if got := replay(third, thirdSink); len(got) != 1 {
+		t.Errorf("after two restarts: %v, want x's chain again and y's remnant unseen", got)
+	}
+}
