@@ -127,6 +127,8 @@ func (co *Correlator) loadReplay(spoolEnd spool.Position) error {
 	// What the last account says was stored holds for this process's accounts too: restarts a
 	// few seconds apart, before any chain of their own left memory, still drop the remnants.
 	co.j.departedLast = max(co.j.departedLast, st.Horizon-1)
-	co.log.Info("correlate: replaying past the last account", "end", st.End, "horizon", time.Unix(0, st.Horizon).UTC())
+	if st.Horizon > 1 {
+		co.log.Info("correlate: the replay leaves unseen the remnants of chains stored whole", "before_position", st.End, "last_received_before", time.Unix(0, st.Horizon).UTC())
+	}
 	return nil
 }
