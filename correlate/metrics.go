@@ -89,27 +89,20 @@ func newCorrelateMetrics() *correlateMetrics {
 // Collectors returns the correlator's metrics, for registration.
 func (co *Correlator) Collectors() []prometheus.Collector {
 	m := co.m
-	reopened := prometheus.NewCounterFunc(prometheus.CounterOpts{
-		Name: metrics.CorrelateReopenedTotal, Help: "Final chains reopened by a late record (its apiserver's webhook was behind).",
-	}, func() float64 {
-		co.mu.Lock()
-		defer co.mu.Unlock()
-		return float64(co.j.Reopened)
-	})
-	dropped := prometheus.NewCounterFunc(prometheus.CounterOpts{
-		Name: metrics.CorrelateDroppedRecordsTotal, Help: "Records not joined: their chain or auditID had as many as a chain takes (a reused Audit-ID).",
-	}, func() float64 {
-		co.mu.Lock()
-		defer co.mu.Unlock()
-		return float64(co.j.Dropped)
-	})
-	remnants := prometheus.NewCounterFunc(prometheus.CounterOpts{
-		Name: metrics.CorrelateReplayRemnantsTotal, Help: "Chains of a replay after a restart that left memory unseen: the last process had stored them whole (a remnant of a chain whose earlier records lay before where the replay began, or a chain replayed whole).",
-	}, func() float64 {
-		co.mu.Lock()
-		defer co.mu.Unlock()
-		return float64(co.j.Remnants)
-	})
+	// The joiner's own counts, read under the lock at scrape time.
+	joinerCount := func(name, help string, n func(*Joiner) int64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, func() float64 {
+			co.mu.Lock()
+			defer co.mu.Unlock()
+			return float64(n(co.j))
+		})
+	}
+	reopened := joinerCount(metrics.CorrelateReopenedTotal, "Final chains reopened by a late record (its apiserver's webhook was behind).",
+		func(j *Joiner) int64 { return j.Reopened })
+	dropped := joinerCount(metrics.CorrelateDroppedRecordsTotal, "Records not joined: their chain or auditID had as many as a chain takes (a reused Audit-ID).",
+		func(j *Joiner) int64 { return j.Dropped })
+	remnants := joinerCount(metrics.CorrelateReplayRemnantsTotal, "Chains of a replay after a restart that left memory unseen: the last process had stored them whole (a remnant of a chain whose earlier records lay before where the replay began, or a chain replayed whole).",
+		func(j *Joiner) int64 { return j.Remnants })
 	// The forwarded counts of the apiservers known by now (configured) exist at 0, so that the
 	// first forward shows as an increase and the cross-check with their own counter holds from
 	// the start.
