@@ -111,9 +111,7 @@ func (co *Correlator) flushBatchOf(ctx context.Context) (done bool, err error) {
 	}
 	co.inflight, co.inflightFirst, co.inflightLast = n, first, math.MaxInt64
 	for i := range batch {
-		if batch[i].Verb != "watch" { // never a remnant (remnant.go)
-			co.inflightLast = min(co.inflightLast, batch[i].LastReceived.UnixNano())
-		}
+		co.inflightLast = horizonBefore(co.inflightLast, &batch[i])
 	}
 	co.m.pending.Set(float64(n + len(co.pending)))
 	co.mu.Unlock()

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/peertrail/peertrail/chain"
 	"github.com/peertrail/peertrail/ingest/spool"
 	"github.com/peertrail/peertrail/internal/fsutil"
 )
@@ -70,14 +71,21 @@ func (co *Correlator) horizonLocked() int64 {
 		}
 	}
 	for i := range co.pending {
-		if co.pending[i].Verb != "watch" {
-			h = min(h, co.pending[i].LastReceived.UnixNano())
-		}
+		h = horizonBefore(h, &co.pending[i])
 	}
 	if co.inflight > 0 {
 		h = min(h, co.inflightLast)
 	}
 	return h
+}
+
+// horizonBefore is h, lowered to before ch, a final chain not yet stored, unless ch is a
+// watch's (never a remnant).
+func horizonBefore(h int64, ch *chain.Chain) int64 {
+	if ch.Verb == "watch" {
+		return h
+	}
+	return min(h, ch.LastReceived.UnixNano())
 }
 
 // saveReplayLocked writes the account, at most once a second unless forced.
