@@ -97,8 +97,11 @@ type Correlator struct {
 	lastSave     time.Time
 	savedChanges uint64
 	savedSafe    spool.Position
-	// lastReplaySave is when the replay account was last saved (remnant.go).
-	lastReplaySave time.Time
+	// lastReplaySave is when the replay account was last saved, horizonWalked the bound its last
+	// walk of the chains in memory found and horizonWalkedAt when (remnant.go).
+	lastReplaySave  time.Time
+	horizonWalked   int64
+	horizonWalkedAt time.Time
 
 	// flushMu serialises the hand-over of final chains to the sink, which runs without mu
 	// (see flush); it is taken before mu, never while holding it.

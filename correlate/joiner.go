@@ -256,6 +256,9 @@ type Joiner struct {
 	departedLast int64
 	replayEnd    spool.Position
 	horizon      int64
+	// touchedLast is the earliest latest receipt (Unix ns) of a chain a record joined since the
+	// replay account last walked the chains in memory (remnant.go's horizonLocked).
+	touchedLast int64
 }
 
 // MaxChainRecords bounds the records one chain takes, and the chains one auditID has in memory
@@ -273,7 +276,7 @@ const MaxChainRecords = 64
 
 // NewJoiner returns an empty joiner.
 func NewJoiner(opts JoinOptions) *Joiner {
-	return &Joiner{opts: opts, chains: newAuditIndex(), more: map[ref][]side{},
+	return &Joiner{opts: opts, chains: newAuditIndex(), more: map[ref][]side{}, touchedLast: math.MaxInt64,
 		strs: newTable[text](), ids: newTable[identity](), addrs: newTable[addrList](), targets: newTable[target](), verdicts: newTable[verdict]()}
 }
 
@@ -390,6 +393,7 @@ func (j *Joiner) Add(r *record.Record, pos spool.Position) *chainState {
 	if recv > c.last {
 		c.last = recv
 	}
+	j.touchedLast = min(j.touchedLast, c.last)
 	if pos >= j.replayEnd {
 		c.fresh = true
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"math"
 	"os"
 	"path/filepath"
 	"time"
@@ -53,8 +54,26 @@ func (j *Joiner) remnant(c *chainState) bool {
 // before every chain not yet stored. Watches' chains, never remnants, do not hold it back (a
 // running watch keeps its old receipt for as long as it runs), nor does a chain of this
 // process's replay that the last account already found stored whole (a remnant still open).
-func (co *Correlator) horizonLocked() int64 {
-	h := co.j.departedLast + 1
+// The chains in memory are walked at most every walkEvery unless forced; between walks the last
+// walk's bound and the chains joined since stand for them: a chain's latest receipt only grows,
+// and one that came or began to count since was joined a record, so the horizon is never later
+// than a walk would find, at most walkEvery earlier.
+func (co *Correlator) horizonLocked(force bool) int64 {
+	if force || co.horizonWalkedAt.IsZero() || co.now().Sub(co.horizonWalkedAt) >= walkEvery {
+		co.horizonWalked, co.horizonWalkedAt = co.walkHorizonLocked(), co.now()
+		co.j.touchedLast = math.MaxInt64
+	}
+	return min(co.j.departedLast+1, co.horizonWalked, co.j.touchedLast)
+}
+
+// walkEvery bounds how often the account walks every chain in memory (about 150,000 at 10,000
+// events/s: each a cache miss, the walk a few milliseconds).
+const walkEvery = 10 * time.Second
+
+// walkHorizonLocked is the earliest latest receipt of the chains in memory not yet stored that
+// hold the horizon back (math.MaxInt64 when none does).
+func (co *Correlator) walkHorizonLocked() int64 {
+	h := int64(math.MaxInt64)
 	counts := func(c *chainState) bool {
 		return c != nil && !co.j.remnant(c) && co.j.targetOf(c).verb != "watch"
 	}
@@ -93,7 +112,7 @@ func (co *Correlator) saveReplayLocked(force bool) {
 	if co.stateFile == "" || (!force && co.now().Sub(co.lastReplaySave) < saveEvery) {
 		return
 	}
-	st := replayState{End: co.lastEnd, Horizon: co.horizonLocked()}
+	st := replayState{End: co.lastEnd, Horizon: co.horizonLocked(force)}
 	if st.End < co.j.replayEnd {
 		// This replay has not yet reached where the last account ended: that account holds for
 		// what lies between, and this process knows nothing later of it.

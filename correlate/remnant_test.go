@@ -152,3 +152,75 @@ func TestReplayDropsRemnantsOfStoredChains(t *testing.T) {
 		t.Errorf("after two restarts: %v, want x's chain again and y's remnant unseen", got)
 	}
 }
+
+// Between two walks of the chains in memory the account's horizon is the last walk's bound
+// lowered by every chain joined since: a chain that came after the walk with an older receipt
+// (an agent's backlog) holds it back at once, as a walk would, and a walk raises it again once
+// the chains that held it back have left.
+func TestReplayHorizonBetweenWalks(t *testing.T) {
+	opts := JoinOptions{Window: 5 * time.Second, WatchWindow: time.Hour, LateWindow: time.Minute, MaxOpen: 1_000_000, MaxRecent: 200_000}
+	codec, err := record.NewCodec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(codec.Close)
+	caps := NewCapabilities(15 * time.Minute)
+	caps.NoteServer("kas-a", "", addrA, t0)
+	co := New(Config{Join: opts, Codec: codec, Caps: caps, Sink: &memSink{}, StateFile: filepath.Join(t.TempDir(), "correlate", "capabilities.json")})
+	at := func(d time.Duration) time.Time { return t0.Add(d) }
+	var pos spool.Position
+	consume := func(now time.Time, name string, received time.Time) {
+		t.Helper()
+		co.now = func() time.Time { return now }
+		var entries []spool.Entry
+		if name != "" {
+			recs := pods(name, received.Add(-time.Second)).records(sideOpts{apiserver: "kas-a", sourceIPs: []string{client}, code: 200, objects: true, end: 5 * time.Millisecond, received: received})
+			keys := make([]record.Key, len(recs))
+			for i := range recs {
+				keys[i] = recs[i].Key()
+			}
+			b, err := codec.AppendFrame(nil, "kas-a", received, recs, keys)
+			if err != nil {
+				t.Fatal(err)
+			}
+			entries = append(entries, spool.Entry{Pos: pos, End: pos + spool.Position(len(b)), Payload: b})
+			pos += spool.Position(len(b))
+		}
+		if _, err := co.Consume(context.Background(), entries); err != nil {
+			t.Fatal(err)
+		}
+	}
+	horizon := func() time.Duration {
+		t.Helper()
+		co.mu.Lock()
+		defer co.mu.Unlock()
+		return time.Duration(co.horizonLocked(false) - t0.UnixNano())
+	}
+
+	// a comes and leaves memory (final, stored, past the late window): nothing is in memory at
+	// the walk, and the horizon is just past a's receipt.
+	consume(at(100*time.Second), "a", at(100*time.Second))
+	for s := 110; s <= 200; s += 10 {
+		consume(at(time.Duration(s)*time.Second), "", time.Time{})
+		co.flush(context.Background())
+	}
+	if co.j.Open() != 0 || co.j.departedLast != at(100*time.Second).UnixNano() {
+		t.Fatalf("a still in memory at 200s: %d open, departed up to %v", co.j.Open(), time.Duration(co.j.departedLast-t0.UnixNano()))
+	}
+	if h := horizon(); h != 100*time.Second+1 {
+		t.Fatalf("horizon with nothing in memory: %v, want just past a's receipt", h)
+	}
+	// A second later, before the next walk, an agent's backlog brings a chain received at 50s.
+	consume(at(201*time.Second), "backlog", at(50*time.Second))
+	if h := horizon(); h != 50*time.Second {
+		t.Fatalf("horizon a second after the walk, with a chain received at 50s joined since: %v, want 50s", h)
+	}
+	// Once it has left memory too, the next walk raises the horizon again.
+	for s := 210; s <= 300; s += 10 {
+		consume(at(time.Duration(s)*time.Second), "", time.Time{})
+		co.flush(context.Background())
+	}
+	if h := horizon(); h != 100*time.Second+1 {
+		t.Fatalf("horizon once the backlog left memory: %v, want just past a's receipt again", h)
+	}
+}
