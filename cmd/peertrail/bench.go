@@ -51,7 +51,9 @@ from several apiservers with package loadgen, at --rate or as fast as it acknowl
 real event shapes with both sides of forwarded requests (--proxied-fraction of the requests:
 the entry's record with its bare status, the peer's with the extra source IP), then waits until
 every acknowledged event is in peertrail.events and every request's chain is final in
-peertrail.chains. A progress line goes to stderr every second.
+peertrail.chains. A progress line goes to stderr every second (serve's own figures in it, from
+its /metrics and SQL, are read every 15 s, as a Prometheus would scrape: the bench measures
+serve's CPU, and its reading should cost serve no more than a deployment's monitoring).
 
 It prints the accepted rate (acknowledged events per second of sending) and the end-to-end
 rate (events per second from the first batch sent to the last chain final; a chain is final a
