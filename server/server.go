@@ -39,6 +39,7 @@ import (
 	"github.com/peertrail/peertrail/ingest/record"
 	"github.com/peertrail/peertrail/ingest/ship"
 	"github.com/peertrail/peertrail/ingest/spool"
+	"github.com/peertrail/peertrail/internal/pageout"
 	"github.com/peertrail/peertrail/internal/version"
 	"github.com/peertrail/peertrail/metrics"
 	"github.com/peertrail/peertrail/store"
@@ -207,6 +208,13 @@ func newServer(ctx context.Context, cfg config.File, log *slog.Logger, agent boo
 		// of its library that the steady state does not (BENCHMARKS.md, "An eighth session").
 		if err := emb.Engine().ReleaseLibraryPages(); err != nil {
 			log.Debug("engine library pages stay resident", "err", err)
+		}
+	}
+	// So did peertrail's own start (the commands, the configuration, the Kubernetes types'
+	// registration, the schema): its binary's pages are paged out once too.
+	if exe, err := os.Executable(); err == nil {
+		if err := pageout.Release(exe); err != nil {
+			log.Debug("peertrail's binary pages stay resident", "err", err)
 		}
 	}
 	if err := s.newCorrelator(ctx, cfg); err != nil {

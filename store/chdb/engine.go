@@ -12,6 +12,8 @@ import (
 	"sync"
 	"time"
 	"unsafe"
+
+	"github.com/peertrail/peertrail/internal/pageout"
 )
 
 // Errors returned by this package. Match them with errors.Is.
@@ -446,7 +448,12 @@ func (e *Engine) Nice() int { return e.thread.nice }
 // engine runs afterwards, and the kernel would otherwise keep those pages until it ran short of
 // memory. The engine faults back what it runs. Pages that another process also maps stay.
 // It does nothing but on Linux; an error (before Linux 5.4) changes nothing.
-func (e *Engine) ReleaseLibraryPages() error { return releaseLibraryPages(e.libPath) }
+func (e *Engine) ReleaseLibraryPages() error {
+	if err := pageout.Release(e.libPath); err != nil {
+		return fmt.Errorf("chdb: page out the library: %w", err)
+	}
+	return nil
+}
 
 // acquire takes the engine's lock, giving up when ctx is done first.
 func (e *Engine) acquire(ctx context.Context) error {

@@ -1,4 +1,4 @@
-package chdb
+package pageout
 
 import (
 	"bufio"
@@ -12,35 +12,34 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// releaseLibraryPages asks the kernel to page out what is resident of the library's read-only
-// mappings (its code and constant data) in this process, with MADV_PAGEOUT: the pages no other
+// Release asks the kernel to page out what is resident of the read-only mappings (code and
+// constant data) of the file at path in this process, with MADV_PAGEOUT: the pages no other
 // process maps leave the process (the page cache may keep some, unmapped, until the kernel wants
-// the memory); the writable mappings are left alone. What only loading ran stays out for the
-// rest of the run (BENCHMARKS.md, "An eighth session"). It needs Linux 5.4; on an older
-// kernel it fails and changes nothing.
-func releaseLibraryPages(libPath string) error {
-	fi, err := os.Stat(libPath)
+// the memory); the writable mappings are left alone, and a page used again is faulted back. It
+// needs Linux 5.4; on an older kernel it fails and changes nothing.
+func Release(path string) error {
+	fi, err := os.Stat(path)
 	if err != nil {
-		return fmt.Errorf("chdb: page out %s: %w", libPath, err)
+		return fmt.Errorf("pageout: %s: %w", path, err)
 	}
 	st, ok := fi.Sys().(*syscall.Stat_t)
 	if !ok {
-		return fmt.Errorf("chdb: page out %s: no inode", libPath)
+		return fmt.Errorf("pageout: %s: no inode", path)
 	}
-	resolved, err := filepath.EvalSymlinks(libPath)
+	resolved, err := filepath.EvalSymlinks(path)
 	if err != nil {
-		return fmt.Errorf("chdb: page out %s: %w", libPath, err)
+		return fmt.Errorf("pageout: %s: %w", path, err)
 	}
 	if resolved, err = filepath.Abs(resolved); err != nil {
-		return fmt.Errorf("chdb: page out %s: %w", libPath, err)
+		return fmt.Errorf("pageout: %s: %w", path, err)
 	}
-	maps, err := libraryMappings(resolved, st)
+	maps, err := readOnlyMappings(resolved, st)
 	if err != nil {
 		return err
 	}
 	for _, m := range maps {
 		if _, _, errno := unix.Syscall(unix.SYS_MADVISE, m.start, m.end-m.start, unix.MADV_PAGEOUT); errno != 0 {
-			return fmt.Errorf("chdb: madvise(MADV_PAGEOUT) of %s at %#x: %w", libPath, m.start, errno)
+			return fmt.Errorf("pageout: madvise(MADV_PAGEOUT) of %s at %#x: %w", path, m.start, errno)
 		}
 	}
 	return nil
@@ -49,14 +48,14 @@ func releaseLibraryPages(libPath string) error {
 // mapping is one address range of /proc/self/maps.
 type mapping struct{ start, end uintptr }
 
-// libraryMappings returns this process's read-only mappings of the file at path (no symlink)
-// that st describes. A mapping is the library's when its path is that path, or when its device
+// readOnlyMappings returns this process's read-only mappings of the file at path (no symlink)
+// that st describes. A mapping is the file's when its path is that path, or when its device
 // and inode are st's: on an overlay filesystem (a container's image) the kernel names the
 // mapping by one and the file's stat by the other.
-func libraryMappings(path string, st *syscall.Stat_t) ([]mapping, error) {
+func readOnlyMappings(path string, st *syscall.Stat_t) ([]mapping, error) {
 	f, err := os.Open("/proc/self/maps")
 	if err != nil {
-		return nil, fmt.Errorf("chdb: read mappings: %w", err)
+		return nil, fmt.Errorf("pageout: read mappings: %w", err)
 	}
 	defer f.Close()
 	dev := fmt.Sprintf("%02x:%02x", unix.Major(st.Dev), unix.Minor(st.Dev))
@@ -86,7 +85,7 @@ func libraryMappings(path string, st *syscall.Stat_t) ([]mapping, error) {
 		out = append(out, mapping{uintptr(start), uintptr(end)})
 	}
 	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("chdb: read mappings: %w", err)
+		return nil, fmt.Errorf("pageout: read mappings: %w", err)
 	}
 	return out, nil
 }
