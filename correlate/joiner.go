@@ -393,9 +393,11 @@ func (j *Joiner) Add(r *record.Record, pos spool.Position) *chainState {
 	if recv > c.last {
 		c.last = recv
 	}
-	j.touchedLast = min(j.touchedLast, c.last)
 	if pos >= j.replayEnd {
 		c.fresh = true
+	}
+	if c.fresh || c.last >= j.horizon { // a remnant does not hold the horizon back (remnant.go)
+		j.touchedLast = min(j.touchedLast, c.last)
 	}
 	c.records++
 	j.addToSide(c, r, rr)

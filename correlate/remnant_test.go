@@ -3,6 +3,7 @@ package correlate
 import (
 	"context"
 	"fmt"
+	"math"
 	"path/filepath"
 	"testing"
 	"time"
@@ -222,5 +223,30 @@ func TestReplayHorizonBetweenWalks(t *testing.T) {
 	}
 	if h := horizon(); h != 100*time.Second+1 {
 		t.Fatalf("horizon once the backlog left memory: %v, want just past a's receipt again", h)
+	}
+}
+
+// A record of the replay joining a remnant (before the last account's end, its chain received
+// before the horizon) leaves the horizon where it was, as a walk would; one after the account's
+// end, or received past the horizon, lowers it to its chain's receipt.
+func TestReplayRemnantsDoNotLowerTheHorizon(t *testing.T) {
+	j := NewJoiner(DefaultJoinOptions())
+	j.replayEnd, j.horizon = 1000, t0.Add(time.Minute).UnixNano()
+	add := func(id string, pos spool.Position, received time.Duration) {
+		r := pods(id, t0).local("kas-a", 200, "")[1]
+		r.ReceivedAt = t0.Add(received)
+		j.Add(&r, pos)
+	}
+	add("remnant", 100, 10*time.Second)
+	if j.touchedLast != math.MaxInt64 {
+		t.Fatalf("a remnant's record lowered the horizon to %v", time.Duration(j.touchedLast-t0.UnixNano()))
+	}
+	add("replayed-late", 200, 70*time.Second)
+	if want := t0.Add(70 * time.Second).UnixNano(); j.touchedLast != want {
+		t.Fatalf("a replayed chain received past the horizon: %v, want 70s", time.Duration(j.touchedLast-t0.UnixNano()))
+	}
+	add("new", 1000, 20*time.Second)
+	if want := t0.Add(20 * time.Second).UnixNano(); j.touchedLast != want {
+		t.Fatalf("a chain from after the account's end: %v, want its receipt, 20s", time.Duration(j.touchedLast-t0.UnixNano()))
 	}
 }
