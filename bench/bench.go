@@ -668,6 +668,37 @@ func (s *rssSamples) summarise(from, to float64, res *Result) {
 	res.LoadRSSMeanBytes, res.LoadRSSAnonMeanBytes = sum/n, sumAnon/n
 }
 
+// privateCopy copies the binary exe into dir once, for serve to run from: a deployed serve is
+// the only process that maps its binary, and serve pages out what its start alone used
+// (server's pageout), which the kernel does only for pages no other process maps; run from the
+// bench's own file, it would share them with the bench.
+func privateCopy(exe, dir string) (string, error) {
+	dst := filepath.Join(dir, "peertrail-serve")
+	if _, err := os.Stat(dst); err == nil {
+		return dst, nil
+	}
+	in, err := os.Open(exe)
+	if err != nil {
+		return "", fmt.Errorf("bench: copy the binary for serve: %w", err)
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst+".tmp", os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o755)
+	if err != nil {
+		return "", fmt.Errorf("bench: copy the binary for serve: %w", err)
+	}
+	_, err = io.Copy(out, in)
+	if cerr := out.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(dst+".tmp", dst)
+	}
+	if err != nil {
+		return "", fmt.Errorf("bench: copy the binary for serve: %w", err)
+	}
+	return dst, nil
+}
+
 // start starts serve with a config of the run's apiservers, each with a token of its own, and
 // waits until it is ready.
 func (o Options) start(ctx context.Context, t *Traffic, work string) (*child, error) {
@@ -720,7 +751,12 @@ func (o Options) start(ctx context.Context, t *Traffic, work string) (*child, er
 	if err != nil {
 		return nil, fmt.Errorf("bench: server log: %w", err)
 	}
-	c.cmd = exec.Command(o.Exe, args...)
+	exe, err := privateCopy(o.Exe, work)
+	if err != nil {
+		logFile.Close()
+		return nil, err
+	}
+	c.cmd = exec.Command(exe, args...)
 	c.cmd.Env = o.Env
 	c.cmd.Stdout, c.cmd.Stderr = logFile, logFile
 	o.Log.Info("bench: starting the server", "cmd", strings.Join(c.cmd.Args, " "))
