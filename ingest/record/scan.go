@@ -227,14 +227,9 @@ func (s *scanner) key() ([]byte, bool) {
 		return nil, false
 	}
 	start := s.i + 1
-	for i := start; i < len(s.b); i++ {
-		switch c := s.b[i]; {
-		case c == '"':
-			s.i = i + 1
-			return s.b[start:i], true
-		case c == '\\' || c < 0x20 || c >= 0x80:
-			return nil, false
-		}
+	if i := stringStop(s.b, start); i < len(s.b) && s.b[i] == '"' {
+		s.i = i + 1
+		return s.b[start:i], true
 	}
 	return nil, false
 }
@@ -261,6 +256,9 @@ func (s *scanner) str() (string, bool) {
 	start := s.i
 	plain, ascii := true, true
 	for i := start + 1; i < len(s.b); i++ {
+		if i = stringStop(s.b, i); i == len(s.b) {
+			break
+		}
 		switch c := s.b[i]; {
 		case c == '"':
 			s.i = i + 1
@@ -655,6 +653,9 @@ func (s *scanner) literal(lit string) bool {
 // other byte at or above 0x20, invalid UTF-8 included).
 func (s *scanner) skipString() bool {
 	for i := s.i + 1; i < len(s.b); i++ {
+		if i = stringStop(s.b, i); i == len(s.b) {
+			break
+		}
 		switch c := s.b[i]; {
 		case c == '"':
 			s.i = i + 1
@@ -841,21 +842,13 @@ func (s *scanner) skipLoosely() (deepest int, ok bool) {
 	for ; i < len(b); i++ {
 		switch b[i] {
 		case '"':
-			for {
-				j := bytes.IndexByte(b[i+1:], '"')
-				if j < 0 {
-					return 0, false
-				}
-				i += 1 + j
-				// The quote ends the string unless an odd number of backslashes precede it;
-				// the string's opening quote stops the count.
-				k := i - 1
-				for b[k] == '\\' {
-					k--
-				}
-				if (i-1-k)%2 == 0 {
-					break
-				}
+			// The string ends at the first quote not escaped; a backslash escapes the byte
+			// after it, whatever it is (the value is checked strictly later).
+			for i = quoteOrEscape(b, i+1); i < len(b) && b[i] == '\\'; {
+				i = quoteOrEscape(b, i+2)
+			}
+			if i >= len(b) {
+				return 0, false
 			}
 			if depth == 0 {
 				s.i = i + 1
