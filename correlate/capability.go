@@ -45,6 +45,9 @@ type Capabilities struct {
 	// epoch: a process either serves a built-in resource or not for its whole life, so one
 	// observed forward outranks any number of such answers, in whatever order they arrive.
 	assumed map[string]map[chain.GVR][]run
+	// learned are the apiservers evidence or assumed hold, sorted: the order OtherServer
+	// asks them in, kept rather than built for every chain it classifies.
+	learned []string
 	// proxied holds, like evidence, when each apiserver was seen to forward requests for a
 	// GVR (every run served=true), kept per epoch: that a process forwarded a resource is
 	// evidence about that process only.
@@ -122,6 +125,11 @@ func (c *Capabilities) learnLocked(into map[string]map[chain.GVR][]run, apiserve
 	if byGVR == nil {
 		byGVR = map[chain.GVR][]run{}
 		into[apiserver] = byGVR
+		// A new name in evidence or assumed (not proxied) joins learned.
+		if (c.evidence[apiserver] != nil || c.assumed[apiserver] != nil) && !slices.Contains(c.learned, apiserver) {
+			c.learned = append(c.learned, apiserver)
+			slices.Sort(c.learned)
+		}
 	}
 	from, to := c.epochLocked(apiserver, t)
 	byGVR[g] = addEvidence(byGVR[g], t, served, from, to)
@@ -267,19 +275,10 @@ func (c *Capabilities) SeenServing(apiserver string, g chain.GVR, t time.Time) b
 func (c *Capabilities) OtherServer(except string, g chain.GVR, t time.Time) (string, bool) {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
-	names := make([]string, 0, len(c.evidence))
-	for name := range c.evidence {
-		if name != except {
-			names = append(names, name)
+	for _, name := range c.learned {
+		if name == except {
+			continue
 		}
-	}
-	for name := range c.assumed {
-		if _, ok := c.evidence[name]; !ok && name != except {
-			names = append(names, name)
-		}
-	}
-	sort.Strings(names)
-	for _, name := range names {
 		if served, known := c.servesLocked(name, g, t); known && served {
 			return name, true
 		}

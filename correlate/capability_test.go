@@ -358,3 +358,34 @@ func TestLastSeenIsTheLatestSighting(t *testing.T) {
 		}
 	}
 }
+
+// TestOtherServerAsksInNameOrder: of the apiservers that serve a resource, OtherServer names
+// the first by name, whatever order they were learned in, from evidence, from assumed
+// answers and from a restored view alike; one only seen to forward it is not asked.
+func TestOtherServerAsksInNameOrder(t *testing.T) {
+	at := t0.Add(time.Minute)
+	c := NewCapabilities(15 * time.Minute)
+	c.NoteProxied("kas-0", podgroupsGVR, t0)
+	c.Learn("kas-d", podgroupsGVR, t0, true)
+	c.Assume("kas-c", podgroupsGVR, t0)
+	c.Learn("kas-b", podgroupsGVR, t0, false)
+	c.Learn("kas-a", podgroupsGVR, t0, true)
+	b, err := json.Marshal(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := NewCapabilities(15 * time.Minute)
+	if err := json.Unmarshal(b, d); err != nil {
+		t.Fatal(err)
+	}
+	for name, v := range map[string]*Capabilities{"learned": c, "restored": d} {
+		for except, want := range map[string]string{"kas-a": "kas-c", "kas-c": "kas-a", "kas-x": "kas-a"} {
+			if got, ok := v.OtherServer(except, podgroupsGVR, at); !ok || got != want {
+				t.Errorf("%s: OtherServer(%s) = %q %v, want %q", name, except, got, ok, want)
+			}
+		}
+		if got := v.learned; !slices.Equal(got, []string{"kas-a", "kas-b", "kas-c", "kas-d"}) {
+			t.Errorf("%s: learned %v", name, got)
+		}
+	}
+}
