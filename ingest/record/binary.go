@@ -145,6 +145,12 @@ func (r *reader) uvarint() uint64 {
 	if r.err != nil {
 		return 0
 	}
+	// Most are one byte: a string's length under 128, a count, a flag.
+	if len(r.b) > 0 && r.b[0] < 0x80 {
+		v := r.b[0]
+		r.b = r.b[1:]
+		return uint64(v)
+	}
 	v, n := binary.Uvarint(r.b)
 	if n <= 0 {
 		r.err = errShort
