@@ -177,3 +177,82 @@ func TestMergesPastAnInsertWriteWideParts(t *testing.T) {
 		}
 	}
 }
+
+// Migration 0016: background merges of the four tables stop at parts of about 2 GiB, and the
+// engine acts on the limit: eight small parts are merged under the engine's defaults and left
+// alone when the limit is below two of them.
+func TestMergesStopAtTheSizeCap(t *testing.T) {
+	s := engine(t)
+	ctx := context.Background()
+	for _, table := range []string{"events", "chains", "audit_ids", "report_chains"} {
+		e := scalar(t, s, "SELECT engine_full FROM system.tables WHERE database = {db:String} AND name = {t:String}",
+			map[string]string{"db": store.Database, "t": table})
+		if want := "max_bytes_to_merge_at_max_space_in_pool = 2147483648"; !strings.Contains(e, want) {
+			t.Errorf("%s: want %q in its settings; engine: %s", table, want, e)
+		}
+	}
+
+	rows, err := simulatedEventRows(8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	capName, defName := "events_cap_small", "events_cap_default"
+	capped, def := store.Database+"."+capName, store.Database+"."+defName
+	for _, q := range []string{
+		"CREATE TABLE " + capped + " AS " + store.Database + ".events",
+		"CREATE TABLE " + def + " AS " + store.Database + ".events",
+		// Both merge five parts of a size (the engine's default), so that the default merges soon.
+		"ALTER TABLE " + capped + " RESET SETTING " + mergeSelectorSettings,
+		"ALTER TABLE " + def + " RESET SETTING " + mergeSelectorSettings + ", max_bytes_to_merge_at_max_space_in_pool",
+		"SYSTEM STOP MERGES " + capped,
+		"SYSTEM STOP MERGES " + def,
+	} {
+		if err := s.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	t.Cleanup(func() {
+		for _, x := range []string{capped, def} {
+			_ = s.Exec(context.Background(), "DROP TABLE IF EXISTS "+x+" SYNC")
+		}
+	})
+	for _, x := range []string{capped, def} {
+		for i := range 8 {
+			if err := s.Insert(ctx, x, store.EventColumns, rows[i:i+1]); err != nil {
+				t.Fatalf("insert %d into %s: %v", i, x, err)
+			}
+		}
+	}
+	// A limit of one and a half of the smallest part: no two parts fit in one merge.
+	smallest, err := strconv.ParseInt(scalar(t, s, "SELECT min(bytes_on_disk) FROM system.parts WHERE database = {db:String} AND table = {t:String} AND active",
+		map[string]string{"db": store.Database, "t": capName}), 10, 64)
+	if err != nil || smallest <= 0 {
+		t.Fatalf("smallest part of %s: %d bytes, %v", capped, smallest, err)
+	}
+	for _, q := range []string{
+		fmt.Sprintf("ALTER TABLE %s MODIFY SETTING max_bytes_to_merge_at_max_space_in_pool = %d", capped, smallest*3/2),
+		"SYSTEM START MERGES " + capped,
+		"SYSTEM START MERGES " + def,
+	} {
+		if err := s.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	parts := func(name string) string {
+		return scalar(t, s, "SELECT count() FROM system.parts WHERE database = {db:String} AND table = {t:String} AND active",
+			map[string]string{"db": store.Database, "t": name})
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for parts(defName) == "8" {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: eight parts after a minute with the engine's default limit; the comparison says nothing", def)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if got := parts(capName); got != "8" {
+		t.Errorf("%s: %s active parts after %s merged, want all 8 (no two fit under its limit)", capped, got, def)
+	}
+	if got := scalar(t, s, "SELECT count() FROM "+capped, nil); got != "8" {
+		t.Errorf("%s: %s rows, want 8", capped, got)
+	}
+}
