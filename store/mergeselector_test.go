@@ -19,7 +19,6 @@ const mergeSelectorSettings = "merge_selector_base, merge_selector_enable_heuris
 // the engine acts on them: eight small parts are left alone with them and merged without.
 func TestMergeSelectorWaitsForMoreParts(t *testing.T) {
 	s := engine(t)
-	ctx := context.Background()
 	for _, table := range []string{"events", "chains", "audit_ids", "report_chains"} {
 		e := scalar(t, s, "SELECT engine_full FROM system.tables WHERE database = {db:String} AND name = {t:String}",
 			map[string]string{"db": store.Database, "t": table})
@@ -30,53 +29,69 @@ func TestMergeSelectorWaitsForMoreParts(t *testing.T) {
 		}
 	}
 
-	rows, err := simulatedEventRows(8)
-	if err != nil {
-		t.Fatal(err)
+	// The engine's defaults merge five parts of a size: once the copy with them has, the copy
+	// with 0014's settings must still have all eight.
+	parts, rows := heldWhileMerged(t, s, "events_selector_set", "events_selector_default",
+		[]string{"ALTER TABLE {merged} RESET SETTING " + mergeSelectorSettings}, nil)
+	if parts != "8" || rows != "8" {
+		t.Errorf("events_selector_set: %s active parts and %s rows after the copy with the default settings merged, want all 8 (ten parts of a size before a merge)", parts, rows)
 	}
-	// The copies by name in system.parts, and qualified in statements.
-	setName, defName := "events_selector_set", "events_selector_default"
-	set, def := store.Database+"."+setName, store.Database+"."+defName
-	for _, q := range []string{
-		"CREATE TABLE " + set + " AS " + store.Database + ".events",
-		"CREATE TABLE " + def + " AS " + store.Database + ".events",
-		"ALTER TABLE " + def + " RESET SETTING " + mergeSelectorSettings,
-	} {
-		if err := s.Exec(ctx, q); err != nil {
-			t.Fatalf("%s: %v", q, err)
+}
+
+// heldWhileMerged makes two copies of events, held and merged, runs before's statements
+// ({held} and {merged} name the copies), inserts eight one-row parts into each with merges
+// stopped, runs after's statements, starts merges and waits until merged has merged some: it
+// returns held's active parts and rows then. The copies are dropped when the test ends.
+func heldWhileMerged(t *testing.T, s *store.Embedded, held, merged string, before []string, after func() []string) (parts, rows string) {
+	t.Helper()
+	ctx := context.Background()
+	name := strings.NewReplacer("{held}", store.Database+"."+held, "{merged}", store.Database+"."+merged)
+	exec := func(qs []string) {
+		for _, q := range qs {
+			if err := s.Exec(ctx, name.Replace(q)); err != nil {
+				t.Fatalf("%s: %v", q, err)
+			}
 		}
 	}
 	t.Cleanup(func() {
-		for _, x := range []string{set, def} {
-			_ = s.Exec(context.Background(), "DROP TABLE IF EXISTS "+x+" SYNC")
+		for _, x := range []string{held, merged} {
+			_ = s.Exec(context.Background(), "DROP TABLE IF EXISTS "+store.Database+"."+x+" SYNC")
 		}
 	})
-	for _, x := range []string{set, def} {
+	exec([]string{
+		"CREATE TABLE {held} AS " + store.Database + ".events",
+		"CREATE TABLE {merged} AS " + store.Database + ".events",
+		"SYSTEM STOP MERGES {held}",
+		"SYSTEM STOP MERGES {merged}",
+	})
+	exec(before)
+	eight, err := simulatedEventRows(8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, x := range []string{held, merged} {
 		for i := range 8 {
-			if err := s.Insert(ctx, x, store.EventColumns, rows[i:i+1]); err != nil {
+			if err := s.Insert(ctx, store.Database+"."+x, store.EventColumns, eight[i:i+1]); err != nil {
 				t.Fatalf("insert %d into %s: %v", i, x, err)
 			}
 		}
 	}
-	parts := func(name string) string {
-		return scalar(t, s, "SELECT count() FROM system.parts WHERE database = {db:String} AND table = {t:String} AND active",
-			map[string]string{"db": store.Database, "t": name})
+	if after != nil {
+		exec(after())
 	}
-	// The engine's defaults merge five parts of a size: wait until it has (it picks merges a
-	// few times a second), then the table with 0014's settings must still have all eight.
+	exec([]string{"SYSTEM START MERGES {held}", "SYSTEM START MERGES {merged}"})
+	active := func(x string) string {
+		return scalar(t, s, "SELECT count() FROM system.parts WHERE database = {db:String} AND table = {t:String} AND active",
+			map[string]string{"db": store.Database, "t": x})
+	}
 	deadline := time.Now().Add(60 * time.Second)
-	for parts(defName) == "8" {
+	for active(merged) == "8" {
 		if time.Now().After(deadline) {
-			t.Fatalf("%s: eight parts after a minute with the engine's default merge settings; the comparison says nothing", def)
+			t.Fatalf("%s: eight parts after a minute; the comparison says nothing", merged)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	if got := parts(setName); got != "8" {
-		t.Errorf("%s: %s active parts after %s merged, want all 8 (ten parts of a size before a merge)", set, got, def)
-	}
-	if got := scalar(t, s, "SELECT count() FROM "+set, nil); got != "8" {
-		t.Errorf("%s: %s rows, want 8", set, got)
-	}
+	return active(held), scalar(t, s, "SELECT count() FROM "+store.Database+"."+held, nil)
 }
 
 // Migration 0015: an insert of events or chains below the table's threshold is written as a
@@ -183,7 +198,6 @@ func TestMergesPastAnInsertWriteWideParts(t *testing.T) {
 // alone when the limit is below two of them.
 func TestMergesStopAtTheSizeCap(t *testing.T) {
 	s := engine(t)
-	ctx := context.Background()
 	for _, table := range []string{"events", "chains", "audit_ids", "report_chains"} {
 		e := scalar(t, s, "SELECT engine_full FROM system.tables WHERE database = {db:String} AND name = {t:String}",
 			map[string]string{"db": store.Database, "t": table})
@@ -192,67 +206,22 @@ func TestMergesStopAtTheSizeCap(t *testing.T) {
 		}
 	}
 
-	rows, err := simulatedEventRows(8)
-	if err != nil {
-		t.Fatal(err)
-	}
-	capName, defName := "events_cap_small", "events_cap_default"
-	capped, def := store.Database+"."+capName, store.Database+"."+defName
-	for _, q := range []string{
-		"CREATE TABLE " + capped + " AS " + store.Database + ".events",
-		"CREATE TABLE " + def + " AS " + store.Database + ".events",
-		// Both merge five parts of a size (the engine's default), so that the default merges soon.
-		"ALTER TABLE " + capped + " RESET SETTING " + mergeSelectorSettings,
-		"ALTER TABLE " + def + " RESET SETTING " + mergeSelectorSettings + ", max_bytes_to_merge_at_max_space_in_pool",
-		"SYSTEM STOP MERGES " + capped,
-		"SYSTEM STOP MERGES " + def,
-	} {
-		if err := s.Exec(ctx, q); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-	}
-	t.Cleanup(func() {
-		for _, x := range []string{capped, def} {
-			_ = s.Exec(context.Background(), "DROP TABLE IF EXISTS "+x+" SYNC")
-		}
-	})
-	for _, x := range []string{capped, def} {
-		for i := range 8 {
-			if err := s.Insert(ctx, x, store.EventColumns, rows[i:i+1]); err != nil {
-				t.Fatalf("insert %d into %s: %v", i, x, err)
+	// Both copies merge five parts of a size (the engine's default), so that one merges soon;
+	// the other gets a limit of one and a half of its smallest part: no two fit in a merge.
+	parts, rows := heldWhileMerged(t, s, "events_cap_small", "events_cap_default",
+		[]string{
+			"ALTER TABLE {held} RESET SETTING " + mergeSelectorSettings,
+			"ALTER TABLE {merged} RESET SETTING " + mergeSelectorSettings + ", max_bytes_to_merge_at_max_space_in_pool",
+		},
+		func() []string {
+			smallest, err := strconv.ParseInt(scalar(t, s, "SELECT min(bytes_on_disk) FROM system.parts WHERE database = {db:String} AND table = 'events_cap_small' AND active",
+				map[string]string{"db": store.Database}), 10, 64)
+			if err != nil || smallest <= 0 {
+				t.Fatalf("smallest part of events_cap_small: %d bytes, %v", smallest, err)
 			}
-		}
-	}
-	// A limit of one and a half of the smallest part: no two parts fit in one merge.
-	smallest, err := strconv.ParseInt(scalar(t, s, "SELECT min(bytes_on_disk) FROM system.parts WHERE database = {db:String} AND table = {t:String} AND active",
-		map[string]string{"db": store.Database, "t": capName}), 10, 64)
-	if err != nil || smallest <= 0 {
-		t.Fatalf("smallest part of %s: %d bytes, %v", capped, smallest, err)
-	}
-	for _, q := range []string{
-		fmt.Sprintf("ALTER TABLE %s MODIFY SETTING max_bytes_to_merge_at_max_space_in_pool = %d", capped, smallest*3/2),
-		"SYSTEM START MERGES " + capped,
-		"SYSTEM START MERGES " + def,
-	} {
-		if err := s.Exec(ctx, q); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-	}
-	parts := func(name string) string {
-		return scalar(t, s, "SELECT count() FROM system.parts WHERE database = {db:String} AND table = {t:String} AND active",
-			map[string]string{"db": store.Database, "t": name})
-	}
-	deadline := time.Now().Add(60 * time.Second)
-	for parts(defName) == "8" {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: eight parts after a minute with the engine's default limit; the comparison says nothing", def)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	if got := parts(capName); got != "8" {
-		t.Errorf("%s: %s active parts after %s merged, want all 8 (no two fit under its limit)", capped, got, def)
-	}
-	if got := scalar(t, s, "SELECT count() FROM "+capped, nil); got != "8" {
-		t.Errorf("%s: %s rows, want 8", capped, got)
+			return []string{fmt.Sprintf("ALTER TABLE {held} MODIFY SETTING max_bytes_to_merge_at_max_space_in_pool = %d", smallest*3/2)}
+		})
+	if parts != "8" || rows != "8" {
+		t.Errorf("events_cap_small: %s active parts and %s rows after the copy without the limit merged, want all 8 (no two fit under its limit)", parts, rows)
 	}
 }
