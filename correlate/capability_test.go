@@ -38,14 +38,7 @@ func TestCapabilitiesFollowAnUpgrade(t *testing.T) {
 	}
 
 	// The view survives a restart of peertrail.
-	b, err := json.Marshal(c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d := NewCapabilities(15 * time.Minute)
-	if err := json.Unmarshal(b, d); err != nil {
-		t.Fatal(err)
-	}
+	d := restored(t, c)
 	for _, at := range []time.Duration{90 * time.Second, 4 * time.Minute, 6 * time.Minute} {
 		s1, k1 := c.Serves("kas-a", podgroupsGVR, t0.Add(at))
 		s2, k2 := d.Serves("kas-a", podgroupsGVR, t0.Add(at))
@@ -370,14 +363,7 @@ func TestOtherServerAsksInNameOrder(t *testing.T) {
 	c.Assume("kas-c", podgroupsGVR, t0)
 	c.Learn("kas-b", podgroupsGVR, t0, false)
 	c.Learn("kas-a", podgroupsGVR, t0, true)
-	b, err := json.Marshal(c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d := NewCapabilities(15 * time.Minute)
-	if err := json.Unmarshal(b, d); err != nil {
-		t.Fatal(err)
-	}
+	d := restored(t, c)
 	for name, v := range map[string]*Capabilities{"learned": c, "restored": d} {
 		for except, want := range map[string]string{"kas-a": "kas-c", "kas-c": "kas-a", "kas-x": "kas-a"} {
 			if got, ok := v.OtherServer(except, podgroupsGVR, at); !ok || got != want {
@@ -388,4 +374,19 @@ func TestOtherServerAsksInNameOrder(t *testing.T) {
 			t.Errorf("%s: learned %v", name, got)
 		}
 	}
+}
+
+// restored is c saved and restored into a new view with a 15-minute horizon, as a restart of
+// peertrail does.
+func restored(t *testing.T, c *Capabilities) *Capabilities {
+	t.Helper()
+	b, err := json.Marshal(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := NewCapabilities(15 * time.Minute)
+	if err := json.Unmarshal(b, d); err != nil {
+		t.Fatal(err)
+	}
+	return d
 }
