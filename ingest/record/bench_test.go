@@ -48,6 +48,26 @@ func BenchmarkDecodeFrame(b *testing.B) {
 	}
 }
 
+// BenchmarkDecode is the receiver's decoding of a webhook body of 400 synthetic events into
+// records (Decoder.Decode: the list split into its items, then each item read), on one core:
+//
+//	go test ./ingest/record -run '^$' -bench '^BenchmarkDecode$' -cpu 1 -count 5
+func BenchmarkDecode(b *testing.B) {
+	tmpl, err := simulate.NewTemplate(simulate.NewEvents(5, nil), 400)
+	if err != nil {
+		b.Fatal(err)
+	}
+	body := tmpl.Render(0, 1)
+	d := NewDecoder()
+	b.SetBytes(int64(len(body)))
+	for b.Loop() {
+		if recs, inv, err := d.Decode(body, "kas-a", received); err != nil || len(recs) != 400 || len(inv) != 0 {
+			b.Fatalf("%d records, %d invalid, %v", len(recs), len(inv), err)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*400), "ns/event")
+}
+
 // BenchmarkAppendFrame is the receiver encoding an accepted batch of 400 synthetic events into
 // its spool frame, on the path of the acknowledgement:
 //
