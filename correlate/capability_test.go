@@ -278,14 +278,7 @@ func TestObservedForwardsOutrankAssumedServing(t *testing.T) {
 				t.Fatalf("new process: served=%v known=%v, want served (assumed)", served, known)
 			}
 			// Restored from its file, the view still tells the two apart.
-			b, err := json.Marshal(c)
-			if err != nil {
-				t.Fatal(err)
-			}
-			r := NewCapabilities(15 * time.Minute)
-			if err := json.Unmarshal(b, r); err != nil {
-				t.Fatal(err)
-			}
+			r := restored(t, c)
 			if served, known := r.Serves("kas-a", podgroupsGVR, t0.Add(2*time.Minute)); !known || served {
 				t.Fatalf("restored: served=%v known=%v, want not served", served, known)
 			}
