@@ -169,6 +169,9 @@ const (
 	StoreEngineProfileEventsTotal = "peertrail_store_engine_profile_events_total"
 	// StoreEngineActiveParts is the embedded engine's active data parts, by LabelTable.
 	StoreEngineActiveParts = "peertrail_store_engine_active_parts"
+	// StoreEngineMemoryBytes is the memory the embedded engine's own accounting says it holds
+	// (its system.metrics), by LabelMetric (store.EngineMemoryMetrics).
+	StoreEngineMemoryBytes = "peertrail_store_engine_memory_bytes"
 )
 
 // Store label names and values.
@@ -176,6 +179,8 @@ const (
 	LabelTable = "table"
 	// LabelEvent names one of the engine's counters on StoreEngineProfileEventsTotal.
 	LabelEvent = "event"
+	// LabelMetric names one of the engine's gauges on StoreEngineMemoryBytes.
+	LabelMetric = "metric"
 
 	// Values of LabelResult on StoreHTTPQueriesTotal.
 	ResultOK      = "ok"

@@ -41,6 +41,12 @@ var EngineProfileEvents = []string{
 	"SelectQuery",
 }
 
+// EngineMemoryMetrics are the engine's gauges of its own memory (system.metrics) that /metrics
+// carries: all it has allocated and not freed (MemoryTracking), and of that what merges hold.
+// The process's resident memory less Go's and these is what the engine's allocator keeps
+// freed but not yet returned, its threads' stacks and its code.
+var EngineMemoryMetrics = []string{"MemoryTracking", "MergesMutationsMemoryTracking"}
+
 // engineStatsEvery bounds how often a scrape asks the engine: the engine runs one statement at
 // a time, so a scrape must not queue behind every insert (Prometheus scrapes every 15-60 s;
 // the bench every second).
@@ -49,8 +55,9 @@ const engineStatsEvery = 5 * time.Second
 // engineStatsTimeout bounds a scrape's wait for the engine; past it the last figures are served.
 const engineStatsTimeout = 2 * time.Second
 
-// EngineCollector exports the embedded engine's counters (EngineProfileEvents) and the active
-// parts of each peertrail table, read at scrape time at most every engineStatsEvery.
+// EngineCollector exports the embedded engine's counters (EngineProfileEvents), the active
+// parts of each peertrail table and the engine's memory (EngineMemoryMetrics), read at scrape
+// time at most every engineStatsEvery.
 //
 // Concurrency: Collect may be called from several scrapes at once; one reads the engine, the
 // others serve what it read last. Lifecycle: it reads s until s is closed, then serves the
@@ -61,13 +68,16 @@ type EngineCollector struct {
 
 	events *prometheus.Desc
 	parts  *prometheus.Desc
-	// eventsQuery reads EngineProfileEvents from system.events.
-	eventsQuery string
+	memory *prometheus.Desc
+	// eventsQuery reads EngineProfileEvents from system.events, memoryQuery EngineMemoryMetrics
+	// from system.metrics.
+	eventsQuery, memoryQuery string
 
 	mu     sync.Mutex
 	read   time.Time          // when the figures were last read
 	counts map[string]float64 // EngineProfileEvents by name
 	active map[string]float64 // active parts by table
+	held   map[string]float64 // EngineMemoryMetrics by name
 }
 
 // NewEngineCollector returns the collector of s's engine counters.
@@ -75,26 +85,36 @@ func NewEngineCollector(s Store, log *slog.Logger) *EngineCollector {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	quoted := make([]string, len(EngineProfileEvents))
-	for i, e := range EngineProfileEvents {
-		quoted[i] = "'" + e + "'"
-	}
 	return &EngineCollector{
 		s: s, log: log,
-		eventsQuery: "SELECT event, value FROM system.events WHERE event IN (" + strings.Join(quoted, ", ") + ")",
+		eventsQuery: "SELECT event, value FROM system.events WHERE event IN (" + quotedList(EngineProfileEvents) + ")",
+		memoryQuery: "SELECT metric, value FROM system.metrics WHERE metric IN (" + quotedList(EngineMemoryMetrics) + ")",
 		events: prometheus.NewDesc(metrics.StoreEngineProfileEventsTotal,
 			"The embedded engine's cumulative counters (its system.events) of inserts and merges, by event: rows and bytes written by inserts, parts inserted, merges, rows and bytes they rewrote, their milliseconds.",
 			[]string{metrics.LabelEvent}, nil),
 		parts: prometheus.NewDesc(metrics.StoreEngineActiveParts,
 			"Active data parts of each peertrail table in the embedded engine; a count that keeps growing means merges fall behind the inserts.",
 			[]string{metrics.LabelTable}, nil),
+		memory: prometheus.NewDesc(metrics.StoreEngineMemoryBytes,
+			"Bytes the embedded engine has allocated and not freed, by its own accounting (its system.metrics): MemoryTracking is all of it, MergesMutationsMemoryTracking what merges hold.",
+			[]string{metrics.LabelMetric}, nil),
 	}
+}
+
+// quotedList is names as a list of SQL string literals; the names are the constants above.
+func quotedList(names []string) string {
+	quoted := make([]string, len(names))
+	for i, n := range names {
+		quoted[i] = "'" + n + "'"
+	}
+	return strings.Join(quoted, ", ")
 }
 
 // Describe implements prometheus.Collector.
 func (c *EngineCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.events
 	ch <- c.parts
+	ch <- c.memory
 }
 
 // Collect implements prometheus.Collector.
@@ -116,9 +136,14 @@ func (c *EngineCollector) Collect(ch chan<- prometheus.Metric) {
 	for table, n := range c.active {
 		ch <- prometheus.MustNewConstMetric(c.parts, prometheus.GaugeValue, n, table)
 	}
+	for _, name := range EngineMemoryMetrics {
+		if v, ok := c.held[name]; ok {
+			ch <- prometheus.MustNewConstMetric(c.memory, prometheus.GaugeValue, v, name)
+		}
+	}
 }
 
-// refresh reads the engine's counters and parts (under c.mu).
+// refresh reads the engine's counters, parts and memory (under c.mu).
 func (c *EngineCollector) refresh(ctx context.Context) error {
 	c.read = time.Now()
 	r, err := c.s.Query(ctx, c.eventsQuery, nil)
@@ -129,7 +154,11 @@ func (c *EngineCollector) refresh(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	c.counts, c.active = numbersByName(r), numbersByName(p)
+	m, err := c.s.Query(ctx, c.memoryQuery, nil)
+	if err != nil {
+		return err
+	}
+	c.counts, c.active, c.held = numbersByName(r), numbersByName(p), numbersByName(m)
 	return nil
 }
 

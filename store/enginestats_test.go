@@ -49,11 +49,22 @@ func TestEngineCollectorCountsInserts(t *testing.T) {
 			t.Errorf("counter %q is not one of EngineProfileEvents", name)
 		}
 	}
+	// The engine holds memory of its own once it has stored something (its tables, parts and
+	// caches); its accounting of it is on /metrics beside Go's.
+	if after.memory["MemoryTracking"] <= 0 {
+		t.Errorf("engine memory: %v, want MemoryTracking above 0", after.memory)
+	}
+	for name := range after.memory {
+		if !slices.Contains(store.EngineMemoryMetrics, name) {
+			t.Errorf("memory gauge %q is not one of EngineMemoryMetrics", name)
+		}
+	}
 }
 
 type engineFigures struct {
 	events map[string]float64
 	parts  map[string]float64
+	memory map[string]float64
 }
 
 func gatherEngine(t *testing.T, c prometheus.Collector) engineFigures {
@@ -64,7 +75,7 @@ func gatherEngine(t *testing.T, c prometheus.Collector) engineFigures {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := engineFigures{events: map[string]float64{}, parts: map[string]float64{}}
+	f := engineFigures{events: map[string]float64{}, parts: map[string]float64{}, memory: map[string]float64{}}
 	for _, mf := range mfs {
 		for _, m := range mf.GetMetric() {
 			label := m.GetLabel()[0].GetValue()
@@ -73,6 +84,8 @@ func gatherEngine(t *testing.T, c prometheus.Collector) engineFigures {
 				f.events[label] = m.GetCounter().GetValue()
 			case metrics.StoreEngineActiveParts:
 				f.parts[label] = m.GetGauge().GetValue()
+			case metrics.StoreEngineMemoryBytes:
+				f.memory[label] = m.GetGauge().GetValue()
 			}
 		}
 	}
