@@ -151,11 +151,17 @@ type Result struct {
 	LoadRSSMeanBytes     int64   `json:"load_rss_mean_bytes"`
 	LoadRSSMaxBytes      int64   `json:"load_rss_max_bytes"`
 	LoadRSSAnonMeanBytes int64   `json:"load_rss_anon_mean_bytes"`
-	EventsBytesOnDisk    int64   `json:"events_bytes_on_disk"`
-	EventsRowsOnDisk     int64   `json:"events_rows_on_disk"`
-	BytesPerEvent        float64 `json:"events_bytes_per_event"`
-	StoreBytesPerEvent   float64 `json:"store_bytes_per_event"` // every peertrail table
-	PeakSpoolBytes       int64   `json:"peak_spool_bytes"`
+	// LoadGoHeapMeanBytes and LoadEngineLiveMeanBytes split LoadRSSMeanBytes, read from serve's
+	// /metrics over the same window as it polls them (every serverPollEvery): Go's heap as the
+	// runtime holds it from the system, and what the embedded engine holds live by its own
+	// account (0 without one). The rest is code and the pages the engine's allocator keeps.
+	LoadGoHeapMeanBytes     int64   `json:"load_go_heap_mean_bytes,omitempty"`
+	LoadEngineLiveMeanBytes int64   `json:"load_engine_live_mean_bytes,omitempty"`
+	EventsBytesOnDisk       int64   `json:"events_bytes_on_disk"`
+	EventsRowsOnDisk        int64   `json:"events_rows_on_disk"`
+	BytesPerEvent           float64 `json:"events_bytes_per_event"`
+	StoreBytesPerEvent      float64 `json:"store_bytes_per_event"` // every peertrail table
+	PeakSpoolBytes          int64   `json:"peak_spool_bytes"`
 	// LoadCPUByThreads is the server's CPU seconds from ready to the last batch acknowledged
 	// by group of threads (ThreadsProcess, ThreadsMerges, ThreadsEngine): where serve's cores
 	// go while a steady rate runs.
@@ -595,7 +601,10 @@ func (o Options) progress(ctx context.Context, c *child, live *loadgen.Live, sto
 		if time.Since(polled) >= serverPollEvery {
 			polled = time.Now()
 			m = c.metrics(ctx, metrics.CorrelateChainsTotal, metrics.CorrelateOpenChains, metrics.StoreRowsWrittenTotal+`{table="events"`,
-				metrics.StoreRowsWrittenTotal+`{table="chains"`)
+				metrics.StoreRowsWrittenTotal+`{table="chains"`, goHeapMetric, metrics.StoreEngineMemoryBytes+`{`+metrics.LabelMetric+`="MemoryTracking"}`)
+			if m != nil {
+				rss.addHeap(time.Since(start).Seconds(), int64(m[4]), int64(m[5]))
+			}
 			if n, err := stored(); err == nil {
 				inEvents = n
 			}
@@ -625,13 +634,30 @@ func (o Options) progress(ctx context.Context, c *child, live *loadgen.Live, sto
 // serverPollEvery is how often the progress line reads serve's own figures.
 const serverPollEvery = 15 * time.Second
 
+// goHeapMetric is the Go runtime's heap as held from the system, from client_golang's Go
+// collector on serve's /metrics.
+const goHeapMetric = "go_memstats_heap_sys_bytes"
+
 // loadRSSWindow is how much of the end of the load Result.LoadRSS* cover.
 const loadRSSWindow = time.Minute
 
-// rssSamples are the server's memory, one sample a progress line, for Result.LoadRSS*.
+// rssSamples are the server's memory, one sample a progress line, for Result.LoadRSS*, and
+// its split as /metrics gives it, one a poll.
 type rssSamples struct {
 	mu      sync.Mutex
 	samples []rssSample
+	heaps   []heapSample
+}
+
+type heapSample struct {
+	at           float64
+	goHeap, live int64
+}
+
+func (s *rssSamples) addHeap(at float64, goHeap, live int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.heaps = append(s.heaps, heapSample{at, goHeap, live})
 }
 
 type rssSample struct {
@@ -666,6 +692,15 @@ func (s *rssSamples) summarise(from, to float64, res *Result) {
 	}
 	res.LoadRSSSeconds = to - from
 	res.LoadRSSMeanBytes, res.LoadRSSAnonMeanBytes = sum/n, sumAnon/n
+	var nh, goHeap, live int64
+	for _, x := range s.heaps {
+		if x.at >= from && x.at <= to {
+			nh, goHeap, live = nh+1, goHeap+x.goHeap, live+x.live
+		}
+	}
+	if nh > 0 {
+		res.LoadGoHeapMeanBytes, res.LoadEngineLiveMeanBytes = goHeap/nh, live/nh
+	}
 }
 
 // privateCopy copies the binary exe into dir once, for serve to run from: a deployed serve is

@@ -47,3 +47,37 @@ func TestEngineDuringLoad(t *testing.T) {
 		t.Errorf("figures without counters at the start: %+v", r)
 	}
 }
+
+// The memory's split covers the same window as the RSS it splits: the polls before the last
+// minute of the load (the start, when the heap is small) do not count, and a run whose serve
+// never answered /metrics reports none.
+func TestSummariseSplitsTheLastMinute(t *testing.T) {
+	s := &rssSamples{}
+	for at := 0.0; at <= 120; at++ {
+		s.add(at, procUsage{rss: 600 << 20, rssAnon: 500 << 20})
+	}
+	for at := 0.0; at <= 120; at += 15 {
+		heap := int64(50 << 20)
+		if at >= 60 {
+			heap = int64(200<<20) + int64(at-60)*(1<<20)
+		}
+		s.addHeap(at, heap, 30<<20)
+	}
+	var r Result
+	s.summarise(60, 120, &r)
+	if r.LoadRSSMeanBytes != 600<<20 {
+		t.Errorf("RSS mean %d, want %d", r.LoadRSSMeanBytes, 600<<20)
+	}
+	// The polls at 60, 75, 90, 105 and 120 s: 200-260 MiB, 230 on average.
+	if want := int64(230 << 20); r.LoadGoHeapMeanBytes != want || r.LoadEngineLiveMeanBytes != 30<<20 {
+		t.Errorf("Go heap %d, engine %d; want %d and %d", r.LoadGoHeapMeanBytes, r.LoadEngineLiveMeanBytes, want, 30<<20)
+	}
+
+	none := &rssSamples{}
+	none.add(1, procUsage{rss: 1 << 20})
+	var r2 Result
+	none.summarise(0, 2, &r2)
+	if r2.LoadGoHeapMeanBytes != 0 || r2.LoadEngineLiveMeanBytes != 0 || r2.LoadRSSMeanBytes != 1<<20 {
+		t.Errorf("without /metrics: %+v", r2)
+	}
+}

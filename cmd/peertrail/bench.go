@@ -270,6 +270,12 @@ func printBench(out io.Writer, rs []bench.Result) {
 	row("server RSS, end of the load: mean / max (anon)", func(r bench.Result) string {
 		return fmt.Sprintf("%d / %d MB (%d MB) over the last %.0fs", r.LoadRSSMeanBytes>>20, r.LoadRSSMaxBytes>>20, r.LoadRSSAnonMeanBytes>>20, r.LoadRSSSeconds)
 	})
+	row("  of it: Go's heap / the engine's live memory", func(r bench.Result) string {
+		if r.LoadGoHeapMeanBytes == 0 {
+			return "-"
+		}
+		return fmt.Sprintf("%d / %d MB (the rest: code, and pages the engine's allocator keeps)", r.LoadGoHeapMeanBytes>>20, r.LoadEngineLiveMeanBytes>>20)
+	})
 	row("on disk per event: events / all tables", func(r bench.Result) string {
 		return fmt.Sprintf("%.0f / %.0f bytes", r.BytesPerEvent, r.StoreBytesPerEvent)
 	})
