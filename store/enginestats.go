@@ -42,10 +42,10 @@ var EngineProfileEvents = []string{
 }
 
 // EngineMemoryMetrics are the engine's gauges of its own memory (system.metrics) that /metrics
-// carries: all it has allocated and not freed (MemoryTracking), and of that what merges hold.
-// The process's resident memory less Go's and these is what the engine's allocator keeps
-// freed but not yet returned, its threads' stacks and its code.
-var EngineMemoryMetrics = []string{"MemoryTracking", "MergesMutationsMemoryTracking"}
+// carries: all it has allocated and not freed (MemoryTracking). The process's resident memory
+// less Go's heap and this is code (the library's and serve's), the engine's threads' stacks,
+// and the pages its allocator keeps after the engine freed them (chdb.Options.DirtyPageDecay).
+var EngineMemoryMetrics = []string{"MemoryTracking"}
 
 // engineStatsEvery bounds how often a scrape asks the engine: the engine runs one statement at
 // a time, so a scrape must not queue behind every insert (Prometheus scrapes every 15-60 s;
@@ -96,7 +96,7 @@ func NewEngineCollector(s Store, log *slog.Logger) *EngineCollector {
 			"Active data parts of each peertrail table in the embedded engine; a count that keeps growing means merges fall behind the inserts.",
 			[]string{metrics.LabelTable}, nil),
 		memory: prometheus.NewDesc(metrics.StoreEngineMemoryBytes,
-			"Bytes the embedded engine has allocated and not freed, by its own accounting (its system.metrics): MemoryTracking is all of it, MergesMutationsMemoryTracking what merges hold.",
+			"Bytes the embedded engine has allocated and not freed, by its own accounting (its system.metrics MemoryTracking); the pages its allocator keeps after they are freed are not counted.",
 			[]string{metrics.LabelMetric}, nil),
 	}
 }
