@@ -601,7 +601,7 @@ func (o Options) progress(ctx context.Context, c *child, live *loadgen.Live, sto
 		if time.Since(polled) >= serverPollEvery {
 			polled = time.Now()
 			m = c.metrics(ctx, metrics.CorrelateChainsTotal, metrics.CorrelateOpenChains, metrics.StoreRowsWrittenTotal+`{table="events"`,
-				metrics.StoreRowsWrittenTotal+`{table="chains"`, goHeapMetric, metrics.StoreEngineMemoryBytes+`{`+metrics.LabelMetric+`="MemoryTracking"}`)
+				metrics.StoreRowsWrittenTotal+`{table="chains"`, goHeapMetric, metrics.StoreEngineMemoryBytes+`{`+metrics.LabelMetric+`="`+store.EngineMemoryTracking+`"}`)
 			if m != nil {
 				rss.addHeap(time.Since(start).Seconds(), int64(m[4]), int64(m[5]))
 			}

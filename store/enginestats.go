@@ -45,7 +45,10 @@ var EngineProfileEvents = []string{
 // carries: all it has allocated and not freed (MemoryTracking). The process's resident memory
 // less Go's heap and this is code (the library's and serve's), the engine's threads' stacks,
 // and the pages its allocator keeps after the engine freed them (chdb.Options.DirtyPageDecay).
-var EngineMemoryMetrics = []string{"MemoryTracking"}
+var EngineMemoryMetrics = []string{EngineMemoryTracking}
+
+// EngineMemoryTracking is the engine's gauge of all it has allocated and not freed.
+const EngineMemoryTracking = "MemoryTracking"
 
 // engineStatsEvery bounds how often a scrape asks the engine: the engine runs one statement at
 // a time, so a scrape must not queue behind every insert (Prometheus scrapes every 15-60 s;

@@ -51,8 +51,8 @@ func TestEngineCollectorCountsInserts(t *testing.T) {
 	}
 	// The engine holds memory of its own once it has stored something (its tables, parts and
 	// caches); its accounting of it is on /metrics beside Go's.
-	if after.memory["MemoryTracking"] <= 0 {
-		t.Errorf("engine memory: %v, want MemoryTracking above 0", after.memory)
+	if after.memory[store.EngineMemoryTracking] <= 0 {
+		t.Errorf("engine memory: %v, want %s above 0", after.memory, store.EngineMemoryTracking)
 	}
 	for name := range after.memory {
 		if !slices.Contains(store.EngineMemoryMetrics, name) {
