@@ -368,7 +368,7 @@ func TestShipperRelaysAndGivesUpForAnAggregatorThatStaysAway(t *testing.T) {
 	done := make(chan struct{}, 2)
 	for _, s := range fleet.Shippers() {
 		go func() {
-			sp.Run(ctx, ship.ConsumerName(s.Name()), s, spool.RunOptions{RetryMin: 10 * time.Millisecond, RetryMax: 50 * time.Millisecond, CommitEvery: 10 * time.Millisecond})
+			sp.Run(ctx, ship.ConsumerName(s.Name()), s, spool.RunOptions{RetryMin: 10 * time.Millisecond, RetryMax: 50 * time.Millisecond, CommitEvery: 10 * time.Millisecond, RetrySooner: s.GivingUp})
 			done <- struct{}{}
 		}()
 	}

@@ -302,7 +302,8 @@ func (s *Server) startAgent(index *dedup.Index, keysDir string, horizon time.Dur
 	for _, sh := range s.fleet.Shippers() {
 		// A refused connection costs nothing to try again: an aggregator that comes back gets
 		// the backlog within two seconds, not after a backoff grown to half a minute.
-		s.runConsumerWith(bg, ship.ConsumerName(sh.Name()), sh, spool.RunOptions{RetryMax: 2 * time.Second})
+		// Within a backoff it is retried as soon as it would give up frames for a full spool.
+		s.runConsumerWith(bg, ship.ConsumerName(sh.Name()), sh, spool.RunOptions{RetryMax: 2 * time.Second, RetrySooner: sh.GivingUp})
 	}
 	s.expireLoop(bg, index)
 	if err := s.listen(); err != nil {

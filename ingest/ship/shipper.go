@@ -56,7 +56,9 @@ type FleetOptions struct {
 	// of it and an aggregator's backlog is the largest (it holds the oldest segment), that
 	// aggregator's oldest frames are given up until the spool would hold KeepAt. Defaults 0.9
 	// and 0.8. The receiver refuses batches (503) only once the spool is full, so an aggregator
-	// that stays away costs that aggregator its oldest frames, never the apiserver its audit.
+	// that stays away costs that aggregator its oldest frames, never the apiserver its audit
+	// (run each Shipper with spool.RunOptions.RetrySooner set to its GivingUp, so that a backoff
+	// does not outlast the spool's last tenth).
 	GiveUpAt, KeepAt float64
 	Log              *slog.Logger
 }
@@ -274,22 +276,13 @@ func (s *Shipper) Heartbeat(ctx context.Context) error { return s.post(ctx, nil)
 // (Fleet.noteSkip), and told to every aggregator in each request's header.
 func (s *Shipper) giveUp(entries []spool.Entry) bool {
 	if s.skipTarget <= 0 {
-		if c, err := s.f.opts.Spool.Committed(s.consumer); err == nil && c < s.skipDone {
-			return false // the last episode's frames are not yet committed as passed: the spool still counts them
-		}
-		st := s.f.opts.Spool.Stats()
-		if float64(st.Bytes) < s.f.opts.GiveUpAt*float64(st.MaxBytes) {
+		st, ok := s.mustGiveUp()
+		if !ok {
 			return false
-		}
-		mine := st.Lag[s.consumer]
-		for name, lag := range st.Lag {
-			if name != s.consumer && lag > mine {
-				return false // another consumer holds the oldest data: it gives up first
-			}
 		}
 		s.skipTarget = st.Bytes - int64(s.f.opts.KeepAt*float64(st.MaxBytes))
 		s.log.Error("ship: giving up the oldest frames of an aggregator that does not take them: the spool is nearly full and this aggregator's backlog holds it; it will lack them",
-			"spool_bytes", st.Bytes, "spool_max_bytes", st.MaxBytes, "backlog_bytes", mine, "giving_up_bytes", s.skipTarget)
+			"spool_bytes", st.Bytes, "spool_max_bytes", st.MaxBytes, "backlog_bytes", st.Lag[s.consumer], "giving_up_bytes", s.skipTarget)
 	}
 	var frames, events, size uint64
 	var from, to time.Time
@@ -315,6 +308,37 @@ func (s *Shipper) giveUp(entries []spool.Entry) bool {
 	}
 	s.f.noteSkip(s.agg.Name, frames, events, size, from, to)
 	return true
+}
+
+// mustGiveUp reports whether an episode of giving up starts now: the spool holds GiveUpAt of its
+// limit and this aggregator's backlog is the largest.
+func (s *Shipper) mustGiveUp() (spool.Stats, bool) {
+	if c, err := s.f.opts.Spool.Committed(s.consumer); err == nil && c < s.skipDone {
+		return spool.Stats{}, false // the last episode's frames are not yet committed as passed: the spool still counts them
+	}
+	st := s.f.opts.Spool.Stats()
+	if float64(st.Bytes) < s.f.opts.GiveUpAt*float64(st.MaxBytes) {
+		return st, false
+	}
+	mine := st.Lag[s.consumer]
+	for name, lag := range st.Lag {
+		if name != s.consumer && lag > mine {
+			return st, false // another consumer holds the oldest data: it gives up first
+		}
+	}
+	return st, true
+}
+
+// GivingUp reports whether the next Consume with entries would give them up rather than post
+// them: the Shipper's spool.RunOptions.RetrySooner, so that a backoff after a failed post never
+// lets the spool fill (and the receiver refuse its apiserver) while the frames to give up are
+// this aggregator's. Called from the goroutine that runs Consume.
+func (s *Shipper) GivingUp() bool {
+	if s.skipTarget > 0 {
+		return true
+	}
+	_, ok := s.mustGiveUp()
+	return ok
 }
 
 // post sends entries (none: a heartbeat) in one request and returns nil once the aggregator

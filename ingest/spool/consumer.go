@@ -41,6 +41,11 @@ type RunOptions struct {
 	RetryMin, RetryMax time.Duration
 	// OnError is told about each failed Consume (for metrics); may be nil.
 	OnError func(error)
+	// RetrySooner, if set, is asked each time the spool grows while a failed Consume waits out
+	// its backoff; true retries at once. It is called from Run's goroutine, between Consume
+	// calls. (The agent's shipper: its backoff must not let the spool fill while it would give
+	// up an away aggregator's frames instead of posting them.)
+	RetrySooner func() bool
 }
 
 func (o *RunOptions) defaults() {
@@ -124,14 +129,37 @@ func (s *Spool) Run(ctx context.Context, name string, c Consumer, opts RunOption
 			// What it passed before is committed while it fails, or a consumer that skips
 			// entries it cannot deliver (the agent's shipper) would free nothing.
 			commit(false)
-			select {
-			case <-time.After(backoff):
-			case <-ctx.Done():
+			if !s.waitRetry(ctx, backoff, opts.RetrySooner, commit) {
 				return nil
 			}
 			backoff = min(2*backoff, opts.RetryMax)
 		}
 		commit(false)
+	}
+}
+
+// waitRetry waits backoff, or less when sooner says so as the spool grows (committing what is
+// due meanwhile, which may be what lets sooner say so); false when ctx ended.
+func (s *Spool) waitRetry(ctx context.Context, backoff time.Duration, sooner func() bool, commit func(bool)) bool {
+	timer := time.NewTimer(backoff)
+	defer timer.Stop()
+	var grew <-chan struct{} // nil (never ready) without sooner
+	if sooner != nil {
+		grew = s.grown()
+	}
+	for {
+		select {
+		case <-timer.C:
+			return true
+		case <-ctx.Done():
+			return false
+		case <-grew:
+			grew = s.grown()
+			commit(false)
+			if sooner() {
+				return true
+			}
+		}
 	}
 }
 

@@ -351,6 +351,13 @@ func (s *Spool) failLocked(err error) {
 	}
 }
 
+// grown is closed when durable next moves (or the spool closes or fails).
+func (s *Spool) grown() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.advanced
+}
+
 func (s *Spool) advanceLocked(p Position) {
 	if p > s.durable {
 		s.durable = p

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -461,6 +462,54 @@ func TestRunCommitsWhatPassedWhileTheConsumerFails(t *testing.T) {
 	defer c.mu.Unlock()
 	if pos, _ := s.Committed("a"); pos != c.passed {
 		t.Fatalf("committed %d, the consumer passed %d", pos, c.passed)
+	}
+}
+
+// countFails fails every call and counts them.
+type countFails struct {
+	mu    sync.Mutex
+	calls int
+}
+
+func (c *countFails) Consume(context.Context, []Entry) (Position, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.calls++
+	return 0, errors.New("aggregator away")
+}
+
+func (c *countFails) n() int { c.mu.Lock(); defer c.mu.Unlock(); return c.calls }
+
+// A failing consumer waiting out an hour's backoff is retried as soon as RetrySooner says so
+// while the spool grows, and not before: an agent's shipper must act on a filling spool
+// within its backoff.
+func TestRunRetriesSoonerWhenAsked(t *testing.T) {
+	s := open(t, t.TempDir(), func(o *Options) { o.Consumers = []string{"a"} })
+	defer s.Close()
+	appendWait(t, s, payload(0))
+	c := &countFails{}
+	var asked, sooner atomic.Int64 // sooner: the appends after which it says yes
+	sooner.Store(-1)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- s.Run(ctx, "a", c, RunOptions{Idle: time.Hour, RetryMin: time.Hour, RetryMax: time.Hour,
+			RetrySooner: func() bool { return asked.Add(1) == sooner.Load() }})
+	}()
+	waitFor(t, func() bool { return c.n() == 1 })
+	for i := 1; i <= 3; i++ { // the spool grows; the consumer does not want to retry yet
+		appendWait(t, s, payload(i))
+		waitFor(t, func() bool { return asked.Load() >= int64(i) })
+	}
+	if n := c.n(); n != 1 {
+		t.Fatalf("retried %d times before RetrySooner said so", n-1)
+	}
+	sooner.Store(4)
+	appendWait(t, s, payload(4))
+	waitFor(t, func() bool { return c.n() == 2 })
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
 	}
 }
 
