@@ -24,23 +24,17 @@ type Budget struct {
 	// Go is the runtime's soft limit: 90% of Total less Engine (the rest is stacks, the
 	// runtime's own and the kernel's page cache of the spool), at least 256 MiB.
 	Go int64
-	// EngineDecay is how soon the engine's allocator returns the pages the engine freed:
-	// limitedDecay when Total is a limit (config.File.MemoryLimit or the cgroup's), else
-	// unlimitedDecay.
+	// EngineDecay is how soon the engine's allocator returns the pages the engine freed
+	// (engineDecay; 0 for another store).
 	EngineDecay time.Duration
 }
 
-// limitedDecay is Budget.EngineDecay under a limit: the engine's cap counts what it has
-// allocated, not the freed pages its allocator keeps, which a cgroup charges all the same, so
-// under a limit memory comes before the CPU an earlier return costs, as with Go's soft limit
-// (BENCHMARKS.md, "A fourth session").
-const limitedDecay = time.Second
-
-// unlimitedDecay is Budget.EngineDecay without a limit, six times the library's own 5 s: the
-// engine's inserts come every few seconds, and with 5 s the pages one freed were mostly given
-// back before the next took them again, a page fault each. It buys less CPU for more resident
-// memory (BENCHMARKS.md, "A twenty-third session").
-const unlimitedDecay = 30 * time.Second
+// engineDecay is Budget.EngineDecay: the engine's cap counts what it has allocated, not the
+// freed pages its allocator keeps, which a cgroup charges and the host's RSS shows all the same.
+// Kept 30 s without a limit they cost 200 MiB resident at 10,000 events/s for 0.02 of a core
+// on the kind of machine BENCHMARKS.md measures ("A thirty-third session"), so memory comes
+// before that CPU with a limit or without, as with Go's soft limit.
+const engineDecay = time.Second
 
 // minGoLimit keeps a small Total from starving the receiver and the correlator.
 const minGoLimit = 256 << 20
@@ -48,19 +42,15 @@ const minGoLimit = 256 << 20
 // MemoryBudget shares cfg's memory between the engine and Go.
 func MemoryBudget(cfg config.File) Budget {
 	b := Budget{Total: int64(cfg.MemoryLimit)}
-	limited := b.Total > 0
-	if !limited {
-		b.Total, limited = store.MemoryAvailable()
+	if b.Total <= 0 {
+		b.Total, _ = store.MemoryAvailable()
 	}
 	if cfg.Store.Engine == "" || cfg.Store.Engine == "embedded" {
 		b.Engine = int64(cfg.Store.MaxMemory)
 		if b.Engine <= 0 {
 			b.Engine = b.Total / 2
 		}
-		b.EngineDecay = unlimitedDecay
-		if limited {
-			b.EngineDecay = limitedDecay
-		}
+		b.EngineDecay = engineDecay
 	}
 	b.Go = max(b.Total/10*9-b.Engine, minGoLimit)
 	return b
