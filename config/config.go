@@ -148,12 +148,16 @@ type Store struct {
 	// Retention is how long events and chains are kept.
 	Retention Duration `json:"retention,omitempty"`
 	// FlushInterval is how long records and final chains may wait before they are inserted
-	// (sooner at 50,000 records or 32,768 chains): each insert is a part of its table and of
+	// (sooner at 50,000 records, FlushBytes, or 32,768 chains): each insert is a part of its table and of
 	// every view on it for the engine to write and merge again, so fewer inserts at low rates
 	// cost less CPU, and the SQL interface sees records that much later (the chain API and
 	// the gate read chains from memory). At least 1s; serve uses at most half the late window
 	// (File.StoreFlushInterval).
 	FlushInterval Duration `json:"flushInterval,omitempty"`
+	// FlushBytes bounds the audit records of one insert by their decoded size (0: 128 MiB):
+	// the engine holds an insert's rows whole, with a sorted copy, so large events (the
+	// RequestResponse level) are inserted sooner than at 50,000 records.
+	FlushBytes ByteSize `json:"flushBytes,omitempty"`
 	// ClickHouse server connection, for Engine "clickhouse".
 	DSN          string `json:"clickhouseDSN,omitempty"`
 	User         string `json:"clickhouseUser,omitempty"`

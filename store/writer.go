@@ -25,6 +25,11 @@ type WriterOptions struct {
 	// FlushRows is how many records the writer gathers before it inserts them (default
 	// 50,000): ClickHouse wants few large inserts, not many small ones.
 	FlushRows int
+	// FlushBytes bounds the records gathered for one insert by their decoded size (default
+	// 128 MiB; a frame more at most): the engine holds an insert's rows whole and sorts a copy
+	// of them, so it is this, not FlushRows, that bounds an insert's memory when events are
+	// large (the RequestResponse level's objects, up to megabytes an event).
+	FlushBytes int
 	// FlushInterval bounds how long a record waits for a flush (default 15s). It is checked
 	// when the spool delivers entries or reports idleness (spool.RunOptions.Idle), so the
 	// effective bound is the larger of the two. Each insert costs a part of the events table
@@ -50,6 +55,9 @@ type WriterOptions struct {
 func (o *WriterOptions) defaults() {
 	if o.FlushRows <= 0 {
 		o.FlushRows = 50_000
+	}
+	if o.FlushBytes <= 0 {
+		o.FlushBytes = 128 << 20
 	}
 	if o.FlushInterval <= 0 {
 		o.FlushInterval = 15 * time.Second
@@ -95,6 +103,7 @@ type Writer struct {
 	// than a copy of its own for each frame.
 	payloads []byte
 	pending  int                 // records in frames
+	pendingB int                 // their decoded size (FrameHeader.BodyLen)
 	bufFrom  spool.Position      // Pos of the first entry with records in frames
 	bufSince time.Time           // when the first record in frames arrived
 	seen     spool.Position      // End of the last entry delivered
@@ -182,13 +191,14 @@ func (w *Writer) writeFramesDeduplicated(ctx context.Context, s deduplicatedInse
 }
 
 // pendingFrame is a frame gathered for the next insert: a copy of its payload (the spool lends
-// payloads only until Consume returns), where that copy ends in Writer.payloads, and how many
-// records it holds.
+// payloads only until Consume returns), where that copy ends in Writer.payloads, how many
+// records it holds and their decoded size.
 type pendingFrame struct {
 	pos     spool.Position
 	payload []byte
 	end     int
 	records int
+	bytes   int // decoded
 }
 
 // maxKeptPayloads bounds the payload memory kept for the next insert: a burst's does not stay.
@@ -196,14 +206,14 @@ const maxKeptPayloads = 16 << 20
 
 // Consume implements spool.Consumer.
 //
-// The records gathered never pass FlushRows by more than one frame: a call may deliver more
-// records than that (up to 256 frames; in a burst, tens of thousands of records), and the
-// writer inserts as soon as it holds FlushRows rather than after gathering all of them, so that
-// its memory does not follow the spool's delivery size.
+// The records gathered never pass FlushRows or FlushBytes by more than one frame: a call may
+// deliver more records than that (up to 256 frames; in a burst, tens of thousands of records),
+// and the writer inserts as soon as it holds either rather than after gathering all of them, so
+// that its memory and the engine's do not follow the spool's delivery size.
 func (w *Writer) Consume(ctx context.Context, entries []spool.Entry) (spool.Position, error) {
 	keep := len(w.frames) // on failure, drop what this call added since its last insert: Run delivers it again
 	for _, e := range entries {
-		if w.pending >= w.opts.FlushRows {
+		if w.full() {
 			if err := w.flush(ctx, keep); err != nil {
 				return 0, err
 			}
@@ -220,11 +230,16 @@ func (w *Writer) Consume(ctx context.Context, entries []spool.Entry) (spool.Posi
 		if len(w.frames) == 0 {
 			w.bufFrom, w.bufSince = e.Pos, time.Now()
 		}
+		size, err := h.BodyLen()
+		if err != nil {
+			size = len(e.Payload) // the flush finds it undecodable and counts it
+		}
 		from := len(w.payloads)
 		w.payloads = append(w.payloads, e.Payload...)
 		w.frames = append(w.frames, pendingFrame{pos: e.Pos, payload: w.payloads[from:len(w.payloads):len(w.payloads)],
-			end: len(w.payloads), records: len(h.Keys)})
+			end: len(w.payloads), records: len(h.Keys), bytes: size})
 		w.pending += len(h.Keys)
+		w.pendingB += size
 	}
 	seen := w.seen
 	if n := len(entries); n > 0 {
@@ -234,7 +249,7 @@ func (w *Writer) Consume(ctx context.Context, entries []spool.Entry) (spool.Posi
 		w.seen = seen
 		return seen, nil
 	}
-	if w.pending < w.opts.FlushRows && time.Since(w.bufSince) < w.opts.FlushInterval {
+	if !w.full() && time.Since(w.bufSince) < w.opts.FlushInterval {
 		// Waiting for more: everything from the first buffered entry on is still needed.
 		w.seen = seen
 		return w.bufFrom, nil
@@ -244,6 +259,11 @@ func (w *Writer) Consume(ctx context.Context, entries []spool.Entry) (spool.Posi
 	}
 	w.seen = seen
 	return seen, nil
+}
+
+// full reports whether the gathered records are an insert's worth (FlushRows, FlushBytes).
+func (w *Writer) full() bool {
+	return w.pending >= w.opts.FlushRows || w.pendingB >= w.opts.FlushBytes
 }
 
 // badFrame counts and reports a frame that does not decode. It never will, and retrying would
@@ -264,9 +284,10 @@ func (w *Writer) flush(ctx context.Context, keep int) error {
 	if err := w.writeFrames(ctx); err != nil {
 		clear(w.frames[keep:])
 		w.frames = w.frames[:keep]
-		w.pending = 0
+		w.pending, w.pendingB = 0, 0
 		for _, f := range w.frames {
 			w.pending += f.records
+			w.pendingB += f.bytes
 		}
 		// The kept frames' payloads stay where they are (in this array or one it outgrew);
 		// the redelivered entries are copied after them again, not after their first copies.
@@ -277,7 +298,7 @@ func (w *Writer) flush(ctx context.Context, keep int) error {
 		return err
 	}
 	clear(w.frames)
-	w.frames, w.pending = w.frames[:0], 0
+	w.frames, w.pending, w.pendingB = w.frames[:0], 0, 0
 	if w.payloads = w.payloads[:0]; cap(w.payloads) > maxKeptPayloads {
 		w.payloads = nil
 	}

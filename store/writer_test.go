@@ -926,3 +926,45 @@ func TestReplayedChainWithMoreRecordsSupersedes(t *testing.T) {
 		t.Fatalf("%d final rows of the chain after it came again, want at most 2 (one per version written)", n)
 	}
 }
+
+// Large records are inserted by their decoded size (FlushBytes), not only by their count: the
+// engine holds an insert's rows whole, so FlushRows alone would let events of megabytes make
+// an insert of gigabytes.
+func TestWriterInsertsWithinFlushBytes(t *testing.T) {
+	codec := newCodec(t)
+	const per = 50
+	tr := newTraffic(t, "flushbytes", 10, 20, per)
+	sp := spoolOf(t, codec, tr) // filled before Run: the first Consume gets all 40 frames
+	r := sp.NewReader(0)
+	e, ok, err := r.TryNext()
+	r.Close()
+	if err != nil || !ok {
+		t.Fatalf("first frame: %v %v", ok, err)
+	}
+	h, err := record.ParseHeader(e.Payload)
+	if err != nil {
+		t.Fatal(err)
+	}
+	frameBytes, err := h.BodyLen()
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &flaky{Store: engine(t)}
+	w := store.NewWriter(f, codec, store.WriterOptions{FlushRows: 1_000_000, FlushBytes: 3 * frameBytes, FlushInterval: 20 * time.Millisecond})
+
+	runUntilStored(t, sp, w, tr)
+	assertExactlyOnce(t, tr)
+	assertStoredAsSent(t, tr)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	// Three frames' worth, give or take the frames' sizes, and one frame more at most.
+	if len(f.sizes) < tr.records/(5*per) {
+		t.Fatalf("%d inserts %v for %d records of about %d bytes a frame with FlushBytes %d", len(f.sizes), f.sizes, tr.records, frameBytes, 3*frameBytes)
+	}
+	for _, n := range f.sizes {
+		if n > 5*per {
+			t.Errorf("an insert of %d rows (%v): over FlushBytes by more than a frame", n, f.sizes)
+		}
+	}
+	t.Logf("%d inserts %v, a frame about %d bytes decoded", len(f.sizes), f.sizes, frameBytes)
+}

@@ -206,9 +206,11 @@ func bindStoreFlags(f *pflag.FlagSet, cfg *config.File) {
 		"kernel has Landlock, they reach only <data-dir>/clickhouse and the system files the engine reads: not the credentials)")
 	f.Var(&cfg.Store.MaxMemory, "store-max-memory", "memory the embedded engine may use in all, writer and queries together, a hard cap (default: half of --memory-limit)")
 	f.Var(&cfg.Store.Retention, "retention", "how long events and chains are kept in the store (TTL)")
-	f.Var(&cfg.Store.FlushInterval, "store-flush-interval", "how long records and final chains may wait before they are inserted into the store (sooner at 50,000 records or 32,768 chains): each insert is\n"+
+	f.Var(&cfg.Store.FlushInterval, "store-flush-interval", "how long records and final chains may wait before they are inserted into the store (sooner at 50,000 records, --store-flush-bytes, or 32,768 chains): each insert is\n"+
 		"parts for the engine to write and merge, so a longer wait costs less CPU at low rates, and SQL sees records that much later (the chain API and the gate read from memory);\n"+
 		"at most half of --late-window")
+	f.Var(&cfg.Store.FlushBytes, "store-flush-bytes", "insert the audit records sooner once they are this large decoded (default 128MiB): the engine holds an insert's rows whole, and a sorted\n"+
+		"copy of them, so this bounds its memory when events are large (the RequestResponse level)")
 	f.StringVar(&cfg.Store.DSN, "clickhouse-dsn", "", "ClickHouse server to use with --store clickhouse: clickhouse://host:9000 (native protocol), http(s)://host:8123 (HTTP); ?secure=true for TLS")
 	f.StringVar(&cfg.Store.User, "clickhouse-user", "", "ClickHouse user (default: the DSN's, or $CLICKHOUSE_USER)")
 	f.StringVar(&cfg.Store.PasswordFile, "clickhouse-password-file", "", "file holding the ClickHouse password (default: the DSN's, or $CLICKHOUSE_PASSWORD)")
