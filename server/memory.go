@@ -31,9 +31,9 @@ type Budget struct {
 
 // engineDecay is Budget.EngineDecay: the engine's cap counts what it has allocated, not the
 // freed pages its allocator keeps, which a cgroup charges and the host's RSS shows all the same.
-// Kept 30 s without a limit they cost 200 MiB resident at 10,000 events/s for 0.02 of a core
-// on the kind of machine BENCHMARKS.md measures ("A thirty-third session"), so memory comes
-// before that CPU with a limit or without, as with Go's soft limit.
+// Kept 30 s without a limit (as before) they were most of what a run without a limit held above
+// one with, for a few percent less CPU (BENCHMARKS.md, "A thirty-third session"), so memory
+// comes before that CPU with a limit or without, as with Go's soft limit.
 const engineDecay = time.Second
 
 // minGoLimit keeps a small Total from starving the receiver and the correlator.
