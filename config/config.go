@@ -155,8 +155,8 @@ type Store struct {
 	// (File.StoreFlushInterval).
 	FlushInterval Duration `json:"flushInterval,omitempty"`
 	// FlushBytes bounds the audit records of one insert by their decoded size (0: 128 MiB):
-	// the engine holds an insert's rows whole, with a sorted copy, so large events (the
-	// RequestResponse level) are inserted sooner than at 50,000 records.
+	// the engine holds an insert's rows whole, about twice over at its peak, so large events
+	// (the RequestResponse level) are inserted sooner than at 50,000 records.
 	FlushBytes ByteSize `json:"flushBytes,omitempty"`
 	// ClickHouse server connection, for Engine "clickhouse".
 	DSN          string `json:"clickhouseDSN,omitempty"`

@@ -26,9 +26,9 @@ type WriterOptions struct {
 	// 50,000): ClickHouse wants few large inserts, not many small ones.
 	FlushRows int
 	// FlushBytes bounds the records gathered for one insert by their decoded size (default
-	// 128 MiB; a frame more at most): the engine holds an insert's rows whole and sorts a copy
-	// of them, so it is this, not FlushRows, that bounds an insert's memory when events are
-	// large (the RequestResponse level's objects, up to megabytes an event).
+	// 128 MiB; a frame more at most): the engine holds an insert's rows whole, about twice over
+	// at its peak (sorted or not), so it is this, not FlushRows, that bounds an insert's memory
+	// when events are large (the RequestResponse level's objects, up to megabytes an event).
 	FlushBytes int
 	// FlushInterval bounds how long a record waits for a flush (default 15s). It is checked
 	// when the spool delivers entries or reports idleness (spool.RunOptions.Idle), so the

@@ -209,8 +209,8 @@ func bindStoreFlags(f *pflag.FlagSet, cfg *config.File) {
 	f.Var(&cfg.Store.FlushInterval, "store-flush-interval", "how long records and final chains may wait before they are inserted into the store (sooner at 50,000 records, --store-flush-bytes, or 32,768 chains): each insert is\n"+
 		"parts for the engine to write and merge, so a longer wait costs less CPU at low rates, and SQL sees records that much later (the chain API and the gate read from memory);\n"+
 		"at most half of --late-window")
-	f.Var(&cfg.Store.FlushBytes, "store-flush-bytes", "insert the audit records sooner once they are this large decoded (default 128MiB): the engine holds an insert's rows whole, and a sorted\n"+
-		"copy of them, so this bounds its memory when events are large (the RequestResponse level)")
+	f.Var(&cfg.Store.FlushBytes, "store-flush-bytes", "insert the audit records sooner once they are this large decoded (default 128MiB): the engine holds an insert's rows whole, about twice\n"+
+		"over at its peak, so this bounds its memory when events are large (the RequestResponse level)")
 	f.StringVar(&cfg.Store.DSN, "clickhouse-dsn", "", "ClickHouse server to use with --store clickhouse: clickhouse://host:9000 (native protocol), http(s)://host:8123 (HTTP); ?secure=true for TLS")
 	f.StringVar(&cfg.Store.User, "clickhouse-user", "", "ClickHouse user (default: the DSN's, or $CLICKHOUSE_USER)")
 	f.StringVar(&cfg.Store.PasswordFile, "clickhouse-password-file", "", "file holding the ClickHouse password (default: the DSN's, or $CLICKHOUSE_PASSWORD)")
