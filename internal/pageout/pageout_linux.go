@@ -17,6 +17,11 @@ import (
 // process maps leave the process (the page cache may keep some, unmapped, until the kernel wants
 // the memory); the writable mappings are left alone, and a page used again is faulted back. It
 // needs Linux 5.4; on an older kernel it fails and changes nothing.
+//
+// The mappings are marked MADV_RANDOM too, so that a page faulted back comes alone: with the
+// kernel's readahead a fault reads its neighbours as well and maps what of them is cached, and
+// the pages the engine runs are scattered across its library (BENCHMARKS.md, "A thirty-fifth
+// session").
 func Release(path string) error {
 	fi, err := os.Stat(path)
 	if err != nil {
@@ -40,6 +45,9 @@ func Release(path string) error {
 	for _, m := range maps {
 		if _, _, errno := unix.Syscall(unix.SYS_MADVISE, m.start, m.end-m.start, unix.MADV_PAGEOUT); errno != 0 {
 			return fmt.Errorf("pageout: madvise(MADV_PAGEOUT) of %s at %#x: %w", path, m.start, errno)
+		}
+		if _, _, errno := unix.Syscall(unix.SYS_MADVISE, m.start, m.end-m.start, unix.MADV_RANDOM); errno != 0 {
+			return fmt.Errorf("pageout: madvise(MADV_RANDOM) of %s at %#x: %w", path, m.start, errno)
 		}
 	}
 	return nil

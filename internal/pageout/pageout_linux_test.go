@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"syscall"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 // Release pages out the read-only mappings of this test's own binary (a fresh file no other
@@ -35,6 +37,53 @@ func TestReleasePagesOutTheExecutable(t *testing.T) {
 	}
 	if after.writable < before.writable {
 		t.Errorf("the writable mappings went from %d to %d kB: Release must leave them", before.writable, after.writable)
+	}
+}
+
+// A page faulted back after Release comes alone: the kernel neither reads its neighbours ahead
+// nor maps them, which it does by default (here a fault of a file's mapping made a 64-KiB
+// window resident).
+func TestReleasedMappingFaultsBackOnePage(t *testing.T) {
+	dir := t.TempDir()
+	var fs unix.Statfs_t
+	if err := unix.Statfs(dir, &fs); err != nil {
+		t.Fatal(err)
+	}
+	if fs.Type == unix.TMPFS_MAGIC || fs.Type == unix.RAMFS_MAGIC {
+		t.Skipf("%s is in memory (tmpfs): its pages are never read from a disk, ahead or not", dir)
+	}
+	path := filepath.Join(dir, "data")
+	const size = 4 << 20
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.Write(bytes.Repeat([]byte{1}, size)); err != nil {
+		t.Fatal(err)
+	}
+	// Written pages stay cached, and the kernel maps cached neighbours of a fault whatever the
+	// advice: out of the cache first.
+	if err := f.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED); err != nil {
+		t.Fatal(err)
+	}
+	b, err := unix.Mmap(int(f.Fd()), 0, size, unix.PROT_READ, unix.MAP_PRIVATE)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Munmap(b)
+	if err := Release(path); err != nil {
+		t.Fatal(err)
+	}
+	if b[size/2] != 1 {
+		t.Fatal("the mapping does not read what was written")
+	}
+	page := int64(os.Getpagesize() / 1024)
+	if got := residentOf(t, path).readOnly; got > 2*page {
+		t.Errorf("%d kB of the mapping resident after one byte of it was read: want at most two pages (%d kB)", got, 2*page)
 	}
 }
 
