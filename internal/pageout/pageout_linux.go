@@ -19,9 +19,9 @@ import (
 // needs Linux 5.4; on an older kernel it fails and changes nothing.
 //
 // The mappings are marked MADV_RANDOM too, so that a page faulted back comes alone: with the
-// kernel's readahead a fault reads its neighbours as well and maps what of them is cached, and
-// the pages the engine runs are scattered across its library (BENCHMARKS.md, "A thirty-fifth
-// session").
+// kernel's readahead a fault reads its neighbours as well and maps what of them is cached, while
+// the pages a long-running program keeps using are scattered across its code (the engine's
+// library: BENCHMARKS.md, "A thirty-fifth session").
 func Release(path string) error {
 	fi, err := os.Stat(path)
 	if err != nil {

@@ -446,8 +446,9 @@ func (e *Engine) Nice() int { return e.thread.nice }
 // process, for a long-running program to call once its one-time work with the engine is done
 // (loading, connecting, its schema): that work touches far more of the library than the
 // engine runs afterwards, and the kernel would otherwise keep those pages until it ran short of
-// memory. The engine faults back what it runs, a page at a time (see pageout.Release). Pages that another process also maps stay.
-// It does nothing but on Linux; an error (before Linux 5.4) changes nothing.
+// memory. The engine faults back what it runs, a page at a time (see pageout.Release). Pages
+// that another process also maps stay. It does nothing but on Linux; an error (before Linux
+// 5.4) changes nothing.
 func (e *Engine) ReleaseLibraryPages() error {
 	if err := pageout.Release(e.libPath); err != nil {
 		return fmt.Errorf("chdb: page out the library: %w", err)
