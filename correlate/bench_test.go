@@ -137,7 +137,7 @@ func BenchmarkCorrelate(b *testing.B) {
 	events, p := 0, 0
 	for b.Loop() {
 		s.each(p%50, func(r *record.Record) {
-			if ev := co.j.Add(r, 0); ev != nil {
+			if _, ev := co.j.Add(r, 0); ev != nil {
 				co.finishLocked(b.Context(), ev)
 			}
 			events++
@@ -260,7 +260,7 @@ func TestBytesPerChain(t *testing.T) {
 		// the chain's own strings, not shared with other chains.
 		r.Name = "web-" + r.AuditID[24:]
 		r.RequestURI = strings.TrimSuffix(r.RequestURI, "obj-1") + r.Name
-		if ev := co.j.Add(&r, spool.Position(i)); ev != nil {
+		if _, ev := co.j.Add(&r, spool.Position(i)); ev != nil {
 			co.finishLocked(ctx, ev)
 		}
 	}
@@ -337,7 +337,7 @@ func holdChains(tb testing.TB) *Correlator {
 			r.RequestReceivedTimestamp = r.RequestReceivedTimestamp.Add(shift)
 			r.StageTimestamp = r.StageTimestamp.Add(shift)
 			r.ReceivedAt = r.ReceivedAt.Add(shift)
-			if ev := co.j.Add(&r, spool.Position(n)); ev != nil {
+			if _, ev := co.j.Add(&r, spool.Position(n)); ev != nil {
 				co.finishLocked(ctx, ev)
 			}
 			n++

@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -138,6 +139,17 @@ type Correlator struct {
 	recheckUntil int64
 	recheckedAt  uint64
 	lastEnd      spool.Position
+	// wl journals watches' chains (nil without a state file); rebuilt says the chains it held
+	// at the start have been joined again (at the first Consume, before the replay).
+	wl      *watchLog
+	rebuilt bool
+	// watchRecs are the records of watches' chains in the frame being joined.
+	watchRecs []watchRec
+}
+
+type watchRec struct {
+	c *chainState
+	r *record.Record
 }
 
 // Config assembles a Correlator.
@@ -187,7 +199,7 @@ func New(cfg Config) *Correlator {
 		}, []string{metrics.LabelAPIServer}),
 		reportedAgents: map[string]struct{}{},
 	}
-	co.j.leaving = co.traceLeaving
+	co.j.leaving = co.leaving
 	if cfg.Caps != nil {
 		co.m.known = cfg.Caps.KnownResource
 	}
@@ -202,8 +214,35 @@ func New(cfg Config) *Correlator {
 		if err := co.loadReplay(cfg.SpoolEnd); err != nil {
 			cfg.Log.Warn("correlate: the replay account is unreadable; a replay may judge remnants of stored chains again", "err", err)
 		}
+		wl, err := openWatchLog(filepath.Join(filepath.Dir(cfg.StateFile), watchLogName), cfg.Codec, cfg.SpoolEnd, cfg.Log)
+		if err != nil {
+			cfg.Log.Warn("correlate: the watch journal cannot be kept; watches' chains hold the spool while they run, and a restart joins their completion alone", "err", err)
+		} else {
+			co.wl, co.j.journaled = wl, true
+		}
 	}
 	return co
+}
+
+// leaving is the joiner's hook for a final chain leaving memory for good: it is traced, and
+// gone from the watch journal.
+func (co *Correlator) leaving(cs *chainState) {
+	co.traceLeaving(cs)
+	if co.wl != nil {
+		co.wl.gone(cs)
+	}
+}
+
+// rebuildLocked joins again, once, the chains the watch journal held at the start: their
+// records before from, where the replay begins.
+func (co *Correlator) rebuildLocked(ctx context.Context, from spool.Position) {
+	co.rebuilt = true
+	if co.wl == nil {
+		return
+	}
+	if n := co.wl.rebuild(co.j, from, func(c *chainState) { co.finishLocked(ctx, c) }); n > 0 {
+		co.log.Info("correlate: rebuilt watches' chains from the journal", "chains", n, "before_position", from)
+	}
 }
 
 // StreamTime is how far the correlator has joined: the latest receipt time of the records it
@@ -225,6 +264,9 @@ const saveEvery = time.Second
 // it changed: a committed position must never run ahead of the saved view, or a crash would
 // lose what the skipped records taught.
 func (co *Correlator) checkpointLocked(safe spool.Position, force bool) spool.Position {
+	if co.wl != nil {
+		co.wl.sync(co.j, co.now(), force)
+	}
 	co.saveReplayLocked(force)
 	if co.stateFile == "" {
 		return safe
@@ -279,6 +321,14 @@ func (co *Correlator) Close(ctx context.Context) error {
 			err = fmt.Errorf("correlate: flushing traces: %w", terr)
 		}
 	}
+	if co.wl != nil {
+		co.mu.Lock()
+		werr := co.wl.close(co.j, co.now())
+		co.mu.Unlock()
+		if werr != nil && err == nil {
+			err = fmt.Errorf("correlate: closing the watch journal: %w", werr)
+		}
+	}
 	return err
 }
 
@@ -289,6 +339,13 @@ func (co *Correlator) Close(ctx context.Context) error {
 func (co *Correlator) Consume(ctx context.Context, entries []spool.Entry) (spool.Position, error) {
 	idle := len(entries) == 0
 	co.mu.Lock()
+	if !co.rebuilt {
+		from := spool.Position(math.MaxUint64)
+		if !idle {
+			from = entries[0].Pos
+		}
+		co.rebuildLocked(ctx, from)
+	}
 	backlog := len(co.pending) >= co.maxPending
 	co.mu.Unlock()
 	if backlog {
@@ -377,10 +434,21 @@ func (co *Correlator) joinLocked(ctx context.Context, entries []spool.Entry) {
 		co.noteActivity(b.Records)
 		for i := range b.Records {
 			r := &b.Records[i]
-			if ev := co.j.Add(r, e.Pos); ev != nil {
+			c, ev := co.j.Add(r, e.Pos)
+			if co.wl != nil && co.j.targetOf(c).verb == "watch" {
+				co.watchRecs = append(co.watchRecs, watchRec{c, r})
+			}
+			if ev != nil {
 				co.finishLocked(ctx, ev)
 			}
 		}
+		// Journaled as the whole batch leaves their chains: a watch that ended in the batch it
+		// began in never ran.
+		for _, w := range co.watchRecs {
+			co.wl.note(co.j, w.c, w.r, e.Pos)
+		}
+		clear(co.watchRecs)
+		co.watchRecs = co.watchRecs[:0]
 		co.recs = b.Records
 		co.m.records.Add(float64(len(b.Records)))
 		co.lastEnd = e.End

@@ -153,7 +153,10 @@ type chainState struct {
 	// silent says it is a replayed remnant of a chain stored whole (remnant.go): final,
 	// unjudged, unseen, kept only for a record that may still join it.
 	silent bool
-	res    result
+	// kept says its records are in the watch journal, synced (watchlog.go): the spool may
+	// pass them.
+	kept bool
+	res  result
 }
 
 // The bits of chainState.reuse.
@@ -259,6 +262,10 @@ type Joiner struct {
 	// touchedLast is the earliest latest receipt (Unix ns) of a chain a record joined since the
 	// replay account last walked the chains in memory (remnant.go's horizonLocked).
 	touchedLast int64
+	// journaled says the correlator journals watches' chains (watchlog.go): SafePosition
+	// passes a chain once it is kept. Without a journal it passes running watches, and after a
+	// restart their completion is joined alone.
+	journaled bool
 }
 
 // MaxChainRecords bounds the records one chain takes, and the chains one auditID has in memory
@@ -353,9 +360,10 @@ func (j *Joiner) sameAudit(c *chainState, id string, uuid bool) bool {
 	return uuid || j.text(c.auditText) == id
 }
 
-// Add joins one record, read from the spool at pos. It returns a chain that had to be finalised
-// early to stay within MaxOpen, if any.
-func (j *Joiner) Add(r *record.Record, pos spool.Position) *chainState {
+// Add joins one record, read from the spool at pos. It returns the chain the record joined (or
+// was counted against, MaxChainRecords), and a chain that had to be finalised early to stay
+// within MaxOpen, if any.
+func (j *Joiner) Add(r *record.Record, pos spool.Position) (joined, evicted *chainState) {
 	recv := r.ReceivedAt.UnixNano()
 	if recv > j.now {
 		j.now = recv
@@ -366,15 +374,14 @@ func (j *Joiner) Add(r *record.Record, pos spool.Position) *chainState {
 	switch {
 	case c == nil && chains >= MaxChainRecords:
 		j.drop(newest) // the auditID's newest chain answers for it
-		return nil
+		return newest, nil
 	case c != nil && c.records >= MaxChainRecords:
 		j.drop(c)
-		return nil
+		return c, nil
 	}
 	if c != nil && c.final {
 		j.reopen(c)
 	}
-	var evicted *chainState
 	if c == nil {
 		if j.opts.MaxOpen > 0 && j.nOpen >= j.opts.MaxOpen {
 			evicted = j.at(j.lru.head)
@@ -401,7 +408,7 @@ func (j *Joiner) Add(r *record.Record, pos spool.Position) *chainState {
 	}
 	c.records++
 	j.addToSide(c, r, rr)
-	return evicted
+	return c, evicted
 }
 
 // drop counts a record that c, or c's auditID, has no room for (MaxChainRecords). It neither
@@ -514,6 +521,16 @@ func (j *Joiner) watching(c *chainState) bool {
 	}
 	for _, s := range j.sidesOf(c) {
 		if s.stages&stageStarted != 0 && s.stages&(stageComplete|stagePanic) == 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// incomplete reports whether a side of c has not ended (no ResponseComplete nor Panic yet).
+func (j *Joiner) incomplete(c *chainState) bool {
+	for _, s := range j.sidesOf(c) {
+		if s.stages&(stageComplete|stagePanic) == 0 {
 			return true
 		}
 	}

@@ -30,7 +30,7 @@ func TestMemoryDoesNotGrowWithWhatWasSeen(t *testing.T) {
 			r.RequestReceivedTimestamp = r.RequestReceivedTimestamp.Add(shift)
 			r.StageTimestamp = r.StageTimestamp.Add(shift)
 			r.ReceivedAt = r.ReceivedAt.Add(shift)
-			if ev := co.j.Add(&r, 0); ev != nil {
+			if _, ev := co.j.Add(&r, 0); ev != nil {
 				co.finishLocked(ctx, ev)
 			}
 		}

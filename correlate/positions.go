@@ -94,13 +94,13 @@ func (j *Joiner) backDown(i int) {
 // restart, replaying from it rebuilds every open chain, and every final one a late record could
 // still reopen (within the late window). A final chain's records must not be passed while it can
 // be reopened: a late record joined after a restart to a chain the replay did not rebuild would
-// make a chain of its own, with another verdict (and the store would keep both). Running
-// watches do not hold it back (their completion record alone is enough to classify them). ok is
-// false when no chain is in memory.
+// make a chain of its own, with another verdict (and the store would keep both). Kept chains
+// (the watch journal holds their records; watchlog.go) do not hold it back: a watch runs for
+// hours. ok is false when no chain is in memory.
 func (j *Joiner) SafePosition() (pos spool.Position, ok bool) {
 	for r := j.posHead; r != 0; {
 		c := j.at(r)
-		if !j.watching(c) {
+		if !j.passable(c) {
 			pos, ok = c.firstPos, true
 			break
 		}
@@ -109,17 +109,27 @@ func (j *Joiner) SafePosition() (pos spool.Position, ok bool) {
 	if len(j.back) == 0 {
 		return pos, ok
 	}
-	if c := j.at(j.back[0]); !j.watching(c) {
+	if c := j.at(j.back[0]); !j.passable(c) {
 		if !ok || c.firstPos < pos {
 			return c.firstPos, true
 		}
 		return pos, ok
 	}
-	// The oldest chain opened again is a running watch (rare): look at them all.
+	// The oldest chain opened again is a kept one (rare): look at them all.
 	for _, r := range j.back {
-		if c := j.at(r); !j.watching(c) && (!ok || c.firstPos < pos) {
+		if c := j.at(r); !j.passable(c) && (!ok || c.firstPos < pos) {
 			pos, ok = c.firstPos, true
 		}
 	}
 	return pos, ok
+}
+
+// passable reports whether the spool may pass c's records while it is in memory: it is kept,
+// or there is no journal and it is a running watch (whose completion is then joined alone
+// after a restart).
+func (j *Joiner) passable(c *chainState) bool {
+	if j.journaled {
+		return c.kept
+	}
+	return j.watching(c)
 }

@@ -45,13 +45,14 @@ type replayState struct {
 const replayFileName = "replay.json"
 
 // remnant reports whether c, a chain just finalised, is a replayed remnant of a chain stored
-// whole by the last process. Running watches' chains are never: their records span the watch.
+// whole by the last process. A watch still running is never (one the window ended is judged):
+// the account does not wait for running watches, whose completion, when it comes, is new.
 func (j *Joiner) remnant(c *chainState) bool {
-	return !c.fresh && c.last < j.horizon && j.targetOf(c).verb != "watch"
+	return !c.fresh && c.last < j.horizon && !j.watching(c)
 }
 
 // horizonLocked is the horizon of the account saved now: past every chain that left memory,
-// before every chain not yet stored. Watches' chains, never remnants, do not hold it back (a
+// before every chain not yet stored. Running watches, never remnants, do not hold it back (a
 // running watch keeps its old receipt for as long as it runs), nor does a chain of this
 // process's replay that the last account already found stored whole (a remnant still open).
 // The chains in memory are walked at most every walkEvery unless forced; between walks the last
@@ -75,7 +76,7 @@ const walkEvery = 10 * time.Second
 func (co *Correlator) walkHorizonLocked() int64 {
 	h := int64(math.MaxInt64)
 	counts := func(c *chainState) bool {
-		return c != nil && !co.j.remnant(c) && co.j.targetOf(c).verb != "watch"
+		return c != nil && !co.j.remnant(c) && !co.j.watching(c)
 	}
 	for r := co.j.lru.head; r != 0; {
 		c := co.j.at(r)
@@ -98,12 +99,8 @@ func (co *Correlator) walkHorizonLocked() int64 {
 	return h
 }
 
-// horizonBefore is h, lowered to before ch, a final chain not yet stored, unless ch is a
-// watch's (never a remnant).
+// horizonBefore is h, lowered to before ch, a final chain not yet stored.
 func horizonBefore(h int64, ch *chain.Chain) int64 {
-	if ch.Verb == "watch" {
-		return h
-	}
 	return min(h, ch.LastReceived.UnixNano())
 }
 

@@ -41,14 +41,7 @@ func TestReplayDropsRemnantsOfStoredChains(t *testing.T) {
 	var entries []spool.Entry
 	var pos spool.Position
 	frame := func(recs []record.Record) {
-		keys := make([]record.Key, len(recs))
-		for i := range recs {
-			keys[i] = recs[i].Key()
-		}
-		b, err := codec.AppendFrame(nil, recs[0].APIServer, recs[0].ReceivedAt, recs, keys)
-		if err != nil {
-			t.Fatal(err)
-		}
+		b := encodeFrame(t, codec, recs)
 		entries = append(entries, spool.Entry{Pos: pos, End: pos + spool.Position(len(b)), Payload: b})
 		pos += spool.Position(len(b))
 	}
