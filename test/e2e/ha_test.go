@@ -363,6 +363,20 @@ func TestHALayoutSurvivesEveryPeertrailProcess(t *testing.T) {
 	r.must(r.do(ruC, "admin", "POST", ruPG, `{"apiVersion":"scheduling.k8s.io/v1alpha2","kind":"PodGroup","metadata":{"name":"pg-1"},"spec":{"schedulingPolicy":{"gang":{"minCount":2}}}}`, nil), 201)
 	r.must(r.do(ruA, "admin", "POST", ruJobs, `{"apiVersion":"batch/v1","kind":"Job","metadata":{"name":"job-1"},"spec":{"template":{"spec":{"restartPolicy":"Never","containers":[{"name":"c","image":"registry.invalid/busybox"}]}}}}`, nil), 201)
 
+	// Long watches, local and forwarded, held open until step 5 and the end of the load.
+	var watches []*haWatch
+	for _, w := range []struct{ server, path string }{
+		{ruA, haClusterRolesWatch}, {ruA, ruPG + haWatchQuery}, {ruB, haClusterRolesWatch}, {ruB, ruPG + haWatchQuery},
+		{ruC, haClusterRolesWatch}, {ruC, ruJobs + haWatchQuery},
+	} {
+		watches = append(watches, openHAWatch(t, ctx, r, w.server, w.path))
+	}
+	t.Cleanup(func() {
+		for _, w := range watches {
+			w.end(t)
+		}
+	})
+
 	// The load, as in TestReplacementUnderLoad: three clients, a request every 150 ms each.
 	var mu sync.Mutex
 	var sent []rlSent
@@ -561,19 +575,38 @@ func TestHALayoutSurvivesEveryPeertrailProcess(t *testing.T) {
 	if err := <-rebuilt; err != nil {
 		t.Fatalf("building the replacement binary: %v", err)
 	}
+	ending := watches[:4]
 	for _, n := range order {
+		if procs[n].kind == "serve" {
+			// Two long watches end before each aggregator is replaced: one it has stored by
+			// then, one it has just joined the end of.
+			ending[0].end(t)
+			sleep(8 * time.Second)
+			ending[1].end(t)
+			sleep(2 * time.Second)
+			ending = ending[2:]
+		}
 		t.Logf("replace %s at %s", n, time.Now().Format(time.StampMilli))
 		stopAt := time.Now()
 		procs[n].stop(t)
 		procs[n].start(ctx, t, rebuiltBin)
 		if procs[n].kind == "serve" {
 			caughtUpAfter(n, stopAt, 3*time.Minute)
+			// The spool had passed the first records of the watches still running (they began
+			// more than a late window ago): their chains came back from the watch journal.
+			log := filepath.Join(dir, fmt.Sprintf("%s.%d.log", n, procs[n].incarnation))
+			if b, err := os.ReadFile(log); err != nil || !strings.Contains(string(b), "rebuilt watches' chains from the journal") {
+				t.Errorf("%s rebuilt no watch's chain from its journal after its replacement (%v): %s", n, err, grepLines(string(b), "journal"))
+			}
 		}
 		sleep(5 * time.Second)
 	}
 	sleep(10 * time.Second)
 	stopLoad()
 	wg.Wait()
+	for _, w := range watches {
+		w.end(t)
+	}
 	loadEnd := time.Now()
 	t.Logf("load stopped after %s: %d requests", loadEnd.Sub(loadStart).Round(time.Second), len(sent))
 
@@ -655,6 +688,7 @@ func TestHALayoutSurvivesEveryPeertrailProcess(t *testing.T) {
 	haCheckWebhookErrors(t, r)
 	haCheckEvents(t, ctx, r, procs, aggNames)
 	haCheckChains(t, ctx, procs, aggNames, sent)
+	haCheckWatches(t, ctx, procs, aggNames, watches)
 	t.Logf("TestHALayoutSurvivesEveryPeertrailProcess took %s", time.Since(start).Round(time.Second))
 }
 
@@ -829,6 +863,115 @@ func haCheckEvents(t *testing.T, ctx context.Context, r *ruTest, procs map[strin
 			}
 			if len(extra) > 0 {
 				t.Errorf("%s holds %d events of %s that its audit log does not, e.g. %v", a, len(extra), n, extra[:min(10, len(extra))])
+			}
+		}
+	}
+}
+
+// haWatchQuery starts a watch from the watch cache's state: without a resourceVersion an
+// apiserver just started answers "Too large resource version" until its cache catches up.
+const haWatchQuery = "?watch=true&resourceVersion=0"
+
+// haClusterRolesWatch is a watch every apiserver serves itself.
+const haClusterRolesWatch = "/apis/rbac.authorization.k8s.io/v1/clusterroles" + haWatchQuery
+
+// haWatch is a watch the test holds open for minutes.
+type haWatch struct {
+	server, path, auditID string
+	cancel                context.CancelFunc
+	done                  chan struct{}
+	ended                 time.Time
+}
+
+// openHAWatch starts a watch of path on server as admin and drains it until end.
+func openHAWatch(t *testing.T, ctx context.Context, r *ruTest, server, path string) *haWatch {
+	t.Helper()
+	hc, err := harness.HTTPClient(harness.WithSourceIP(r.c.AdminConfig(server), ruClientIP))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hc.Timeout = 0 // it runs until the test ends it
+	wctx, cancel := context.WithCancel(ctx)
+	resp, err := hc.Do(r.request(wctx, server, "GET", path, "", nil))
+	if err != nil {
+		cancel()
+		t.Fatalf("watch %s on %s: %v", path, server, err)
+	}
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("Audit-Id") == "" {
+		cancel()
+		resp.Body.Close()
+		t.Fatalf("watch %s on %s: %d, Audit-Id %q", path, server, resp.StatusCode, resp.Header.Get("Audit-Id"))
+	}
+	if line, err := readLine(resp.Body); err != nil || !strings.Contains(line, `"type":"ADDED"`) {
+		cancel()
+		resp.Body.Close()
+		t.Fatalf("watch %s on %s: first event %.200q, %v; want an object ADDED", path, server, line, err)
+	}
+	w := &haWatch{server: server, path: path, auditID: resp.Header.Get("Audit-Id"), cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(w.done)
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}()
+	t.Logf("%s WATCH %s as admin: %s", server, path, w.auditID)
+	return w
+}
+
+// end closes the watch (once); the apiserver then writes its ResponseComplete.
+func (w *haWatch) end(t *testing.T) {
+	if !w.ended.IsZero() {
+		return
+	}
+	select {
+	case <-w.done:
+		t.Errorf("watch %s on %s (%s) ended before the test closed it", w.path, w.server, w.auditID)
+	default:
+	}
+	w.cancel()
+	<-w.done
+	w.ended = time.Now()
+	t.Logf("%s WATCH %s ended by the client at %s: %s", w.server, w.path, w.ended.Format(time.StampMilli), w.auditID)
+}
+
+// haCheckWatches: each watch that ended around an aggregator's replacement is one final chain
+// in each aggregator, holding every record of it that aggregator stored, from the first. (The
+// replay after a restart once joined a watch's end alone, beside or instead of the whole.)
+func haCheckWatches(t *testing.T, ctx context.Context, procs map[string]*haProc, aggNames []string, watches []*haWatch) {
+	t.Helper()
+	type row struct {
+		Records int    `json:"records"`
+		First   string `json:"first"`
+		Last    string `json:"last"`
+		Class   string `json:"class"`
+	}
+	for _, w := range watches {
+		for _, a := range aggNames {
+			var chains, events []row
+			err := pollUntil(ctx, 3*haChainWindow, func() (bool, error) {
+				chains, events = nil, nil
+				if err := procs[a].api().sql(ctx, `SELECT records, toString(toUnixTimestamp64Milli(first_received)) AS first,
+					toString(toUnixTimestamp64Milli(last_received)) AS last, toString(class) AS class
+					FROM peertrail.chains FINAL WHERE state = 'final' AND audit_id = '`+w.auditID+`'`, &chains); err != nil {
+					return false, err
+				}
+				if err := procs[a].api().sql(ctx, `SELECT toInt32(count()) AS records, toString(toUnixTimestamp64Milli(min(received_at))) AS first,
+					toString(toUnixTimestamp64Milli(max(received_at))) AS last FROM peertrail.events WHERE audit_id = '`+w.auditID+`'`, &events); err != nil {
+					return false, err
+				}
+				return len(chains) == 1 && len(events) == 1 && chains[0].Records == events[0].Records && chains[0].First == events[0].First, nil
+			})
+			if err != nil {
+				t.Errorf("%s: watch %s on %s (%s, ended %s): final chains %+v, events %+v; want one chain of all its records from the first",
+					a, w.path, w.server, w.auditID, w.ended.Format(time.StampMilli), chains, events)
+				haDumpAuditID(t, ctx, procs, aggNames, w.auditID)
+				continue
+			}
+			first, _ := strconv.ParseInt(chains[0].First, 10, 64)
+			last, _ := strconv.ParseInt(chains[0].Last, 10, 64)
+			// Past the late window (5 minutes) the spool no longer holds a running watch's first
+			// records: only then does a restart need the watch journal.
+			if ran := time.Duration(last-first) * time.Millisecond; ran < 5*time.Minute+haChainWindow {
+				t.Errorf("%s: watch %s on %s ran %s: not past the late window, the check tells nothing", a, w.path, w.server, ran)
 			}
 		}
 	}
