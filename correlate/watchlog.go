@@ -73,6 +73,8 @@ type watchLog struct {
 	lastSync time.Time
 	// failed says a write failed: nothing more is journaled, and no chain is newly kept.
 	failed bool
+	// compactAt is the least size the file is rewritten at (wlCompactAt).
+	compactAt int64
 }
 
 // wlChain is a chain of this process in the journal.
@@ -101,7 +103,7 @@ type wlRec struct {
 // openWatchLog opens the journal at path, reading the chains it holds. Records at or past
 // spoolEnd mean the file was kept for another spool (one made anew): it is started afresh.
 func openWatchLog(path string, codec *record.Codec, spoolEnd spool.Position, log *slog.Logger) (*watchLog, error) {
-	w := &watchLog{path: path, codec: codec, log: log, chains: map[chainRef]*wlChain{}, early: map[chainRef][]wlRec{}}
+	w := &watchLog{path: path, codec: codec, log: log, chains: map[chainRef]*wlChain{}, early: map[chainRef][]wlRec{}, compactAt: wlCompactAt}
 	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
 		return nil, fmt.Errorf("correlate: watch journal: %w", err)
 	}
@@ -434,7 +436,7 @@ func (w *watchLog) sync(j *Joiner, now time.Time, force bool) {
 	}
 	clear(w.unsynced)
 	w.unsynced = w.unsynced[:0]
-	if w.size > wlCompactAt && w.size > 2*w.live && len(w.loaded) == 0 {
+	if w.size > w.compactAt && w.size > 2*w.live && len(w.loaded) == 0 {
 		if err := w.compact(); err != nil {
 			w.log.Warn("correlate: rewriting the watch journal without its gone chains", "file", w.path, "err", err)
 		}

@@ -295,6 +295,103 @@ func TestWatchLogTornTailAndForeignSpool(t *testing.T) {
 	w.f.Close()
 }
 
+// Watches begin every second and run for a minute: the journal is rewritten without the gone
+// ones as they pile up, and a restart after the rewrites still rebuilds the running ones whole.
+func TestWatchLogCompactsAndStillRebuilds(t *testing.T) {
+	codec, err := record.NewCodec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(codec.Close)
+	at := func(d time.Duration) time.Time { return t0.Add(d) }
+	ws := &watchSpool{}
+	frame := func(recs []record.Record) {
+		b := encodeFrame(t, codec, recs)
+		ws.entries = append(ws.entries, spool.Entry{Pos: ws.end, End: ws.end + spool.Position(len(b)), Payload: b})
+		ws.received = append(ws.received, recs[0].ReceivedAt)
+		ws.end += spool.Position(len(b))
+	}
+	watch := func(s int) req {
+		return req{id: fmt.Sprintf("w-%d", s), verb: "watch", uri: "/api/v1/namespaces/default/pods?watch=true", version: "v1", resource: "pods", user: "alice", at: at(time.Duration(s) * time.Second)}
+	}
+	stop := 0
+	for s := 1; s <= 600; s++ {
+		f := pods(fmt.Sprintf("f-%d", s), at(time.Duration(s)*time.Second-500*time.Millisecond))
+		frame(f.records(sideOpts{apiserver: "kas-a", sourceIPs: []string{client}, code: 200, objects: true, end: 5 * time.Millisecond, received: at(time.Duration(s) * time.Second)}))
+		if s <= 500 {
+			frame(watch(s).records(sideOpts{apiserver: "kas-a", sourceIPs: []string{client}, code: 200, stages: []string{"ResponseStarted"}, end: 5 * time.Millisecond, received: at(time.Duration(s)*time.Second + 100*time.Millisecond)}))
+		}
+		if s > 60 && s <= 560 {
+			frame(watch(s-60).records(sideOpts{apiserver: "kas-a", sourceIPs: []string{client}, code: 200, stages: []string{"ResponseComplete"}, end: 60 * time.Second, received: at(time.Duration(s)*time.Second + 200*time.Millisecond)}))
+		}
+		if s == 400 {
+			stop = len(ws.entries)
+		}
+	}
+	stored := func(sinks ...*memSink) map[string]string {
+		out := map[string]string{}
+		for _, sk := range sinks {
+			for _, c := range sk.chains {
+				if strings.HasPrefix(c.AuditID, "w-") {
+					k := fmt.Sprintf("%s first %s records %d", c.ID, c.FirstReceived.Sub(t0), c.Records)
+					out[k] += string(c.Class) + " "
+				}
+			}
+		}
+		return out
+	}
+
+	ref := startWatchRun(t, codec, t.TempDir(), 0)
+	ref.feed(ws, 0, len(ws.entries))
+	ref.finish(ws)
+	want := stored(ref.sink)
+	if len(want) != 500 {
+		t.Fatalf("without a restart: %d chains of the watches, want 500", len(want))
+	}
+
+	dir := t.TempDir()
+	first := startWatchRun(t, codec, dir, 0)
+	first.co.wl.compactAt = 16 << 10
+	var rewrites int
+	var most, live int64
+	for i := range stop {
+		size := first.co.wl.size
+		first.feed(ws, i, i+1)
+		if first.co.wl.size < size {
+			rewrites++
+		}
+		most, live = max(most, first.co.wl.size), max(live, first.co.wl.live)
+	}
+	first.stop()
+	// Rewritten once the gone are most of it: never much above twice what is live.
+	if rewrites == 0 || most > 3*live {
+		t.Fatalf("the journal was rewritten %d times and grew to %d bytes, with at most %d live: want it rewritten, and kept near what is live", rewrites, most, live)
+	}
+	from := len(ws.entries)
+	for i, e := range ws.entries {
+		if e.Pos >= first.committed {
+			from = i
+			break
+		}
+	}
+	if ws.received[from].Sub(t0) < 330*time.Second {
+		t.Fatalf("the replay begins at %s: before the running watches began, the journal is not needed", ws.received[from].Sub(t0))
+	}
+	second := startWatchRun(t, codec, dir, ws.end)
+	second.feed(ws, from, len(ws.entries))
+	second.finish(ws)
+	got := stored(first.sink, second.sink)
+	var wrong []string
+	for k, class := range got {
+		if want[k] != class && want[k]+want[k] != class { // stored again across the restart, as it was
+			wrong = append(wrong, k+" "+class)
+		}
+	}
+	if len(got) != len(want) || len(wrong) > 0 {
+		t.Errorf("across the restart: %d distinct chains of the watches (want %d), %d unlike the run without one: %v", len(got), len(want), len(wrong), wrong[:min(5, len(wrong))])
+	}
+}
+
 // A watch that ends in the batch it began in (the bench's, and a watch refused at once) is
 // never journaled: it never ran, and nothing holds the spool for it.
 func TestShortWatchesAreNotJournaled(t *testing.T) {
