@@ -322,7 +322,7 @@ func TestWatchLogCompactsAndStillRebuilds(t *testing.T) {
 			frame(watch(s).records(sideOpts{apiserver: "kas-a", sourceIPs: []string{client}, code: 200, stages: []string{"ResponseStarted"}, end: 5 * time.Millisecond, received: at(time.Duration(s)*time.Second + 100*time.Millisecond)}))
 		}
 		if s > 60 && s <= 560 {
-			frame(watch(s-60).records(sideOpts{apiserver: "kas-a", sourceIPs: []string{client}, code: 200, stages: []string{"ResponseComplete"}, end: 60 * time.Second, received: at(time.Duration(s)*time.Second + 200*time.Millisecond)}))
+			frame(watch(s - 60).records(sideOpts{apiserver: "kas-a", sourceIPs: []string{client}, code: 200, stages: []string{"ResponseComplete"}, end: 60 * time.Second, received: at(time.Duration(s)*time.Second + 200*time.Millisecond)}))
 		}
 		if s == 400 {
 			stop = len(ws.entries)
