@@ -71,7 +71,8 @@ type watchLog struct {
 	// loaded are the chains the file held at open, until the rebuild takes them.
 	loaded   []*wlLoaded
 	lastSync time.Time
-	// failed says a write failed: nothing more is journaled, and no chain is newly kept.
+	// failed says a write failed: nothing more is journaled, and the joiner passes running
+	// watches as without a journal.
 	failed bool
 	// compactAt is the least size the file is rewritten at (wlCompactAt).
 	compactAt int64
@@ -419,9 +420,11 @@ func (w *watchLog) sync(j *Joiner, now time.Time, force bool) {
 			err = w.f.Sync()
 		}
 		if err != nil {
-			// A torn entry would end the file for every later read: nothing more is written.
-			w.failed = true
-			w.log.Warn("correlate: writing the watch journal failed; watches' chains now hold the spool until they leave memory", "file", w.path, "err", err)
+			// A torn entry would end the file for every later read: nothing more is written,
+			// and running watches no longer hold the spool (the disk may be full), as without
+			// a journal.
+			w.failed, j.journaled = true, false
+			w.log.Warn("correlate: writing the watch journal failed; from now on a restart joins a running watch's completion alone", "file", w.path, "err", err)
 			return
 		}
 		w.buf = w.buf[:0]
@@ -439,6 +442,9 @@ func (w *watchLog) sync(j *Joiner, now time.Time, force bool) {
 	if w.size > w.compactAt && w.size > 2*w.live && len(w.loaded) == 0 {
 		if err := w.compact(); err != nil {
 			w.log.Warn("correlate: rewriting the watch journal without its gone chains", "file", w.path, "err", err)
+		}
+		if w.failed {
+			j.journaled = false
 		}
 	}
 }

@@ -392,6 +392,55 @@ func TestWatchLogCompactsAndStillRebuilds(t *testing.T) {
 	}
 }
 
+// A journal that cannot be written (a full disk) is given up: the joiner passes running watches
+// as without one, rather than hold the spool behind them for as long as they run.
+func TestWatchLogWriteFailureFallsBack(t *testing.T) {
+	codec, err := record.NewCodec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(codec.Close)
+	ws := newWatchSpool(t, codec, false)
+	r := startWatchRun(t, codec, t.TempDir(), 0)
+	r.feed(ws, 0, 10)
+	if !r.co.j.journaled || len(r.co.wl.chains) != 1 {
+		t.Fatalf("journaled %v, %d chains in the journal; want w's", r.co.j.journaled, len(r.co.wl.chains))
+	}
+	// Every later write fails: the journal's file is swapped for one open only to read.
+	ro, err := os.Open(r.co.wl.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.co.wl.f.Close()
+	r.co.wl.f = ro
+	r.feed(ws, 10, ws.complete+3)
+	if r.co.j.journaled || !r.co.wl.failed {
+		t.Fatalf("after a failed write: journaled %v, failed %v; want the journal given up", r.co.j.journaled, r.co.wl.failed)
+	}
+	r.feed(ws, ws.complete+3, len(ws.entries))
+	// A second watch begins and runs on while every other chain leaves memory: the commit goes
+	// past it (a journal that failed would otherwise never keep it).
+	last := ws.received[len(ws.received)-1]
+	x := req{id: "x", verb: "watch", uri: "/api/v1/namespaces/default/pods?watch=true", version: "v1", resource: "pods", user: "alice", at: last}
+	b := encodeFrame(t, codec, x.records(sideOpts{apiserver: "kas-a", sourceIPs: []string{client}, code: 200, stages: []string{"ResponseStarted"}, end: 5 * time.Millisecond, received: last.Add(time.Second)}))
+	for i, e := range []spool.Entry{{Pos: ws.end, End: ws.end + spool.Position(len(b)), Payload: b}, {}, {}} {
+		r.co.now = func() time.Time { return last.Add(time.Duration(1+100*i) * time.Second) }
+		var entries []spool.Entry
+		if e.Payload != nil {
+			entries = append(entries, e)
+		}
+		p, err := r.co.Consume(context.Background(), entries)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.committed = max(r.committed, p)
+	}
+	if r.committed <= ws.end {
+		t.Errorf("committed %d, x's first record at %d: the running watch holds the spool", r.committed, ws.end)
+	}
+	r.stop()
+}
+
 // A watch that ends in the batch it began in (the bench's, and a watch refused at once) is
 // never journaled: it never ran, and nothing holds the spool for it.
 func TestShortWatchesAreNotJournaled(t *testing.T) {
