@@ -933,9 +933,10 @@ func (w *haWatch) end(t *testing.T) {
 	t.Logf("%s WATCH %s ended by the client at %s: %s", w.server, w.path, w.ended.Format(time.StampMilli), w.auditID)
 }
 
-// haCheckWatches: each watch that ended around an aggregator's replacement is one final chain
-// in each aggregator, holding every record of it that aggregator stored, from the first. (The
-// replay after a restart once joined a watch's end alone, beside or instead of the whole.)
+// haCheckWatches: each long watch (four ended around the aggregators' replacements) is one
+// final chain in each aggregator, holding every record of it that aggregator stored, from the
+// first. (The replay after a restart once joined a watch's end alone, beside or instead of the
+// whole.)
 func haCheckWatches(t *testing.T, ctx context.Context, procs map[string]*haProc, aggNames []string, watches []*haWatch) {
 	t.Helper()
 	type row struct {
