@@ -27,6 +27,17 @@ type watchSpool struct {
 	complete int // the index of w's completion
 }
 
+// newTestCodec is a codec for t.
+func newTestCodec(t testing.TB) *record.Codec {
+	t.Helper()
+	codec, err := record.NewCodec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(codec.Close)
+	return codec
+}
+
 // encodeFrame is recs as the receiver spools them: one batch of recs[0]'s apiserver.
 func encodeFrame(t testing.TB, codec *record.Codec, recs []record.Record) []byte {
 	t.Helper()
@@ -144,11 +155,7 @@ func storedOfW(sinks ...*memSink) map[string]chain.Class {
 // seconds apart disagreed on two watches). With the watch journal the replay rebuilds it whole.
 // The control, without a state directory (no journal), shows both wrong answers.
 func TestRestartMidWatchStoresTheWatchWhole(t *testing.T) {
-	codec, err := record.NewCodec()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(codec.Close)
+	codec := newTestCodec(t)
 	for _, rrApart := range []bool{false, true} {
 		t.Run(fmt.Sprintf("rr apart %v", rrApart), func(t *testing.T) { restartMidWatch(t, codec, newWatchSpool(t, codec, rrApart)) })
 	}
@@ -225,11 +232,7 @@ func restartMidWatch(t *testing.T, codec *record.Codec, ws *watchSpool) {
 // past its first record while its chain is final in memory (the late window). Without the
 // journal the commit stands still for that whole window after every long watch ends.
 func TestCommitPassesACompletedWatch(t *testing.T) {
-	codec, err := record.NewCodec()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(codec.Close)
+	codec := newTestCodec(t)
 	ws := newWatchSpool(t, codec, false)
 	for _, journal := range []bool{true, false} {
 		dir := ""
@@ -254,11 +257,7 @@ func TestCommitPassesACompletedWatch(t *testing.T) {
 // The journal after a crash: a torn last entry is cut off, and the whole ones before it still
 // rebuild their chain; an entry for another spool (past its end) starts the journal afresh.
 func TestWatchLogTornTailAndForeignSpool(t *testing.T) {
-	codec, err := record.NewCodec()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(codec.Close)
+	codec := newTestCodec(t)
 	ws := newWatchSpool(t, codec, false)
 	dir := t.TempDir()
 	first := startWatchRun(t, codec, dir, 0)
@@ -298,11 +297,7 @@ func TestWatchLogTornTailAndForeignSpool(t *testing.T) {
 // Watches begin every second and run for a minute: the journal is rewritten without the gone
 // ones as they pile up, and a restart after the rewrites still rebuilds the running ones whole.
 func TestWatchLogCompactsAndStillRebuilds(t *testing.T) {
-	codec, err := record.NewCodec()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(codec.Close)
+	codec := newTestCodec(t)
 	at := func(d time.Duration) time.Time { return t0.Add(d) }
 	ws := &watchSpool{}
 	frame := func(recs []record.Record) {
@@ -395,11 +390,7 @@ func TestWatchLogCompactsAndStillRebuilds(t *testing.T) {
 // A journal that cannot be written (a full disk) is given up: the joiner passes running watches
 // as without one, rather than hold the spool behind them for as long as they run.
 func TestWatchLogWriteFailureFallsBack(t *testing.T) {
-	codec, err := record.NewCodec()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(codec.Close)
+	codec := newTestCodec(t)
 	ws := newWatchSpool(t, codec, false)
 	r := startWatchRun(t, codec, t.TempDir(), 0)
 	r.feed(ws, 0, 10)
@@ -444,11 +435,7 @@ func TestWatchLogWriteFailureFallsBack(t *testing.T) {
 // A watch that ends in the batch it began in (the bench's, and a watch refused at once) is
 // never journaled: it never ran, and nothing holds the spool for it.
 func TestShortWatchesAreNotJournaled(t *testing.T) {
-	codec, err := record.NewCodec()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(codec.Close)
+	codec := newTestCodec(t)
 	r := startWatchRun(t, codec, t.TempDir(), 0)
 	var pos spool.Position
 	for i := range 100 {
