@@ -144,7 +144,7 @@ func (w *watchLog) load(spoolEnd spool.Position) (int64, error) {
 	defer f.Close()
 	bySeq := map[uint32]*wlLoaded{}
 	var foreign bool
-	good, err := readWatchLog(bufio.NewReader(f), func(kind byte, seq uint32, pos spool.Position, frame []byte, n int64) error {
+	good, err := readWatchLog(bufio.NewReader(f), func(kind byte, seq uint32, pos spool.Position, frame, entry []byte) error {
 		w.next = max(w.next, seq+1)
 		l := bySeq[seq]
 		if l == nil {
@@ -163,7 +163,7 @@ func (w *watchLog) load(spoolEnd spool.Position) (int64, error) {
 		if err != nil || len(b.Records) != 1 {
 			return errStopReading // written whole and checked, so not ours: read no further
 		}
-		l.bytes += n
+		l.bytes += int64(len(entry))
 		l.recs = append(l.recs, wlRec{pos: pos, rec: b.Records[0]})
 		return nil
 	})
@@ -187,32 +187,32 @@ func (w *watchLog) load(spoolEnd spool.Position) (int64, error) {
 
 var errStopReading = errors.New("stop reading")
 
-// readWatchLog calls fn with each whole entry of r (n its bytes) until the end, a torn or
-// corrupt entry, or fn returns errStopReading; it returns the bytes of the entries before
-// that. Other errors of fn or r are returned.
-func readWatchLog(r *bufio.Reader, fn func(kind byte, seq uint32, pos spool.Position, frame []byte, n int64) error) (int64, error) {
+// readWatchLog calls fn with each whole entry of r (entry: its bytes as written, valid until fn
+// returns) until the end, a torn or corrupt entry, or fn returns errStopReading; it returns the
+// bytes of the entries before that. Other errors of fn or r are returned.
+func readWatchLog(r *bufio.Reader, fn func(kind byte, seq uint32, pos spool.Position, frame, entry []byte) error) (int64, error) {
 	var good int64
-	var head [8]byte
-	var body []byte
+	entry := make([]byte, 8)
 	for {
-		if _, err := io.ReadFull(r, head[:]); err != nil {
+		if _, err := io.ReadFull(r, entry[:8]); err != nil {
 			if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
 				return good, nil
 			}
 			return good, err
 		}
-		size := binary.LittleEndian.Uint32(head[:4])
+		size := binary.LittleEndian.Uint32(entry[:4])
 		if size < 2 || size > wlMaxBody {
 			return good, nil
 		}
-		body = slices.Grow(body[:0], int(size))[:size]
+		entry = slices.Grow(entry[:8], int(size))[:8+size]
+		body := entry[8:]
 		if _, err := io.ReadFull(r, body); err != nil {
 			if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
 				return good, nil
 			}
 			return good, err
 		}
-		if crc32.Checksum(body, wlCRC) != binary.LittleEndian.Uint32(head[4:]) {
+		if crc32.Checksum(body, wlCRC) != binary.LittleEndian.Uint32(entry[4:8]) {
 			return good, nil
 		}
 		kind := body[0]
@@ -235,14 +235,13 @@ func readWatchLog(r *bufio.Reader, fn func(kind byte, seq uint32, pos spool.Posi
 		default:
 			return good, nil
 		}
-		n := int64(len(head)) + int64(size)
-		if err := fn(kind, uint32(seq), pos, rest, n); err != nil {
+		if err := fn(kind, uint32(seq), pos, rest, entry); err != nil {
 			if errors.Is(err, errStopReading) {
 				return good, nil
 			}
 			return good, err
 		}
-		good += n
+		good += int64(len(entry))
 	}
 }
 
@@ -468,20 +467,12 @@ func (w *watchLog) compact() error {
 	defer os.Remove(tmp)
 	out := bufio.NewWriter(dst)
 	var size int64
-	var head [8]byte
-	_, err = readWatchLog(bufio.NewReader(src), func(kind byte, seq uint32, pos spool.Position, frame []byte, n int64) error {
+	_, err = readWatchLog(bufio.NewReader(src), func(kind byte, seq uint32, _ spool.Position, _, entry []byte) error {
 		if kind != wlRecord || !live[seq] {
 			return nil
 		}
-		// The entry again, as read: its header is rebuilt from its body.
-		body := binary.AppendUvarint([]byte{kind}, uint64(seq))
-		body = binary.LittleEndian.AppendUint64(body, uint64(pos))
-		body = append(body, frame...)
-		binary.LittleEndian.PutUint32(head[:4], uint32(len(body)))
-		binary.LittleEndian.PutUint32(head[4:], crc32.Checksum(body, wlCRC))
-		out.Write(head[:])
-		_, err := out.Write(body)
-		size += n
+		_, err := out.Write(entry) // as read, its checksum with it
+		size += int64(len(entry))
 		return err
 	})
 	if err == nil {

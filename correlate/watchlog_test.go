@@ -476,7 +476,12 @@ func FuzzReadWatchLog(f *testing.F) {
 	f.Add(w.buf[:len(w.buf)-3])
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, b []byte) {
-		good, err := readWatchLog(bufio.NewReader(bytes.NewReader(b)), func(kind byte, seq uint32, pos spool.Position, frame []byte, n int64) error {
+		var at int
+		good, err := readWatchLog(bufio.NewReader(bytes.NewReader(b)), func(kind byte, seq uint32, pos spool.Position, frame, entry []byte) error {
+			if !bytes.Equal(entry, b[at:min(len(b), at+len(entry))]) {
+				t.Fatalf("entry at %d is not the bytes read there", at)
+			}
+			at += len(entry)
 			if kind == wlRecord {
 				codec.DecodeFrame(frame)
 			}
