@@ -58,7 +58,7 @@ type watchLog struct {
 	codec *record.Codec
 	log   *slog.Logger
 	// size is the file's bytes (written and buffered); live of them the entries of the chains
-	// in memory (chains, and loaded before the rebuild).
+	// in memory (chains).
 	size, live int64
 	next       uint32
 	chains     map[chainRef]*wlChain
@@ -178,7 +178,6 @@ func (w *watchLog) load(spoolEnd spool.Position) (int64, error) {
 	for _, l := range bySeq {
 		if len(l.recs) > 0 {
 			w.loaded = append(w.loaded, l)
-			w.live += l.bytes
 		}
 	}
 	slices.SortFunc(w.loaded, func(a, b *wlLoaded) int { return int(a.seq) - int(b.seq) })
@@ -387,7 +386,6 @@ func (w *watchLog) rebuild(j *Joiner, from spool.Position, finish func(*chainSta
 	}
 	// The loaded chains that made no chain of their own are gone from the file: the replay
 	// brings their records again, journaled anew.
-	w.live = 0
 	for _, l := range w.loaded {
 		if _, ok := mapped[l.seq]; ok {
 			w.live += l.bytes
