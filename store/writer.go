@@ -38,9 +38,9 @@ type WriterOptions struct {
 	// less again (migration 0013, BENCHMARKS.md).
 	FlushInterval time.Duration
 	Logger        *slog.Logger
-	// RememberChains bounds how many chains the chain sink remembers having written (default
-	// 500,000, 40 bytes each): WriteChains asks the store only about chains it does not
-	// know. A smaller record costs lookups of late revisions, never a wrong write.
+	// RememberChains bounds how many chains the chain sink remembers having written
+	// (DefaultRememberChains, 40 bytes each): WriteChains asks the store only about chains it
+	// does not know. A smaller record costs lookups of late revisions, never a wrong write.
 	RememberChains int
 	// Deduplicate is for two writers (two aggregators of the HA layout) sharing one ClickHouse
 	// server, whose tables were migrated with SchemaOptions.Deduplicate: each spool frame's
@@ -51,6 +51,12 @@ type WriterOptions struct {
 	// implement InsertDeduplicated (*Server does).
 	Deduplicate bool
 }
+
+// DefaultRememberChains is WriterOptions.RememberChains unless set: what a correlator can still
+// revise, the final chains it keeps amendable (200,000 by default) and a batch of them on its
+// way (50,000). Twice that held 10 MB more at no gain: a chain the correlator has let go gets no
+// new revision but from a replay, which is looked up in the store anyway.
+const DefaultRememberChains = 250_000
 
 func (o *WriterOptions) defaults() {
 	if o.FlushRows <= 0 {
@@ -66,7 +72,7 @@ func (o *WriterOptions) defaults() {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	if o.RememberChains <= 0 {
-		o.RememberChains = 500_000
+		o.RememberChains = DefaultRememberChains
 	}
 }
 
