@@ -194,7 +194,7 @@ func newServer(ctx context.Context, cfg config.File, log *slog.Logger, agent boo
 	}
 	if s.store != nil {
 		s.writer = store.NewWriter(s.store, s.codec, store.WriterOptions{Logger: log, Deduplicate: cfg.Store.Deduplicate,
-			FlushInterval: cfg.StoreFlushInterval(), FlushBytes: int(cfg.Store.FlushBytes)})
+			FlushInterval: cfg.StoreFlushInterval(), FlushBytes: int(cfg.Store.FlushBytes), Spool: s.spool})
 		s.registry.MustRegister(s.writer.Collectors()...)
 	}
 	if emb != nil {

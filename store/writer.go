@@ -38,6 +38,12 @@ type WriterOptions struct {
 	// less again (migration 0013, BENCHMARKS.md).
 	FlushInterval time.Duration
 	Logger        *slog.Logger
+	// Spool, when set, is the spool the writer consumes: it then keeps only the positions of the
+	// frames it gathers and reads them back from the spool for the insert, rather than a copy of
+	// each that stays resident between inserts (BENCHMARKS.md, "A thirty-seventh session"). The
+	// spool holds them: the writer's committed position stays before every frame it has not
+	// stored. Without it each payload is copied.
+	Spool *spool.Spool
 	// RememberChains bounds how many chains the chain sink remembers having written
 	// (DefaultRememberChains, 40 bytes each): WriteChains asks the store only about chains it
 	// does not know. A smaller record costs lookups of late revisions, never a wrong write.
@@ -54,8 +60,9 @@ type WriterOptions struct {
 
 // DefaultRememberChains is WriterOptions.RememberChains unless set: what a correlator can still
 // revise, the final chains it keeps amendable (200,000 by default) and a batch of them on its
-// way (50,000). Twice that held 10 MB more at no gain: a chain the correlator has let go gets no
-// new revision but from a replay, which is looked up in the store anyway.
+// way (50,000). Twice that held more memory for nothing (BENCHMARKS.md, "A thirty-seventh
+// session"): a chain the correlator has let go gets no new revision but from a replay, which is
+// looked up in the store anyway.
 const DefaultRememberChains = 250_000
 
 func (o *WriterOptions) defaults() {
@@ -104,9 +111,9 @@ type Writer struct {
 	// payload (S2-compressed) is a fraction of its decoded records with their strings and raw
 	// JSON, and a flush decodes one frame at a time as the engine reads the rows.
 	frames []pendingFrame
-	// payloads holds the gathered frames' payloads one after another, each frame's at the
-	// same offset whatever array holds it now; its memory serves the next insert's, rather
-	// than a copy of its own for each frame.
+	// payloads holds the gathered frames' payloads one after another (without
+	// WriterOptions.Spool), each frame's at the same offset whatever array holds it now; its
+	// memory serves the next insert's, rather than a copy of its own for each frame.
 	payloads []byte
 	pending  int                 // records in frames
 	pendingB int                 // their decoded size (FrameHeader.BodyLen)
@@ -167,14 +174,23 @@ func FrameToken(h record.FrameHeader) string {
 // the frame's token (WriterOptions.Deduplicate). A frame that landed before a failure is
 // dropped by the server when it comes again.
 func (w *Writer) writeFramesDeduplicated(ctx context.Context, s deduplicatedInserter) error {
+	src := w.frameSource()
+	defer src.close()
 	for i := range w.frames {
 		f := &w.frames[i]
-		h, err := record.ParseHeader(f.payload)
+		payload, ok, err := src.payload(f)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			continue
+		}
+		h, err := record.ParseHeader(payload)
 		if err != nil {
 			w.badFrame(f.pos, err)
 			continue
 		}
-		batch, err := w.codec.DecodeFrame(f.payload)
+		batch, err := w.codec.DecodeFrame(payload)
 		if err != nil {
 			w.badFrame(f.pos, err)
 			continue
@@ -196,9 +212,10 @@ func (w *Writer) writeFramesDeduplicated(ctx context.Context, s deduplicatedInse
 	return nil
 }
 
-// pendingFrame is a frame gathered for the next insert: a copy of its payload (the spool lends
-// payloads only until Consume returns), where that copy ends in Writer.payloads, how many
-// records it holds and their decoded size.
+// pendingFrame is a frame gathered for the next insert: where it is in the spool, a copy of its
+// payload (the spool lends payloads only until Consume returns; none when WriterOptions.Spool
+// is set: the frame is read back), where that copy ends in Writer.payloads, how many records it
+// holds and their decoded size.
 type pendingFrame struct {
 	pos     spool.Position
 	payload []byte
@@ -240,10 +257,13 @@ func (w *Writer) Consume(ctx context.Context, entries []spool.Entry) (spool.Posi
 		if err != nil {
 			size = len(e.Payload) // the flush finds it undecodable and counts it
 		}
-		from := len(w.payloads)
-		w.payloads = append(w.payloads, e.Payload...)
-		w.frames = append(w.frames, pendingFrame{pos: e.Pos, payload: w.payloads[from:len(w.payloads):len(w.payloads)],
-			end: len(w.payloads), records: len(h.Keys), bytes: size})
+		f := pendingFrame{pos: e.Pos, records: len(h.Keys), bytes: size}
+		if w.opts.Spool == nil {
+			from := len(w.payloads)
+			w.payloads = append(w.payloads, e.Payload...)
+			f.payload, f.end = w.payloads[from:len(w.payloads):len(w.payloads)], len(w.payloads)
+		}
+		w.frames = append(w.frames, f)
 		w.pending += len(h.Keys)
 		w.pendingB += size
 	}
@@ -337,11 +357,20 @@ func (w *Writer) writeFrames(ctx context.Context) error {
 			newest time.Time
 			block  = w.eventBlock()
 			rs     = &blockStream{n: len(w.frames), block: block}
+			src    = w.frameSource()
 		)
 		rs.add = func(i int) {
 			f := &w.frames[i]
+			payload, ok, err := src.payload(f)
+			if err != nil {
+				rs.err = err
+				return
+			}
+			if !ok {
+				return
+			}
 			// The records alias the reader's memory until the next frame; the block copies what it keeps.
-			batch, err := w.frame.Decode(f.payload)
+			batch, err := w.frame.Decode(payload)
 			if err != nil {
 				w.badFrame(f.pos, err)
 				return
@@ -361,6 +390,14 @@ func (w *Writer) writeFrames(ctx context.Context) error {
 		}
 		start := time.Now()
 		err := w.insertStream(ctx, s, EventsTable, EventColumns, rs)
+		src.close()
+		if rs.err != nil && !errors.Is(rs.err, errUnsure) {
+			// A frame could not be read back: the stopped insert is looked up like the rest
+			// when the frames come again.
+			w.known = false
+			w.metrics.insertErrors.WithLabelValues("events").Inc()
+			return rs.err
+		}
 		if rs.err == nil {
 			if err == nil && !rs.done() {
 				err = fmt.Errorf("the engine stopped reading after %d rows without an error", rows)
@@ -374,8 +411,18 @@ func (w *Writer) writeFrames(ctx context.Context) error {
 		w.known = false
 	}
 	records := make([]record.Record, 0, w.pending)
-	for _, f := range w.frames {
-		b, err := w.codec.DecodeFrame(f.payload)
+	src := w.frameSource()
+	defer src.close()
+	for i := range w.frames {
+		f := &w.frames[i]
+		payload, ok, err := src.payload(f)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			continue
+		}
+		b, err := w.codec.DecodeFrame(payload)
 		if err != nil {
 			w.badFrame(f.pos, err)
 			continue
@@ -383,6 +430,50 @@ func (w *Writer) writeFrames(ctx context.Context) error {
 		records = append(records, b.Records...)
 	}
 	return w.writeEvents(ctx, records)
+}
+
+// frameSource hands the gathered frames' payloads, in order: their copies, or (with
+// WriterOptions.Spool) the frames read back from the spool, each payload the caller's.
+type frameSource struct {
+	sp *spool.Spool
+	rd *spool.Reader
+	w  *Writer
+}
+
+func (w *Writer) frameSource() *frameSource { return &frameSource{sp: w.opts.Spool, w: w} }
+
+// payload returns f's payload; ok is false for a frame found corrupt on disk (counted as a bad
+// frame, as one that does not decode). An error is one of reading the spool: the insert waits
+// for it like for the store.
+func (s *frameSource) payload(f *pendingFrame) (p []byte, ok bool, err error) {
+	if s.sp == nil {
+		return f.payload, true, nil
+	}
+	if s.rd == nil || s.rd.Position() != f.pos {
+		// Frames without records (not gathered) lie between: start again at this one.
+		s.close()
+		s.rd = s.sp.NewReader(f.pos)
+	}
+	e, found, err := s.rd.TryNext()
+	switch {
+	case errors.Is(err, spool.ErrCorrupt):
+		s.close()
+		s.w.badFrame(f.pos, err)
+		return nil, false, nil
+	case err != nil:
+		return nil, false, fmt.Errorf("store: read back the frame at %d: %w", f.pos, err)
+	case !found || e.Pos != f.pos:
+		return nil, false, fmt.Errorf("store: read back the frame at %d: the spool has none there", f.pos)
+	}
+	return e.Payload, true, nil
+}
+
+// close lets the spool's file go.
+func (s *frameSource) close() {
+	if s.rd != nil {
+		_ = s.rd.Close()
+		s.rd = nil
+	}
 }
 
 // eventBlock returns the writer's events block, empty.

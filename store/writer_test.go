@@ -1,9 +1,12 @@
 package store_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"testing"
@@ -128,6 +131,22 @@ func simulatedRecords(g *simulate.Events, apiserver string, received time.Time, 
 		return nil, fmt.Errorf("decode: %v %v", err, invalid)
 	}
 	return recs, nil
+}
+
+// writerModes are the two ways the writer keeps the frames it gathers for an insert: a copy of
+// each payload, or only their positions, read back from the spool (WriterOptions.Spool, as
+// serve runs it).
+var writerModes = []struct {
+	name  string
+	spool bool
+}{{"copies", false}, {"spool", true}}
+
+// inMode is opts for a mode: with sp to read the frames back from, or without.
+func inMode(fromSpool bool, sp *spool.Spool, opts store.WriterOptions) store.WriterOptions {
+	if fromSpool {
+		opts.Spool = sp
+	}
+	return opts
 }
 
 // spoolOf appends the traffic to a new spool as the receiver would.
@@ -284,81 +303,97 @@ WHERE apiserver IN ({a:String}, {b:String})`, tr.params())
 // While ClickHouse refuses inserts and queries, nothing is lost: Consume fails, the spool keeps
 // the entries and the runner retries; once it is back everything lands once.
 func TestWriterOutageLosesNothing(t *testing.T) {
-	codec := newCodec(t)
-	tr := newTraffic(t, "outage", 4, 20, 50)
-	sp := spoolOf(t, codec, tr)
-	f := &flaky{Store: engine(t), failInserts: 4, failQueries: 3}
-	w := store.NewWriter(f, codec, store.WriterOptions{FlushRows: 500})
+	for _, m := range writerModes {
+		t.Run(m.name, func(t *testing.T) {
+			codec := newCodec(t)
+			tr := newTraffic(t, "outage-"+m.name, 4, 20, 50)
+			sp := spoolOf(t, codec, tr)
+			f := &flaky{Store: engine(t), failInserts: 4, failQueries: 3}
+			w := store.NewWriter(f, codec, inMode(m.spool, sp, store.WriterOptions{FlushRows: 500}))
 
-	runUntilStored(t, sp, w, tr)
-	assertExactlyOnce(t, tr)
-	// Each failure keeps the frames of earlier calls while the call's own are copied again.
-	assertStoredAsSent(t, tr)
-	if got := counter(t, w, metrics.StoreInsertErrorsTotal, "events"); got != 4 {
-		t.Errorf("insert errors %v, want 4", got)
-	}
-	if got := counter(t, w, metrics.StoreRowsWrittenTotal, "events"); got != float64(tr.records) {
-		t.Errorf("rows written %v, want %d", got, tr.records)
-	}
-	// The spool position passed everything.
-	if lag := sp.Stats().Lag[store.ConsumerName]; lag != 0 {
-		t.Errorf("consumer lag %d bytes after catching up, want 0", lag)
+			runUntilStored(t, sp, w, tr)
+			assertExactlyOnce(t, tr)
+			// Each failure keeps the frames of earlier calls while the call's own are copied again.
+			assertStoredAsSent(t, tr)
+			if got := counter(t, w, metrics.StoreInsertErrorsTotal, "events"); got != 4 {
+				t.Errorf("insert errors %v, want 4", got)
+			}
+			if got := counter(t, w, metrics.StoreRowsWrittenTotal, "events"); got != float64(tr.records) {
+				t.Errorf("rows written %v, want %d", got, tr.records)
+			}
+			// The spool position passed everything.
+			if lag := sp.Stats().Lag[store.ConsumerName]; lag != 0 {
+				t.Errorf("consumer lag %d bytes after catching up, want 0", lag)
+			}
+		})
 	}
 }
 
 // A Consume of many frames inserts as soon as it holds FlushRows records, so the writer never
 // holds a whole delivery (up to 256 frames) of decoded records.
 func TestWriterInsertsWithinOneDelivery(t *testing.T) {
-	codec := newCodec(t)
-	const per = 50
-	tr := newTraffic(t, "withincall", 8, 20, per)
-	sp := spoolOf(t, codec, tr) // filled before Run: the first Consume gets all 40 frames
-	f := &flaky{Store: engine(t)}
-	w := store.NewWriter(f, codec, store.WriterOptions{FlushRows: 300, FlushInterval: 20 * time.Millisecond})
+	for _, m := range writerModes {
+		t.Run(m.name, func(t *testing.T) {
+			codec := newCodec(t)
+			const per = 50
+			tr := newTraffic(t, "withincall-"+m.name, 8, 20, per)
+			sp := spoolOf(t, codec, tr) // filled before Run: the first Consume gets all 40 frames
+			f := &flaky{Store: engine(t)}
+			w := store.NewWriter(f, codec, inMode(m.spool, sp, store.WriterOptions{FlushRows: 300, FlushInterval: 20 * time.Millisecond}))
 
-	runUntilStored(t, sp, w, tr)
-	assertExactlyOnce(t, tr)
-	assertStoredAsSent(t, tr)
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if len(f.sizes) < tr.records/(300+per) {
-		t.Fatalf("%d inserts %v for %d records with FlushRows 300", len(f.sizes), f.sizes, tr.records)
-	}
-	for _, n := range f.sizes {
-		if n > 300+per {
-			t.Errorf("an insert of %d rows (%v): over FlushRows and one frame (%d)", n, f.sizes, 300+per)
-		}
+			runUntilStored(t, sp, w, tr)
+			assertExactlyOnce(t, tr)
+			assertStoredAsSent(t, tr)
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			if len(f.sizes) < tr.records/(300+per) {
+				t.Fatalf("%d inserts %v for %d records with FlushRows 300", len(f.sizes), f.sizes, tr.records)
+			}
+			for _, n := range f.sizes {
+				if n > 300+per {
+					t.Errorf("an insert of %d rows (%v): over FlushRows and one frame (%d)", n, f.sizes, 300+per)
+				}
+			}
+		})
 	}
 }
 
 // The same, with the third insert failing after it committed: the call is delivered again from
 // its first frame, and what its first two inserts wrote is skipped, not written twice.
 func TestWriterFailureWithinOneDeliveryDuplicatesNothing(t *testing.T) {
-	codec := newCodec(t)
-	tr := newTraffic(t, "withincallfail", 9, 20, 50)
-	sp := spoolOf(t, codec, tr)
-	f := &flaky{Store: engine(t), okBeforeLost: 2, lostAnswers: 1}
-	w := store.NewWriter(f, codec, store.WriterOptions{FlushRows: 300, FlushInterval: 20 * time.Millisecond})
+	for _, m := range writerModes {
+		t.Run(m.name, func(t *testing.T) {
+			codec := newCodec(t)
+			tr := newTraffic(t, "withincallfail-"+m.name, 9, 20, 50)
+			sp := spoolOf(t, codec, tr)
+			f := &flaky{Store: engine(t), okBeforeLost: 2, lostAnswers: 1}
+			w := store.NewWriter(f, codec, inMode(m.spool, sp, store.WriterOptions{FlushRows: 300, FlushInterval: 20 * time.Millisecond}))
 
-	runUntilStored(t, sp, w, tr)
-	assertExactlyOnce(t, tr)
-	if got := counter(t, w, metrics.StoreRowsSkippedTotal, "events"); got < 600 {
-		t.Errorf("%v rows skipped as stored; want at least the 600 of the call's first two inserts", got)
+			runUntilStored(t, sp, w, tr)
+			assertExactlyOnce(t, tr)
+			if got := counter(t, w, metrics.StoreRowsSkippedTotal, "events"); got < 600 {
+				t.Errorf("%v rows skipped as stored; want at least the 600 of the call's first two inserts", got)
+			}
+		})
 	}
 }
 
 // An insert that committed but reported an error is retried without duplicating a row.
 func TestWriterLostAnswerDuplicatesNothing(t *testing.T) {
-	codec := newCodec(t)
-	tr := newTraffic(t, "lostanswer", 5, 10, 40)
-	sp := spoolOf(t, codec, tr)
-	f := &flaky{Store: engine(t), lostAnswers: 2}
-	w := store.NewWriter(f, codec, store.WriterOptions{FlushRows: 300})
+	for _, m := range writerModes {
+		t.Run(m.name, func(t *testing.T) {
+			codec := newCodec(t)
+			tr := newTraffic(t, "lostanswer-"+m.name, 5, 10, 40)
+			sp := spoolOf(t, codec, tr)
+			f := &flaky{Store: engine(t), lostAnswers: 2}
+			w := store.NewWriter(f, codec, inMode(m.spool, sp, store.WriterOptions{FlushRows: 300}))
 
-	runUntilStored(t, sp, w, tr)
-	assertExactlyOnce(t, tr)
-	if got := counter(t, w, metrics.StoreRowsSkippedTotal, "events"); got == 0 {
-		t.Errorf("no rows were skipped, yet two inserts committed before failing")
+			runUntilStored(t, sp, w, tr)
+			assertExactlyOnce(t, tr)
+			if got := counter(t, w, metrics.StoreRowsSkippedTotal, "events"); got == 0 {
+				t.Errorf("no rows were skipped, yet two inserts committed before failing")
+			}
+		})
 	}
 }
 
@@ -366,41 +401,49 @@ func TestWriterLostAnswerDuplicatesNothing(t *testing.T) {
 // them: one that failed and committed nothing is written again, one that committed and lost
 // its answer is looked up and skipped; every event is stored once.
 func TestWriterStreamFailuresDuplicateNothing(t *testing.T) {
-	codec := newCodec(t)
-	tr := newTraffic(t, "streamfail", 11, 20, 40)
-	sp := spoolOf(t, codec, tr)
-	f := &store.StreamFaults{Embedded: engine(t), Aborted: 2, Lost: 2}
-	w := store.NewWriter(f, codec, store.WriterOptions{FlushRows: 300})
+	for _, m := range writerModes {
+		t.Run(m.name, func(t *testing.T) {
+			codec := newCodec(t)
+			tr := newTraffic(t, "streamfail-"+m.name, 11, 20, 40)
+			sp := spoolOf(t, codec, tr)
+			f := &store.StreamFaults{Embedded: engine(t), Aborted: 2, Lost: 2}
+			w := store.NewWriter(f, codec, inMode(m.spool, sp, store.WriterOptions{FlushRows: 300}))
 
-	runUntilStored(t, sp, w, tr)
-	assertExactlyOnce(t, tr)
-	assertStoredAsSent(t, tr)
-	if f.Aborted != 0 || f.Lost != 0 {
-		t.Fatalf("%d aborted and %d lost answers left: the writer never streamed that often", f.Aborted, f.Lost)
-	}
-	// A fault that meets a stream the writer stops itself (its retry reached records the table
-	// may hold, after a lost answer) is not the insert's error.
-	if got := counter(t, w, metrics.StoreInsertErrorsTotal, "events"); got < 2 || got > 4 {
-		t.Errorf("insert errors %v, want 2 to 4", got)
-	}
-	if got := counter(t, w, metrics.StoreRowsSkippedTotal, "events"); got == 0 {
-		t.Errorf("no rows were skipped, yet two inserts committed before failing")
-	}
-	if got := counter(t, w, metrics.StoreRowsWrittenTotal, "events") + counter(t, w, metrics.StoreRowsSkippedTotal, "events"); got < float64(tr.records) {
-		t.Errorf("rows written and skipped %v, want at least %d", got, tr.records)
+			runUntilStored(t, sp, w, tr)
+			assertExactlyOnce(t, tr)
+			assertStoredAsSent(t, tr)
+			if f.Aborted != 0 || f.Lost != 0 {
+				t.Fatalf("%d aborted and %d lost answers left: the writer never streamed that often", f.Aborted, f.Lost)
+			}
+			// A fault that meets a stream the writer stops itself (its retry reached records the table
+			// may hold, after a lost answer) is not the insert's error.
+			if got := counter(t, w, metrics.StoreInsertErrorsTotal, "events"); got < 2 || got > 4 {
+				t.Errorf("insert errors %v, want 2 to 4", got)
+			}
+			if got := counter(t, w, metrics.StoreRowsSkippedTotal, "events"); got == 0 {
+				t.Errorf("no rows were skipped, yet two inserts committed before failing")
+			}
+			if got := counter(t, w, metrics.StoreRowsWrittenTotal, "events") + counter(t, w, metrics.StoreRowsSkippedTotal, "events"); got < float64(tr.records) {
+				t.Errorf("rows written and skipped %v, want at least %d", got, tr.records)
+			}
+		})
 	}
 }
 
 // An insert that failed midway (half its rows committed) is completed, not repeated.
 func TestWriterPartialInsertCompletedOnce(t *testing.T) {
-	codec := newCodec(t)
-	tr := newTraffic(t, "partial", 6, 10, 40)
-	sp := spoolOf(t, codec, tr)
-	f := &flaky{Store: engine(t), partial: 3}
-	w := store.NewWriter(f, codec, store.WriterOptions{FlushRows: 300})
+	for _, m := range writerModes {
+		t.Run(m.name, func(t *testing.T) {
+			codec := newCodec(t)
+			tr := newTraffic(t, "partial-"+m.name, 6, 10, 40)
+			sp := spoolOf(t, codec, tr)
+			f := &flaky{Store: engine(t), partial: 3}
+			w := store.NewWriter(f, codec, inMode(m.spool, sp, store.WriterOptions{FlushRows: 300}))
 
-	runUntilStored(t, sp, w, tr)
-	assertExactlyOnce(t, tr)
+			runUntilStored(t, sp, w, tr)
+			assertExactlyOnce(t, tr)
+		})
+	}
 }
 
 // After a crash the spool delivers again what the writer wrote but did not commit; a new
@@ -557,17 +600,21 @@ func TestWriterBuffersUntilFlush(t *testing.T) {
 
 // A frame that does not decode is counted and skipped; the rest is written.
 func TestWriterSkipsBadFrames(t *testing.T) {
-	codec := newCodec(t)
-	tr := newTraffic(t, "badframe", 10, 4, 10)
-	sp := spoolOf(t, codec, tr)
-	if _, err := sp.Append([]byte("\x01not a frame")); err != nil {
-		t.Fatal(err)
-	}
-	w := store.NewWriter(engine(t), codec, store.WriterOptions{FlushRows: 1})
-	runUntilStored(t, sp, w, tr)
-	assertExactlyOnce(t, tr)
-	if got := counter(t, w, metrics.StoreBadFramesTotal, ""); got != 1 {
-		t.Errorf("bad frames %v, want 1", got)
+	for _, m := range writerModes {
+		t.Run(m.name, func(t *testing.T) {
+			codec := newCodec(t)
+			tr := newTraffic(t, "badframe-"+m.name, 10, 4, 10)
+			sp := spoolOf(t, codec, tr)
+			if _, err := sp.Append([]byte("\x01not a frame")); err != nil {
+				t.Fatal(err)
+			}
+			w := store.NewWriter(engine(t), codec, inMode(m.spool, sp, store.WriterOptions{FlushRows: 1}))
+			runUntilStored(t, sp, w, tr)
+			assertExactlyOnce(t, tr)
+			if got := counter(t, w, metrics.StoreBadFramesTotal, ""); got != 1 {
+				t.Errorf("bad frames %v, want 1", got)
+			}
+		})
 	}
 }
 
@@ -967,4 +1014,105 @@ func TestWriterInsertsWithinFlushBytes(t *testing.T) {
 		}
 	}
 	t.Logf("%d inserts %v, a frame about %d bytes decoded", len(f.sizes), f.sizes, frameBytes)
+}
+
+// A frame the writer gathered and then found corrupt when it read it back from the spool for
+// the insert (WriterOptions.Spool) is counted as a bad frame and skipped; every other frame of
+// the insert is stored once.
+func TestWriterFrameCorruptOnReadBack(t *testing.T) {
+	codec := newCodec(t)
+	ctx := context.Background()
+	tr := newTraffic(t, "readback", 12, 6, 20)
+	dir := t.TempDir()
+	sp, err := spool.Open(spool.Options{Dir: dir, MaxBytes: 1 << 30, Sync: spool.SyncNever, Consumers: []string{store.ConsumerName}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sp.Close() })
+	for _, b := range tr.batches {
+		keys := make([]record.Key, len(b.Records))
+		for i := range b.Records {
+			keys[i] = b.Records[i].Key()
+		}
+		frame, err := codec.AppendFrame(nil, b.APIServer, b.ReceivedAt, b.Records, keys)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := sp.Append(frame); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var entries []spool.Entry
+	r := sp.NewReader(0)
+	for {
+		e, ok, err := r.TryNext()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ok {
+			break
+		}
+		entries = append(entries, e)
+	}
+	r.Close()
+	if len(entries) != len(tr.batches) {
+		t.Fatalf("%d frames read, want %d", len(entries), len(tr.batches))
+	}
+
+	const interval = time.Second
+	w := store.NewWriter(engine(t), codec, store.WriterOptions{Spool: sp, FlushInterval: interval})
+	consumed := time.Now()
+	if _, err := w.Consume(ctx, entries); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := tr.stored(t); n != 0 {
+		t.Fatalf("%d rows stored before the flush: the test says nothing", n)
+	}
+	// Flip a byte in the middle of the fourth frame's payload, where the spool holds it.
+	segs, err := filepath.Glob(filepath.Join(dir, "*.seg"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	seg, at := "", -1
+	for _, p := range segs {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i := bytes.Index(data, entries[3].Payload); i >= 0 {
+			if seg != "" || bytes.Count(data, entries[3].Payload) != 1 {
+				t.Fatal("the fourth frame's payload is in the spool more than once")
+			}
+			seg, at = p, i
+		}
+	}
+	if seg == "" {
+		t.Fatal("the fourth frame's payload is in no segment")
+	}
+	f, err := os.OpenFile(seg, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := make([]byte, 1)
+	mid := int64(at + len(entries[3].Payload)/2)
+	if _, err := f.ReadAt(b, mid); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt([]byte{b[0] ^ 0xff}, mid); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+
+	// The idle spool's call once the interval has passed: the gathered frames' insert.
+	time.Sleep(time.Until(consumed.Add(interval + 10*time.Millisecond)))
+	if _, err := w.Consume(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	lost := len(tr.batches[3].Records)
+	if events, rollup := tr.stored(t); events != tr.records-lost || rollup != tr.records-lost {
+		t.Fatalf("events %d, rollup %d after the flush; want the %d records of every frame but the corrupt one", events, rollup, tr.records-lost)
+	}
+	if got := counter(t, w, metrics.StoreBadFramesTotal, ""); got != 1 {
+		t.Errorf("bad frames %v, want 1", got)
+	}
 }
