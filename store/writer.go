@@ -174,7 +174,7 @@ func FrameToken(h record.FrameHeader) string {
 // the frame's token (WriterOptions.Deduplicate). A frame that landed before a failure is
 // dropped by the server when it comes again.
 func (w *Writer) writeFramesDeduplicated(ctx context.Context, s deduplicatedInserter) error {
-	src := w.frameSource()
+	src := w.frameSource(false)
 	defer src.close()
 	for i := range w.frames {
 		f := &w.frames[i]
@@ -357,7 +357,7 @@ func (w *Writer) writeFrames(ctx context.Context) error {
 			newest time.Time
 			block  = w.eventBlock()
 			rs     = &blockStream{n: len(w.frames), block: block}
-			src    = w.frameSource()
+			src    = w.frameSource(true) // the records alias the payload until the next frame
 		)
 		rs.add = func(i int) {
 			f := &w.frames[i]
@@ -411,7 +411,7 @@ func (w *Writer) writeFrames(ctx context.Context) error {
 		w.known = false
 	}
 	records := make([]record.Record, 0, w.pending)
-	src := w.frameSource()
+	src := w.frameSource(false)
 	defer src.close()
 	for i := range w.frames {
 		f := &w.frames[i]
@@ -433,14 +433,20 @@ func (w *Writer) writeFrames(ctx context.Context) error {
 }
 
 // frameSource hands the gathered frames' payloads, in order: their copies, or (with
-// WriterOptions.Spool) the frames read back from the spool, each payload the caller's.
+// WriterOptions.Spool) the frames read back from the spool, each payload the caller's for good,
+// or, when lent, only until the next call.
 type frameSource struct {
-	sp *spool.Spool
-	rd *spool.Reader
-	w  *Writer
+	sp   *spool.Spool
+	rd   *spool.Reader
+	w    *Writer
+	lent bool
 }
 
-func (w *Writer) frameSource() *frameSource { return &frameSource{sp: w.opts.Spool, w: w} }
+// frameSource returns the gathered frames' source; lent says the caller is done with each
+// payload by the next call, so that one buffer serves them all.
+func (w *Writer) frameSource(lent bool) *frameSource {
+	return &frameSource{sp: w.opts.Spool, w: w, lent: lent}
+}
 
 // payload returns f's payload; ok is false for a frame found corrupt on disk (counted as a bad
 // frame, as one that does not decode). An error is one of reading the spool: the insert waits
@@ -453,6 +459,9 @@ func (s *frameSource) payload(f *pendingFrame) (p []byte, ok bool, err error) {
 		// Frames without records (not gathered) lie between: start again at this one.
 		s.close()
 		s.rd = s.sp.NewReader(f.pos)
+	}
+	if s.lent {
+		s.rd.Lend()
 	}
 	e, found, err := s.rd.TryNext()
 	switch {

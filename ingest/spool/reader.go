@@ -72,6 +72,11 @@ func (r *Reader) recycle() {
 	r.slab = r.slab[:0]
 }
 
+// Lend makes the memory of every payload this reader has returned serve the next ones: the
+// caller is done with their entries. Run's reader does it between calls; a reader that takes
+// one frame at a time and lets each go before the next can too, and allocates nothing then.
+func (r *Reader) Lend() { r.recycle() }
+
 // payload returns n bytes for a frame's payload.
 func (r *Reader) payload(n int) []byte {
 	if !r.lending {

@@ -874,3 +874,40 @@ func TestIdentityIsKeptOnlyWhereFramesAreDurable(t *testing.T) {
 		t.Fatal("an identity made under fsync interval was taken for the old one")
 	}
 }
+
+// A reader that lends its payloads (Lend before each read) reads each frame whole into the
+// memory of the last; without Lend every payload is memory of its own.
+func TestReaderLendReusesThePayloadMemory(t *testing.T) {
+	s := open(t, t.TempDir(), nil)
+	defer s.Close()
+	for i := range 3 {
+		if _, err := s.Append([]byte(fmt.Sprintf("frame %d of three", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Wait(context.Background(), s.Written()); err != nil {
+		t.Fatal(err)
+	}
+	for _, lend := range []bool{false, true} {
+		r := s.NewReader(0)
+		var first *byte
+		for i := range 3 {
+			if lend {
+				r.Lend()
+			}
+			e, ok, err := r.TryNext()
+			if err != nil || !ok {
+				t.Fatalf("frame %d: %v %v", i, ok, err)
+			}
+			if got, want := string(e.Payload), fmt.Sprintf("frame %d of three", i); got != want {
+				t.Fatalf("lend %v: frame %d reads %q, want %q", lend, i, got, want)
+			}
+			if i == 0 {
+				first = &e.Payload[0]
+			} else if same := &e.Payload[0] == first; same != lend {
+				t.Errorf("lend %v: frame %d in the first frame's memory: %v", lend, i, same)
+			}
+		}
+		r.Close()
+	}
+}
