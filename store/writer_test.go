@@ -152,7 +152,13 @@ func inMode(fromSpool bool, sp *spool.Spool, opts store.WriterOptions) store.Wri
 // spoolOf appends the traffic to a new spool as the receiver would.
 func spoolOf(t *testing.T, codec *record.Codec, tr *traffic) *spool.Spool {
 	t.Helper()
-	sp, err := spool.Open(spool.Options{Dir: t.TempDir(), MaxBytes: 1 << 30, Sync: spool.SyncNever, Consumers: []string{store.ConsumerName}})
+	return spoolIn(t, t.TempDir(), codec, tr)
+}
+
+// spoolIn is spoolOf with the spool in dir.
+func spoolIn(t *testing.T, dir string, codec *record.Codec, tr *traffic) *spool.Spool {
+	t.Helper()
+	sp, err := spool.Open(spool.Options{Dir: dir, MaxBytes: 1 << 30, Sync: spool.SyncNever, Consumers: []string{store.ConsumerName}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -171,6 +177,24 @@ func spoolOf(t *testing.T, codec *record.Codec, tr *traffic) *spool.Spool {
 		}
 	}
 	return sp
+}
+
+// entriesOf reads every frame of sp, each payload its own.
+func entriesOf(t *testing.T, sp *spool.Spool) []spool.Entry {
+	t.Helper()
+	var entries []spool.Entry
+	r := sp.NewReader(0)
+	defer r.Close()
+	for {
+		e, ok, err := r.TryNext()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ok {
+			return entries
+		}
+		entries = append(entries, e)
+	}
 }
 
 func newCodec(t *testing.T) *record.Codec {
@@ -497,19 +521,7 @@ func TestWriterSameEntriesTwice(t *testing.T) {
 	tr := newTraffic(t, "twice", 8, 5, 30)
 	sp := spoolOf(t, codec, tr)
 	ctx := context.Background()
-	var entries []spool.Entry
-	r := sp.NewReader(0)
-	defer r.Close()
-	for {
-		e, ok, err := r.TryNext()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !ok {
-			break
-		}
-		entries = append(entries, e)
-	}
+	entries := entriesOf(t, sp)
 	end := entries[len(entries)-1].End
 	f := &flaky{Store: engine(t), lostAnswers: 1}
 	// One insert of the whole call.
@@ -1024,37 +1036,8 @@ func TestWriterFrameCorruptOnReadBack(t *testing.T) {
 	ctx := context.Background()
 	tr := newTraffic(t, "readback", 12, 6, 20)
 	dir := t.TempDir()
-	sp, err := spool.Open(spool.Options{Dir: dir, MaxBytes: 1 << 30, Sync: spool.SyncNever, Consumers: []string{store.ConsumerName}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { sp.Close() })
-	for _, b := range tr.batches {
-		keys := make([]record.Key, len(b.Records))
-		for i := range b.Records {
-			keys[i] = b.Records[i].Key()
-		}
-		frame, err := codec.AppendFrame(nil, b.APIServer, b.ReceivedAt, b.Records, keys)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := sp.Append(frame); err != nil {
-			t.Fatal(err)
-		}
-	}
-	var entries []spool.Entry
-	r := sp.NewReader(0)
-	for {
-		e, ok, err := r.TryNext()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !ok {
-			break
-		}
-		entries = append(entries, e)
-	}
-	r.Close()
+	sp := spoolIn(t, dir, codec, tr)
+	entries := entriesOf(t, sp)
 	if len(entries) != len(tr.batches) {
 		t.Fatalf("%d frames read, want %d", len(entries), len(tr.batches))
 	}
