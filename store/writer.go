@@ -436,29 +436,27 @@ func (w *Writer) writeFrames(ctx context.Context) error {
 // WriterOptions.Spool) the frames read back from the spool, each payload the caller's for good,
 // or, when lent, only until the next call.
 type frameSource struct {
-	sp   *spool.Spool
-	rd   *spool.Reader
 	w    *Writer
+	rd   *spool.Reader
 	lent bool
 }
 
 // frameSource returns the gathered frames' source; lent says the caller is done with each
 // payload by the next call, so that one buffer serves them all.
-func (w *Writer) frameSource(lent bool) *frameSource {
-	return &frameSource{sp: w.opts.Spool, w: w, lent: lent}
-}
+func (w *Writer) frameSource(lent bool) *frameSource { return &frameSource{w: w, lent: lent} }
 
 // payload returns f's payload; ok is false for a frame found corrupt on disk (counted as a bad
 // frame, as one that does not decode). An error is one of reading the spool: the insert waits
 // for it like for the store.
 func (s *frameSource) payload(f *pendingFrame) (p []byte, ok bool, err error) {
-	if s.sp == nil {
+	sp := s.w.opts.Spool
+	if sp == nil {
 		return f.payload, true, nil
 	}
 	if s.rd == nil || s.rd.Position() != f.pos {
 		// Frames without records (not gathered) lie between: start again at this one.
 		s.close()
-		s.rd = s.sp.NewReader(f.pos)
+		s.rd = sp.NewReader(f.pos)
 	}
 	if s.lent {
 		s.rd.Lend()
