@@ -133,20 +133,30 @@ func simulatedRecords(g *simulate.Events, apiserver string, received time.Time, 
 	return recs, nil
 }
 
-// writerModes are the two ways the writer keeps the frames it gathers for an insert: a copy of
-// each payload, or only their positions, read back from the spool (WriterOptions.Spool, as
-// serve runs it).
-var writerModes = []struct {
-	name  string
-	spool bool
-}{{"copies", false}, {"spool", true}}
+// modeOptions gives the writer's options one of the two ways it keeps the frames it gathers.
+type modeOptions func(store.WriterOptions) store.WriterOptions
 
-// inMode is opts for a mode: with sp to read the frames back from, or without.
-func inMode(fromSpool bool, sp *spool.Spool, opts store.WriterOptions) store.WriterOptions {
-	if fromSpool {
-		opts.Spool = sp
+// inEachMode runs test once for each way the writer keeps the frames it gathers for an insert
+// (a subtest each): a copy of each payload, or only their positions, read back from the spool
+// (WriterOptions.Spool, as serve runs it). Each gets its own traffic, newTraffic(name-mode,
+// hoursAgo, n, per), in a spool of its own, and mode, which sets the writer's options to it.
+func inEachMode(t *testing.T, name string, hoursAgo, n, per int, test func(t *testing.T, codec *record.Codec, tr *traffic, sp *spool.Spool, mode modeOptions)) {
+	for _, m := range []struct {
+		name  string
+		spool bool
+	}{{"copies", false}, {"spool", true}} {
+		t.Run(m.name, func(t *testing.T) {
+			codec := newCodec(t)
+			tr := newTraffic(t, name+"-"+m.name, hoursAgo, n, per)
+			sp := spoolOf(t, codec, tr)
+			test(t, codec, tr, sp, func(o store.WriterOptions) store.WriterOptions {
+				if m.spool {
+					o.Spool = sp
+				}
+				return o
+			})
+		})
 	}
-	return opts
 }
 
 // spoolOf appends the traffic to a new spool as the receiver would.
@@ -327,147 +337,118 @@ WHERE apiserver IN ({a:String}, {b:String})`, tr.params())
 // While ClickHouse refuses inserts and queries, nothing is lost: Consume fails, the spool keeps
 // the entries and the runner retries; once it is back everything lands once.
 func TestWriterOutageLosesNothing(t *testing.T) {
-	for _, m := range writerModes {
-		t.Run(m.name, func(t *testing.T) {
-			codec := newCodec(t)
-			tr := newTraffic(t, "outage-"+m.name, 4, 20, 50)
-			sp := spoolOf(t, codec, tr)
-			f := &flaky{Store: engine(t), failInserts: 4, failQueries: 3}
-			w := store.NewWriter(f, codec, inMode(m.spool, sp, store.WriterOptions{FlushRows: 500}))
+	inEachMode(t, "outage", 4, 20, 50, func(t *testing.T, codec *record.Codec, tr *traffic, sp *spool.Spool, mode modeOptions) {
+		f := &flaky{Store: engine(t), failInserts: 4, failQueries: 3}
+		w := store.NewWriter(f, codec, mode(store.WriterOptions{FlushRows: 500}))
 
-			runUntilStored(t, sp, w, tr)
-			assertExactlyOnce(t, tr)
-			// Each failure keeps the frames of earlier calls while the call's own are copied again.
-			assertStoredAsSent(t, tr)
-			if got := counter(t, w, metrics.StoreInsertErrorsTotal, "events"); got != 4 {
-				t.Errorf("insert errors %v, want 4", got)
-			}
-			if got := counter(t, w, metrics.StoreRowsWrittenTotal, "events"); got != float64(tr.records) {
-				t.Errorf("rows written %v, want %d", got, tr.records)
-			}
-			// The spool position passed everything.
-			if lag := sp.Stats().Lag[store.ConsumerName]; lag != 0 {
-				t.Errorf("consumer lag %d bytes after catching up, want 0", lag)
-			}
-		})
-	}
+		runUntilStored(t, sp, w, tr)
+		assertExactlyOnce(t, tr)
+		// Each failure keeps the frames of earlier calls while the call's own are copied again.
+		assertStoredAsSent(t, tr)
+		if got := counter(t, w, metrics.StoreInsertErrorsTotal, "events"); got != 4 {
+			t.Errorf("insert errors %v, want 4", got)
+		}
+		if got := counter(t, w, metrics.StoreRowsWrittenTotal, "events"); got != float64(tr.records) {
+			t.Errorf("rows written %v, want %d", got, tr.records)
+		}
+		// The spool position passed everything.
+		if lag := sp.Stats().Lag[store.ConsumerName]; lag != 0 {
+			t.Errorf("consumer lag %d bytes after catching up, want 0", lag)
+		}
+	})
 }
 
 // A Consume of many frames inserts as soon as it holds FlushRows records, so the writer never
 // holds a whole delivery (up to 256 frames) of decoded records.
 func TestWriterInsertsWithinOneDelivery(t *testing.T) {
-	for _, m := range writerModes {
-		t.Run(m.name, func(t *testing.T) {
-			codec := newCodec(t)
-			const per = 50
-			tr := newTraffic(t, "withincall-"+m.name, 8, 20, per)
-			sp := spoolOf(t, codec, tr) // filled before Run: the first Consume gets all 40 frames
-			f := &flaky{Store: engine(t)}
-			w := store.NewWriter(f, codec, inMode(m.spool, sp, store.WriterOptions{FlushRows: 300, FlushInterval: 20 * time.Millisecond}))
+	const per = 50
+	inEachMode(t, "withincall", 8, 20, per, func(t *testing.T, codec *record.Codec, tr *traffic, sp *spool.Spool, mode modeOptions) {
+		// The spool is filled before Run: the first Consume gets all 40 frames.
+		f := &flaky{Store: engine(t)}
+		w := store.NewWriter(f, codec, mode(store.WriterOptions{FlushRows: 300, FlushInterval: 20 * time.Millisecond}))
 
-			runUntilStored(t, sp, w, tr)
-			assertExactlyOnce(t, tr)
-			assertStoredAsSent(t, tr)
-			f.mu.Lock()
-			defer f.mu.Unlock()
-			if len(f.sizes) < tr.records/(300+per) {
-				t.Fatalf("%d inserts %v for %d records with FlushRows 300", len(f.sizes), f.sizes, tr.records)
+		runUntilStored(t, sp, w, tr)
+		assertExactlyOnce(t, tr)
+		assertStoredAsSent(t, tr)
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		if len(f.sizes) < tr.records/(300+per) {
+			t.Fatalf("%d inserts %v for %d records with FlushRows 300", len(f.sizes), f.sizes, tr.records)
+		}
+		for _, n := range f.sizes {
+			if n > 300+per {
+				t.Errorf("an insert of %d rows (%v): over FlushRows and one frame (%d)", n, f.sizes, 300+per)
 			}
-			for _, n := range f.sizes {
-				if n > 300+per {
-					t.Errorf("an insert of %d rows (%v): over FlushRows and one frame (%d)", n, f.sizes, 300+per)
-				}
-			}
-		})
-	}
+		}
+	})
 }
 
 // The same, with the third insert failing after it committed: the call is delivered again from
 // its first frame, and what its first two inserts wrote is skipped, not written twice.
 func TestWriterFailureWithinOneDeliveryDuplicatesNothing(t *testing.T) {
-	for _, m := range writerModes {
-		t.Run(m.name, func(t *testing.T) {
-			codec := newCodec(t)
-			tr := newTraffic(t, "withincallfail-"+m.name, 9, 20, 50)
-			sp := spoolOf(t, codec, tr)
-			f := &flaky{Store: engine(t), okBeforeLost: 2, lostAnswers: 1}
-			w := store.NewWriter(f, codec, inMode(m.spool, sp, store.WriterOptions{FlushRows: 300, FlushInterval: 20 * time.Millisecond}))
+	inEachMode(t, "withincallfail", 9, 20, 50, func(t *testing.T, codec *record.Codec, tr *traffic, sp *spool.Spool, mode modeOptions) {
+		f := &flaky{Store: engine(t), okBeforeLost: 2, lostAnswers: 1}
+		w := store.NewWriter(f, codec, mode(store.WriterOptions{FlushRows: 300, FlushInterval: 20 * time.Millisecond}))
 
-			runUntilStored(t, sp, w, tr)
-			assertExactlyOnce(t, tr)
-			if got := counter(t, w, metrics.StoreRowsSkippedTotal, "events"); got < 600 {
-				t.Errorf("%v rows skipped as stored; want at least the 600 of the call's first two inserts", got)
-			}
-		})
-	}
+		runUntilStored(t, sp, w, tr)
+		assertExactlyOnce(t, tr)
+		if got := counter(t, w, metrics.StoreRowsSkippedTotal, "events"); got < 600 {
+			t.Errorf("%v rows skipped as stored; want at least the 600 of the call's first two inserts", got)
+		}
+	})
 }
 
 // An insert that committed but reported an error is retried without duplicating a row.
 func TestWriterLostAnswerDuplicatesNothing(t *testing.T) {
-	for _, m := range writerModes {
-		t.Run(m.name, func(t *testing.T) {
-			codec := newCodec(t)
-			tr := newTraffic(t, "lostanswer-"+m.name, 5, 10, 40)
-			sp := spoolOf(t, codec, tr)
-			f := &flaky{Store: engine(t), lostAnswers: 2}
-			w := store.NewWriter(f, codec, inMode(m.spool, sp, store.WriterOptions{FlushRows: 300}))
+	inEachMode(t, "lostanswer", 5, 10, 40, func(t *testing.T, codec *record.Codec, tr *traffic, sp *spool.Spool, mode modeOptions) {
+		f := &flaky{Store: engine(t), lostAnswers: 2}
+		w := store.NewWriter(f, codec, mode(store.WriterOptions{FlushRows: 300}))
 
-			runUntilStored(t, sp, w, tr)
-			assertExactlyOnce(t, tr)
-			if got := counter(t, w, metrics.StoreRowsSkippedTotal, "events"); got == 0 {
-				t.Errorf("no rows were skipped, yet two inserts committed before failing")
-			}
-		})
-	}
+		runUntilStored(t, sp, w, tr)
+		assertExactlyOnce(t, tr)
+		if got := counter(t, w, metrics.StoreRowsSkippedTotal, "events"); got == 0 {
+			t.Errorf("no rows were skipped, yet two inserts committed before failing")
+		}
+	})
 }
 
 // The embedded engine's streamed inserts, which decode the gathered frames as the engine reads
 // them: one that failed and committed nothing is written again, one that committed and lost
 // its answer is looked up and skipped; every event is stored once.
 func TestWriterStreamFailuresDuplicateNothing(t *testing.T) {
-	for _, m := range writerModes {
-		t.Run(m.name, func(t *testing.T) {
-			codec := newCodec(t)
-			tr := newTraffic(t, "streamfail-"+m.name, 11, 20, 40)
-			sp := spoolOf(t, codec, tr)
-			f := &store.StreamFaults{Embedded: engine(t), Aborted: 2, Lost: 2}
-			w := store.NewWriter(f, codec, inMode(m.spool, sp, store.WriterOptions{FlushRows: 300}))
+	inEachMode(t, "streamfail", 11, 20, 40, func(t *testing.T, codec *record.Codec, tr *traffic, sp *spool.Spool, mode modeOptions) {
+		f := &store.StreamFaults{Embedded: engine(t), Aborted: 2, Lost: 2}
+		w := store.NewWriter(f, codec, mode(store.WriterOptions{FlushRows: 300}))
 
-			runUntilStored(t, sp, w, tr)
-			assertExactlyOnce(t, tr)
-			assertStoredAsSent(t, tr)
-			if f.Aborted != 0 || f.Lost != 0 {
-				t.Fatalf("%d aborted and %d lost answers left: the writer never streamed that often", f.Aborted, f.Lost)
-			}
-			// A fault that meets a stream the writer stops itself (its retry reached records the table
-			// may hold, after a lost answer) is not the insert's error.
-			if got := counter(t, w, metrics.StoreInsertErrorsTotal, "events"); got < 2 || got > 4 {
-				t.Errorf("insert errors %v, want 2 to 4", got)
-			}
-			if got := counter(t, w, metrics.StoreRowsSkippedTotal, "events"); got == 0 {
-				t.Errorf("no rows were skipped, yet two inserts committed before failing")
-			}
-			if got := counter(t, w, metrics.StoreRowsWrittenTotal, "events") + counter(t, w, metrics.StoreRowsSkippedTotal, "events"); got < float64(tr.records) {
-				t.Errorf("rows written and skipped %v, want at least %d", got, tr.records)
-			}
-		})
-	}
+		runUntilStored(t, sp, w, tr)
+		assertExactlyOnce(t, tr)
+		assertStoredAsSent(t, tr)
+		if f.Aborted != 0 || f.Lost != 0 {
+			t.Fatalf("%d aborted and %d lost answers left: the writer never streamed that often", f.Aborted, f.Lost)
+		}
+		// A fault that meets a stream the writer stops itself (its retry reached records the table
+		// may hold, after a lost answer) is not the insert's error.
+		if got := counter(t, w, metrics.StoreInsertErrorsTotal, "events"); got < 2 || got > 4 {
+			t.Errorf("insert errors %v, want 2 to 4", got)
+		}
+		if got := counter(t, w, metrics.StoreRowsSkippedTotal, "events"); got == 0 {
+			t.Errorf("no rows were skipped, yet two inserts committed before failing")
+		}
+		if got := counter(t, w, metrics.StoreRowsWrittenTotal, "events") + counter(t, w, metrics.StoreRowsSkippedTotal, "events"); got < float64(tr.records) {
+			t.Errorf("rows written and skipped %v, want at least %d", got, tr.records)
+		}
+	})
 }
 
 // An insert that failed midway (half its rows committed) is completed, not repeated.
 func TestWriterPartialInsertCompletedOnce(t *testing.T) {
-	for _, m := range writerModes {
-		t.Run(m.name, func(t *testing.T) {
-			codec := newCodec(t)
-			tr := newTraffic(t, "partial-"+m.name, 6, 10, 40)
-			sp := spoolOf(t, codec, tr)
-			f := &flaky{Store: engine(t), partial: 3}
-			w := store.NewWriter(f, codec, inMode(m.spool, sp, store.WriterOptions{FlushRows: 300}))
+	inEachMode(t, "partial", 6, 10, 40, func(t *testing.T, codec *record.Codec, tr *traffic, sp *spool.Spool, mode modeOptions) {
+		f := &flaky{Store: engine(t), partial: 3}
+		w := store.NewWriter(f, codec, mode(store.WriterOptions{FlushRows: 300}))
 
-			runUntilStored(t, sp, w, tr)
-			assertExactlyOnce(t, tr)
-		})
-	}
+		runUntilStored(t, sp, w, tr)
+		assertExactlyOnce(t, tr)
+	})
 }
 
 // After a crash the spool delivers again what the writer wrote but did not commit; a new
@@ -612,22 +593,17 @@ func TestWriterBuffersUntilFlush(t *testing.T) {
 
 // A frame that does not decode is counted and skipped; the rest is written.
 func TestWriterSkipsBadFrames(t *testing.T) {
-	for _, m := range writerModes {
-		t.Run(m.name, func(t *testing.T) {
-			codec := newCodec(t)
-			tr := newTraffic(t, "badframe-"+m.name, 10, 4, 10)
-			sp := spoolOf(t, codec, tr)
-			if _, err := sp.Append([]byte("\x01not a frame")); err != nil {
-				t.Fatal(err)
-			}
-			w := store.NewWriter(engine(t), codec, inMode(m.spool, sp, store.WriterOptions{FlushRows: 1}))
-			runUntilStored(t, sp, w, tr)
-			assertExactlyOnce(t, tr)
-			if got := counter(t, w, metrics.StoreBadFramesTotal, ""); got != 1 {
-				t.Errorf("bad frames %v, want 1", got)
-			}
-		})
-	}
+	inEachMode(t, "badframe", 10, 4, 10, func(t *testing.T, codec *record.Codec, tr *traffic, sp *spool.Spool, mode modeOptions) {
+		if _, err := sp.Append([]byte("\x01not a frame")); err != nil {
+			t.Fatal(err)
+		}
+		w := store.NewWriter(engine(t), codec, mode(store.WriterOptions{FlushRows: 1}))
+		runUntilStored(t, sp, w, tr)
+		assertExactlyOnce(t, tr)
+		if got := counter(t, w, metrics.StoreBadFramesTotal, ""); got != 1 {
+			t.Errorf("bad frames %v, want 1", got)
+		}
+	})
 }
 
 // The events table folds rows inserted more than once by any other path (the backstop), in its
