@@ -42,3 +42,12 @@ func (f *StreamFaults) insertBlocks(ctx context.Context, table string, columns [
 	}
 	return errors.New("read: connection reset by peer (simulated, after the insert committed)")
 }
+
+// HeldPayloadBytes is the bytes of frame payloads w holds for its next insert.
+func (w *Writer) HeldPayloadBytes() int {
+	n := len(w.payloads)
+	for _, f := range w.frames {
+		n += len(f.payload)
+	}
+	return n
+}

@@ -1075,3 +1075,33 @@ func TestWriterFrameCorruptOnReadBack(t *testing.T) {
 		t.Errorf("bad frames %v, want 1", got)
 	}
 }
+
+// With WriterOptions.Spool the writer keeps only where the frames it gathers are, not a copy of
+// each: Consume's buffered frames hold no payload bytes. Without it each payload is copied.
+func TestWriterKeepsNoPayloadsWithTheSpool(t *testing.T) {
+	codec := newCodec(t)
+	tr := newTraffic(t, "nopayloads", 14, 4, 10)
+	sp := spoolOf(t, codec, tr)
+	entries := entriesOf(t, sp)
+	for _, fromSpool := range []bool{false, true} {
+		opts := store.WriterOptions{FlushInterval: time.Hour}
+		if fromSpool {
+			opts.Spool = sp
+		}
+		// No store: nothing is inserted before FlushRows or the interval.
+		w := store.NewWriter(nil, codec, opts)
+		if _, err := w.Consume(context.Background(), entries); err != nil {
+			t.Fatal(err)
+		}
+		if w.Pending() != tr.records {
+			t.Fatalf("spool %v: %d records gathered, want %d", fromSpool, w.Pending(), tr.records)
+		}
+		held := w.HeldPayloadBytes()
+		if fromSpool && held != 0 {
+			t.Errorf("with the spool the writer holds %d bytes of payloads, want none", held)
+		}
+		if !fromSpool && held == 0 {
+			t.Errorf("without the spool the writer holds no payloads: the comparison says nothing")
+		}
+	}
+}
