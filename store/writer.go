@@ -174,26 +174,16 @@ func FrameToken(h record.FrameHeader) string {
 // the frame's token (WriterOptions.Deduplicate). A frame that landed before a failure is
 // dropped by the server when it comes again.
 func (w *Writer) writeFramesDeduplicated(ctx context.Context, s deduplicatedInserter) error {
-	src := w.frameSource(false)
-	defer src.close()
-	for i := range w.frames {
-		f := &w.frames[i]
-		payload, ok, err := src.payload(f)
-		if err != nil {
-			return err
-		}
-		if !ok {
-			continue
-		}
+	return w.eachFrame(func(f *pendingFrame, payload []byte) error {
 		h, err := record.ParseHeader(payload)
 		if err != nil {
 			w.badFrame(f.pos, err)
-			continue
+			return nil
 		}
 		batch, err := w.codec.DecodeFrame(payload)
 		if err != nil {
 			w.badFrame(f.pos, err)
-			continue
+			return nil
 		}
 		rows := make([][]any, len(batch.Records))
 		var newest time.Time
@@ -205,7 +195,26 @@ func (w *Writer) writeFramesDeduplicated(ctx context.Context, s deduplicatedInse
 		}
 		start := time.Now()
 		err = s.InsertDeduplicated(ctx, EventsTable, EventColumns, rows, FrameToken(h))
-		if err := w.noteInsert(start, len(rows), newest, err); err != nil {
+		return w.noteInsert(start, len(rows), newest, err)
+	})
+}
+
+// eachFrame calls fn with each gathered frame and its payload, each the caller's for good, in
+// order, until fn returns an error. A frame found corrupt when read back is counted and left
+// out (frameSource.payload).
+func (w *Writer) eachFrame(fn func(f *pendingFrame, payload []byte) error) error {
+	src := w.frameSource(false)
+	defer src.close()
+	for i := range w.frames {
+		f := &w.frames[i]
+		payload, ok, err := src.payload(f)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			continue
+		}
+		if err := fn(f, payload); err != nil {
 			return err
 		}
 	}
@@ -411,23 +420,17 @@ func (w *Writer) writeFrames(ctx context.Context) error {
 		w.known = false
 	}
 	records := make([]record.Record, 0, w.pending)
-	src := w.frameSource(false)
-	defer src.close()
-	for i := range w.frames {
-		f := &w.frames[i]
-		payload, ok, err := src.payload(f)
-		if err != nil {
-			return err
-		}
-		if !ok {
-			continue
-		}
+	err := w.eachFrame(func(f *pendingFrame, payload []byte) error {
 		b, err := w.codec.DecodeFrame(payload)
 		if err != nil {
 			w.badFrame(f.pos, err)
-			continue
+			return nil
 		}
 		records = append(records, b.Records...)
+		return nil
+	})
+	if err != nil {
+		return err
 	}
 	return w.writeEvents(ctx, records)
 }
